@@ -1,0 +1,35 @@
+# `make demo` and `make test` work from a fresh clone: they create .venv when missing.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.pvegpu-installed
+OUT ?= out/kpro6
+
+.PHONY: demo test lint typecheck pytest golden-update bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/pvegpu discover --root fixtures/sysfs/kpro6
+
+test: lint typecheck pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict src
+
+pytest: $(STAMP)
+	$(BIN)/pytest
+
+golden-update: $(STAMP)
+	$(BIN)/pytest --snapshot-update
+
+clean:
+	rm -rf $(VENV) out .mypy_cache .ruff_cache .pytest_cache

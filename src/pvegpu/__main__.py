@@ -1,0 +1,5 @@
+import sys
+
+from pvegpu.cli import main
+
+sys.exit(main())

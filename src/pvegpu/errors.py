@@ -1,0 +1,74 @@
+"""Errors are values: a stable code, the exact file/device/spec path, and a fix line.
+
+Every failure pvegpu reports is a `Problem`. Exceptions carry one or more problems so a
+plan can report everything wrong with a spec at once instead of the first thing only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+
+@attrs.frozen
+class Problem:
+    """One thing that is wrong, said so that the user can fix it without reading code."""
+
+    code: str
+    """Stable, kebab-case identifier (`gpu-in-two-pools`); tests and automation key on it."""
+    subject: str
+    """The exact file, device or spec path the problem is about."""
+    message: str
+    fix: str = ""
+    """A line the user can act on or paste; empty when there is nothing to suggest."""
+
+    def __str__(self) -> str:
+        text = f"{self.subject}: {self.message} [{self.code}]"
+        return f"{text}\n  fix: {self.fix}" if self.fix else text
+
+
+class PvegpuError(Exception):
+    """Base of every error pvegpu raises on purpose. `exit_code` is what the CLI returns."""
+
+    exit_code = 1
+
+    def __init__(self, problems: Iterable[Problem]) -> None:
+        self.problems = tuple(problems)
+        if not self.problems:
+            raise ValueError("an error needs at least one problem")
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+    @classmethod
+    def one(cls, code: str, subject: str, message: str, fix: str = "") -> PvegpuError:
+        return cls([Problem(code, subject, message, fix)])
+
+
+class DiscoveryError(PvegpuError):
+    """The sysfs/procfs/etc tree under the root is broken or not what the kernel writes."""
+
+    exit_code = 3
+
+
+class SpecError(PvegpuError):
+    """The split spec is malformed; subjects are spec paths like `pools[1].gpus[0]`."""
+
+    exit_code = 4
+
+
+class PlanError(PvegpuError):
+    """The spec is well formed but cannot be carried out on this host."""
+
+    exit_code = 5
+
+
+class RenderError(PvegpuError):
+    """An artifact cannot be produced (missing base file, flag unknown to a version)."""
+
+    exit_code = 6
+
+
+class ApplyError(PvegpuError):
+    """Writing, binding or rolling back on the host failed."""
+
+    exit_code = 7

@@ -1,0 +1,235 @@
+"""Immutable facts about a Proxmox host, as discovery reads them. No I/O here."""
+
+from __future__ import annotations
+
+import hashlib
+from enum import StrEnum
+
+import attrs
+
+from pvegpu.pci import CpuList, PciAddress
+
+NVIDIA_VENDOR = 0x10DE
+CLASS_DISPLAY = 0x03
+CLASS_BRIDGE = 0x06
+
+
+class IommuGroupType(StrEnum):
+    """`/sys/kernel/iommu_groups/N/type`."""
+
+    DMA = "DMA"
+    DMA_FQ = "DMA-FQ"
+    IDENTITY = "identity"
+    BLOCKED = "blocked"
+    UNMANAGED = "unmanaged"
+
+    @property
+    def translates(self) -> bool:
+        """DMA goes through IOMMU page tables (breaks GPU P2P on SEV-SNP hosts)."""
+        return self in (IommuGroupType.DMA, IommuGroupType.DMA_FQ)
+
+
+class IommuMode(StrEnum):
+    OFF = "off"
+    TRANSLATED = "translated"
+    PASSTHROUGH = "passthrough"
+    MIXED = "mixed"
+
+
+class KernelModuleFlavor(StrEnum):
+    OPEN = "open"
+    PROPRIETARY = "proprietary"
+
+
+@attrs.frozen
+class PcieLink:
+    current_speed: str
+    current_width: int | None
+    max_speed: str
+    max_width: int | None
+
+
+@attrs.frozen(order=True)
+class PciFunction:
+    """One PCI function as sysfs shows it."""
+
+    address: PciAddress
+    vendor: int
+    device: int
+    subsystem_vendor: int
+    subsystem_device: int
+    pci_class: int
+    sysfs_path: str
+    """Real path below the root, e.g. `sys/devices/pci0000:80/0000:80:01.1/0000:81:00.0`."""
+    numa_node: int | None = None
+    """None where firmware gave no node (`-1`)."""
+    iommu_group: int | None = None
+    driver: str | None = None
+    driver_override: str | None = None
+    local_cpus: CpuList | None = None
+    link: PcieLink | None = None
+    mdev_capable: bool = False
+
+    @property
+    def base_class(self) -> int:
+        return self.pci_class >> 16
+
+    @property
+    def is_bridge(self) -> bool:
+        return self.base_class == CLASS_BRIDGE
+
+    @property
+    def is_display(self) -> bool:
+        return self.base_class == CLASS_DISPLAY
+
+    @property
+    def vendor_device(self) -> str:
+        """`10de:2bb5`, the form pci.cfg, vfio-pci ids= and lspci -n use."""
+        return f"{self.vendor:04x}:{self.device:04x}"
+
+    @property
+    def subsystem_id(self) -> str:
+        return f"{self.subsystem_vendor:04x}:{self.subsystem_device:04x}"
+
+
+@attrs.frozen(order=True)
+class GPU:
+    """A PCI display controller (class 0x03xxxx, any vendor) and its companion functions."""
+
+    function: PciFunction
+    companions: tuple[PciFunction, ...] = ()
+    """Other functions of the same slot (the .1 HD audio), which move with the GPU."""
+    nvidia_minor: int | None = None
+    """`Device Minor` from /proc/driver/nvidia/gpus/<addr>/information: N of /dev/nvidiaN."""
+    model: str | None = None
+
+    @property
+    def address(self) -> PciAddress:
+        return self.function.address
+
+    @property
+    def numa_node(self) -> int | None:
+        return self.function.numa_node
+
+    @property
+    def iommu_group(self) -> int | None:
+        return self.function.iommu_group
+
+    @property
+    def driver(self) -> str | None:
+        return self.function.driver
+
+    @property
+    def vendor_device(self) -> str:
+        return self.function.vendor_device
+
+    @property
+    def is_nvidia(self) -> bool:
+        return self.function.vendor == NVIDIA_VENDOR
+
+    @property
+    def functions(self) -> tuple[PciFunction, ...]:
+        return (self.function, *self.companions)
+
+
+@attrs.frozen
+class NumaNode:
+    id: int
+    cpus: CpuList
+
+
+@attrs.frozen
+class IommuGroup:
+    id: int
+    members: tuple[PciAddress, ...]
+    type: IommuGroupType | None = None
+
+
+@attrs.frozen
+class IommuState:
+    enabled: bool
+    units: tuple[str, ...] = ()
+    """Entries of /sys/class/iommu (`dmar0` Intel, `ivhd0` AMD)."""
+
+    @property
+    def vendor(self) -> str | None:
+        if any(u.startswith("ivhd") for u in self.units):
+            return "amd"
+        if any(u.startswith("dmar") for u in self.units):
+            return "intel"
+        return None
+
+
+@attrs.frozen
+class NvidiaDriver:
+    version: str
+    flavor: KernelModuleFlavor
+
+
+@attrs.frozen
+class CharMajor:
+    major: int
+    name: str
+
+
+@attrs.frozen
+class VfioIdsSetting:
+    """A `vfio-pci.ids=` / `options vfio-pci ids=` found on the host, and where."""
+
+    source: str
+    ids: tuple[str, ...]
+
+
+@attrs.frozen
+class ConfigFile:
+    """A Proxmox or system file read at discovery time, kept whole so patches are exact."""
+
+    path: str
+    """Relative to the root, e.g. `etc/pve/lxc/129.conf`."""
+    content: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.content.encode()).hexdigest()
+
+
+@attrs.frozen
+class HostFacts:
+    node: str
+    functions: tuple[PciFunction, ...]
+    gpus: tuple[GPU, ...]
+    numa_nodes: tuple[NumaNode, ...]
+    iommu_groups: tuple[IommuGroup, ...]
+    iommu: IommuState
+    sev_snp: bool
+    nvidia: NvidiaDriver | None
+    char_majors: tuple[CharMajor, ...]
+    cmdline: str
+    vfio_ids: tuple[VfioIdsSetting, ...]
+    files: tuple[ConfigFile, ...] = ()
+
+    def function(self, address: PciAddress) -> PciFunction | None:
+        return next((f for f in self.functions if f.address == address), None)
+
+    def gpu(self, address: PciAddress) -> GPU | None:
+        return next((g for g in self.gpus if g.address == address), None)
+
+    def group(self, group_id: int) -> IommuGroup | None:
+        return next((g for g in self.iommu_groups if g.id == group_id), None)
+
+    def file(self, path: str) -> ConfigFile | None:
+        return next((f for f in self.files if f.path == path), None)
+
+    def char_major(self, name: str) -> int | None:
+        return next((c.major for c in self.char_majors if c.name == name), None)
+
+    @property
+    def iommu_mode(self) -> IommuMode:
+        if not self.iommu.enabled:
+            return IommuMode.OFF
+        kinds = {g.type.translates for g in self.iommu_groups if g.type is not None}
+        if kinds == {False}:
+            return IommuMode.PASSTHROUGH
+        if kinds == {True, False}:
+            return IommuMode.MIXED
+        return IommuMode.TRANSLATED

@@ -1,0 +1,112 @@
+"""PCI addresses and CPU lists: the two small value types everything else is keyed by."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import attrs
+
+_FULL = re.compile(r"^([0-9a-fA-F]{4}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+_SHORT = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+
+
+def _check_address(inst: PciAddress, attribute: attrs.Attribute[int], value: int) -> None:
+    limits = {"domain": 0xFFFF, "bus": 0xFF, "device": 0x1F, "function": 0x7}
+    if not 0 <= value <= limits[attribute.name]:
+        raise ValueError(f"PCI {attribute.name} {value:#x} out of range")
+
+
+@attrs.frozen(order=True)
+class PciAddress:
+    """A PCI function address, `dddd:bb:dd.f`, always printed lowercase like the kernel."""
+
+    domain: int = attrs.field(validator=_check_address)
+    bus: int = attrs.field(validator=_check_address)
+    device: int = attrs.field(validator=_check_address)
+    function: int = attrs.field(validator=_check_address)
+
+    @classmethod
+    def parse(cls, text: str) -> PciAddress:
+        """Parse the kernel's full form `0000:81:00.0`; anything else is a ValueError."""
+        match = _FULL.match(text)
+        if match is None:
+            raise ValueError(f"{text!r} is not a PCI address (expected dddd:bb:dd.f)")
+        return cls._from_groups(match.groups())
+
+    @classmethod
+    def parse_lenient(cls, text: str) -> PciAddress:
+        """Also accept `81:00.0` (domain 0000), the form lspci and humans write."""
+        match = _SHORT.match(text)
+        if match is None:
+            raise ValueError(f"{text!r} is not a PCI address (expected dddd:bb:dd.f or bb:dd.f)")
+        domain, *rest = match.groups()
+        return cls._from_groups((domain or "0000", *rest))
+
+    @classmethod
+    def _from_groups(cls, groups: Iterable[str | None]) -> PciAddress:
+        domain, bus, device, function = (int(g or "0", 16) for g in groups)
+        if device > 0x1F:
+            raise ValueError(f"PCI device {device:#x} out of range (max 1f)")
+        return cls(domain, bus, device, function)
+
+    @property
+    def slot(self) -> str:
+        """The function-less form Proxmox uses for "all functions of this slot"."""
+        return f"{self.domain:04x}:{self.bus:02x}:{self.device:02x}"
+
+    @property
+    def short(self) -> str:
+        """`81:00.0`, as admins say it; only unambiguous on domain 0000."""
+        return str(self)[5:] if self.domain == 0 else str(self)
+
+    def with_function(self, function: int) -> PciAddress:
+        return attrs.evolve(self, function=function)
+
+    def __str__(self) -> str:
+        return f"{self.slot}.{self.function:x}"
+
+
+def _sorted_cpus(cpus: Iterable[int]) -> tuple[int, ...]:
+    return tuple(sorted(set(cpus)))
+
+
+@attrs.frozen
+class CpuList:
+    """A kernel cpulist (`0-31,64-95`) as a sorted tuple of CPU ids."""
+
+    cpus: tuple[int, ...] = attrs.field(converter=_sorted_cpus)
+
+    @classmethod
+    def parse(cls, text: str) -> CpuList:
+        cpus: list[int] = []
+        text = text.strip()
+        if not text:
+            return cls(())
+        for part in text.split(","):
+            lo, sep, hi = part.partition("-")
+            if not lo.isdigit() or (sep and not hi.isdigit()):
+                raise ValueError(f"{text!r} is not a CPU list (expected e.g. 0-31,64-95)")
+            first, last = int(lo), int(hi) if sep else int(lo)
+            if last < first:
+                raise ValueError(f"{text!r} is not a CPU list: range {part} runs backwards")
+            cpus.extend(range(first, last + 1))
+        return cls(cpus)
+
+    def __str__(self) -> str:
+        ranges: list[str] = []
+        start = prev = None
+        for cpu in (*self.cpus, None):
+            if start is not None and prev is not None and (cpu is None or cpu != prev + 1):
+                ranges.append(str(start) if start == prev else f"{start}-{prev}")
+                start = None
+            if start is None:
+                start = cpu
+            prev = cpu
+        return ",".join(ranges)
+
+    def __len__(self) -> int:
+        return len(self.cpus)
+
+    def __bool__(self) -> bool:
+        return bool(self.cpus)
