@@ -1,0 +1,1 @@
+"""Jinja2 templates of every rendered artifact, installed as pvegpu.templates."""
