@@ -18,7 +18,7 @@ def test_parse_and_format_roundtrip() -> None:
 @pytest.mark.parametrize("text", ["81:00", "0000:81:00", "0000:81:20.0", "0000:81:00.8", "x"])
 def test_parse_rejects_garbage(text: str) -> None:
     """Anything but dddd:bb:dd.f is refused with the text in the message."""
-    with pytest.raises(ValueError, match="not a PCI address|out of range"):
+    with pytest.raises(ValueError, match=r"not a PCI address|out of range"):
         PciAddress.parse(text)
 
 
