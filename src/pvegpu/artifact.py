@@ -9,6 +9,11 @@ import attrs
 from pvegpu.facts import ConfigFile
 
 HOST = "host"
+REVIEW = "review"
+"""Target of files for the reviewer only (SUMMARY.md, topology.svg); installed nowhere."""
+
+APPLY_BUNDLE = "apply"
+REVERT_BUNDLE = "revert"
 
 
 def container_target(vmid: int) -> str:
@@ -27,6 +32,10 @@ class Artifact:
     target: str = HOST
     base: ConfigFile | None = None
     """For patches: the file as it was when the patch was made."""
+    bundle: str = APPLY_BUNDLE
+    """`apply` (the change) or `revert` (what undoes it)."""
+    delete: bool = False
+    """Revert entries only: the target file did not exist before and is removed."""
 
     @property
     def sha256(self) -> str:

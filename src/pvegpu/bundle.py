@@ -1,0 +1,92 @@
+"""Writing rendered artifacts into an output directory for review, with MANIFEST.json.
+
+Layout under OUT: host files at their path (OUT/etc/pve/lxc/129.conf), container files
+under ct/<vmid>/, review files at the top, and the revert bundle under revert/ in the
+same layout with its own MANIFEST.json. The host itself is never touched here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pvegpu.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.errors import Problem, RenderError
+
+MANIFEST = "MANIFEST.json"
+MANIFEST_SCHEMA = "pvegpu.manifest/1"
+
+
+def bundle_path(artifact: Artifact) -> PurePosixPath:
+    """Where an artifact lives inside its bundle directory."""
+    path = PurePosixPath(artifact.path)
+    if path.is_absolute() or ".." in path.parts:
+        raise RenderError.one(
+            "artifact-path", artifact.path, "artifact paths must be relative and stay inside"
+        )
+    if artifact.target in (HOST, REVIEW):
+        return path
+    if artifact.target.startswith("ct:"):
+        return PurePosixPath("ct", artifact.target[3:]) / path
+    raise RenderError.one("artifact-target", artifact.path, f"unknown target {artifact.target!r}")
+
+
+def manifest_entry(artifact: Artifact) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "target": artifact.target,
+        "path": artifact.path,
+        "file": str(bundle_path(artifact)),
+        "action": "remove" if artifact.delete else "write",
+        "mode": f"{artifact.mode:04o}",
+        "sha256": None if artifact.delete else artifact.sha256,
+        "reason": artifact.reason,
+    }
+    if artifact.base is not None:
+        entry["base_sha256"] = artifact.base.sha256
+    return entry
+
+
+def manifest(artifacts: Iterable[Artifact], **header: Any) -> str:
+    entries = [
+        {**manifest_entry(a), "bundle": a.bundle}
+        for a in sorted(artifacts, key=lambda a: (a.bundle != "apply", a.target, a.path))
+    ]
+    doc = {"schema": MANIFEST_SCHEMA, **header, "artifacts": entries}
+    return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+
+
+def write_bundle(artifacts: Sequence[Artifact], out: Path, **header: Any) -> list[Path]:
+    """Write every artifact and the manifests under `out`; returns the paths written.
+
+    Everything is rendered in memory before this is called, so a refused plan writes
+    nothing. Files are written through a temporary name and renamed into place.
+    """
+    written: list[Path] = []
+    reverts = [a for a in artifacts if a.bundle == REVERT_BUNDLE]
+    for artifact in artifacts:
+        if artifact.delete:
+            continue
+        base = out / REVERT_BUNDLE if artifact.bundle == REVERT_BUNDLE else out
+        written.append(_write(base / bundle_path(artifact), artifact.content, artifact.mode))
+    written.append(_write(out / MANIFEST, manifest(artifacts, **header), 0o644))
+    if reverts:
+        revert_manifest = manifest(reverts, **header)
+        written.append(_write(out / REVERT_BUNDLE / MANIFEST, revert_manifest, 0o644))
+    return written
+
+
+def _write(path: Path, content: str, mode: int) -> Path:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(content, encoding="utf-8")
+        tmp.chmod(mode)
+        os.replace(tmp, path)
+    except OSError as err:
+        raise RenderError(
+            [Problem("output-unwritable", str(path), f"cannot write: {err.strerror}", "")]
+        ) from err
+    return path

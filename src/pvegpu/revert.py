@@ -1,0 +1,70 @@
+"""The revert bundle: everything needed to put the host back as it was before the change.
+
+Built from the apply artifacts alone: each patched file is restored from the base it was
+made from, each new file is removed, and a script does the ordered steps around them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from pvegpu.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.model import Plan
+from pvegpu.templating import render_template
+
+SPLIT_SCRIPT = "usr/local/sbin/pvegpu-vfio-split"
+SPLIT_UNIT = "pvegpu-vfio-split.service"
+
+
+def _restore(artifact: Artifact) -> Artifact:
+    if artifact.base is None:
+        return attrs.evolve(
+            artifact,
+            content="",
+            reason=f"remove {artifact.path}: pvegpu created it",
+            bundle=REVERT_BUNDLE,
+            delete=True,
+            base=None,
+        )
+    return attrs.evolve(
+        artifact,
+        content=artifact.base.content,
+        reason=f"restore {artifact.path} as it was before (sha256 {artifact.base.sha256[:12]})",
+        bundle=REVERT_BUNDLE,
+        base=None,
+    )
+
+
+def render_revert(plan: Plan, applied: Sequence[Artifact]) -> tuple[Artifact, ...]:
+    """Restore/remove entries for every installed artifact, plus `revert.sh`."""
+    installed = [a for a in applied if a.target != REVIEW]
+    restores = tuple(_restore(a) for a in installed)
+    serving = [
+        (p.lxc.vmid, p.serving.unit)
+        for p in plan.lxc_pools
+        if p.lxc is not None and p.serving is not None
+    ]
+    script = render_template(
+        "revert.sh.j2",
+        node=plan.facts.node,
+        serving=serving,
+        containers=[p.lxc.vmid for p in plan.lxc_pools if p.lxc is not None],
+        has_split=any(a.path == SPLIT_SCRIPT for a in installed),
+        split_script="/" + SPLIT_SCRIPT,
+        split_unit=SPLIT_UNIT,
+        host_restores=[a for a in restores if a.target == HOST and not a.delete],
+        host_removals=[a for a in restores if a.target == HOST and a.delete],
+        ct_restores=[a for a in restores if a.target != HOST and not a.delete],
+        ct_removals=[a for a in restores if a.target != HOST and a.delete],
+    )
+    runner = Artifact(
+        path="revert.sh",
+        content=script,
+        reason="runs the revert in order: stop guests, unbind vfio, restore files, restart",
+        mode=0o755,
+        target=REVIEW,
+        bundle=REVERT_BUNDLE,
+    )
+    return (*restores, runner)
