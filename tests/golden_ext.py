@@ -7,15 +7,32 @@ be opened, linted and reviewed like the file it stands for.
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
+
+if TYPE_CHECKING:
+    from syrupy.location import PyTestLocation
+
+GOLDEN_DIR = "golden"
+
+
+class GoldenExtension(SingleFileSnapshotExtension):
+    _write_mode = WriteMode.TEXT
+
+    # syrupy's single-file dirname() reads the base class's `__snapshots__` regardless of
+    # snapshot_dirname, so the location is spelled out here.
+    @classmethod
+    def dirname(cls, *, test_location: PyTestLocation) -> str:
+        return str(Path(test_location.filepath).parent / GOLDEN_DIR / test_location.basename)
+
+    @classmethod
+    def discovery_dirname(cls, *, test_location: PyTestLocation) -> str:
+        return str(Path(test_location.filepath).parent / GOLDEN_DIR)
 
 
 @cache
 def golden_extension(ext: str) -> type[SingleFileSnapshotExtension]:
     """A snapshot extension writing text files ending in `.ext` under tests/golden/."""
-    return type(
-        f"Golden_{ext.replace('.', '_')}",
-        (SingleFileSnapshotExtension,),
-        {"file_extension": ext, "_write_mode": WriteMode.TEXT, "snapshot_dirname": "golden"},
-    )
+    return type(f"Golden_{ext.replace('.', '_')}", (GoldenExtension,), {"file_extension": ext})

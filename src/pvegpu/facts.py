@@ -194,6 +194,15 @@ class ConfigFile:
 
 
 @attrs.frozen
+class FileStat:
+    """A file known by path and size only (shared libraries, weight shards): no content."""
+
+    path: str
+    """Relative to the root."""
+    size: int
+
+
+@attrs.frozen
 class HostFacts:
     node: str
     functions: tuple[PciFunction, ...]
@@ -207,6 +216,8 @@ class HostFacts:
     cmdline: str
     vfio_ids: tuple[VfioIdsSetting, ...]
     files: tuple[ConfigFile, ...] = ()
+    stats: tuple[FileStat, ...] = ()
+    """Files whose name and size matter, not their content (serving.read_serving_files)."""
 
     def function(self, address: PciAddress) -> PciFunction | None:
         return next((f for f in self.functions if f.address == address), None)
@@ -219,6 +230,13 @@ class HostFacts:
 
     def file(self, path: str) -> ConfigFile | None:
         return next((f for f in self.files if f.path == path), None)
+
+    def stats_in(self, directory: str) -> tuple[FileStat, ...]:
+        """Stats of the files directly in `directory` (relative to the root)."""
+        prefix = directory.rstrip("/") + "/"
+        return tuple(
+            s for s in self.stats if s.path.startswith(prefix) and "/" not in s.path[len(prefix) :]
+        )
 
     def char_major(self, name: str) -> int | None:
         return next((c.major for c in self.char_majors if c.name == name), None)

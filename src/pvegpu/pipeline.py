@@ -1,13 +1,25 @@
-"""The whole pure pipeline in one call: facts + spec -> plan -> artifacts."""
+"""The whole pipeline in two calls: read the host for a spec, then plan and render."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pvegpu.artifact import Artifact
+from pvegpu.discover import discover
 from pvegpu.facts import HostFacts
 from pvegpu.model import Plan
 from pvegpu.plan import plan
 from pvegpu.render import render
+from pvegpu.serving import with_serving_files
 from pvegpu.spec import Spec
+
+
+def discover_for(spec: Spec, root: Path = Path("/")) -> HostFacts:
+    """Host facts plus the files this spec's servers need (model config, container rootfs).
+
+    The only I/O of the pipeline: after this, planning and rendering are pure.
+    """
+    return with_serving_files(discover(root), root, spec)
 
 
 def plan_and_render(facts: HostFacts, spec: Spec) -> tuple[Plan, tuple[Artifact, ...]]:

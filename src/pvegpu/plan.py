@@ -11,14 +11,12 @@ from collections.abc import Iterable, Iterator
 
 import attrs
 
-from pvegpu.errors import PlanError, Problem
+from pvegpu.errors import PlanError, Problem, RenderError
 from pvegpu.facts import GPU, HostFacts, PciFunction
 from pvegpu.model import (
     VFIO_DRIVER,
     Finding,
     LxcContainer,
-    PciMap,
-    PciMapping,
     Plan,
     Pool,
     PoolKind,
@@ -26,6 +24,8 @@ from pvegpu.model import (
     VmGuest,
 )
 from pvegpu.pci import PciAddress
+from pvegpu.pvefiles.pcicfg import mapping_for_pool
+from pvegpu.serving import serving_findings
 from pvegpu.spec import PoolSpec, Spec
 
 # The driver a function returns to when it leaves vfio-pci, by PCI vendor, for GPUs
@@ -69,7 +69,12 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     problems.extend(_vfio_ids_problems(facts, pools))
     if problems:
         raise PlanError(problems)
-    return Plan(facts=facts, spec=spec, pools=tuple(pools), findings=tuple(_findings(facts, pools)))
+    result = Plan(
+        facts=facts, spec=spec, pools=tuple(pools), findings=tuple(_findings(facts, pools))
+    )
+    # Serving checks (TP vs heads, memory fit, container driver, P2P) need the whole
+    # plan; they raise PlanError themselves and otherwise add their findings.
+    return with_findings(result, serving_findings(result))
 
 
 def _select(facts: HostFacts, spec: Spec, problems: list[Problem]) -> list[tuple[GPU, ...]]:
@@ -168,9 +173,6 @@ def _build_pool(
     if spec.vfio is not None and spec.vfio.vm is not None:
         vmid = spec.vfio.vm.vmid
         vm = VmGuest(vmid, spec.vfio.vm.numa, facts.file(f"etc/pve/qemu-server/{vmid}.conf"))
-    mapping = None
-    if spec.mapping is not None:
-        mapping = mapping_for_gpus(facts, gpus, spec.mapping.id, spec.mapping.description)
     pool = Pool(
         name=spec.name,
         kind=kind,
@@ -180,9 +182,15 @@ def _build_pool(
         numa_nodes=tuple(sorted({g.numa_node for g in gpus}, key=lambda n: -1 if n is None else n)),
         lxc=lxc,
         vm=vm,
-        mapping=mapping,
         serving=spec.lxc.serving if spec.lxc else None,
     )
+    if spec.mapping is not None:
+        try:
+            mapping = mapping_for_pool(facts, pool, spec.mapping.id, spec.mapping.description)
+        except RenderError as err:
+            problems.extend(err.problems)
+        else:
+            pool = attrs.evolve(pool, mapping=mapping)
     return pool, problems
 
 
@@ -276,32 +284,6 @@ def _lxc(
                 )
             )
     return LxcContainer(vmid, spec.lxc.devices, spec.lxc.mode, spec.lxc.gid, config)
-
-
-def mapping_for_gpus(
-    facts: HostFacts, gpus: Iterable[GPU], mapping_id: str, description: str | None
-) -> PciMapping:
-    """A pci.cfg section over these GPUs, every value taken from sysfs facts.
-
-    Proxmox re-checks id, subsystem-id and iommugroup against sysfs at VM start, and a
-    stale map line breaks every VM using the mapping, so nothing here is typed by hand.
-    """
-    maps = []
-    for gpu in gpus:
-        slot_functions = [f for f in facts.functions if f.address.slot == gpu.address.slot]
-        whole_slot = all(f.iommu_group == gpu.iommu_group for f in slot_functions)
-        maps.append(
-            PciMap(
-                id=gpu.vendor_device,
-                node=facts.node,
-                # Function-less path = every function of the slot (GPU + audio) together;
-                # only valid when they share one group.
-                path=gpu.address.slot if whole_slot else str(gpu.address),
-                iommugroup=gpu.iommu_group,
-                subsystem_id=gpu.function.subsystem_id,
-            )
-        )
-    return PciMapping(id=mapping_id, maps=tuple(maps), description=description)
 
 
 def _vfio_ids_problems(facts: HostFacts, pools: list[Pool]) -> Iterator[Problem]:

@@ -57,7 +57,7 @@ def _structure_enum(value: Any, kind: type[Enum]) -> Enum:
 
 def _structure_env(value: Any, _: type[Any]) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, dict):
-        raise ValueError(f"expected a table of NAME = \"value\", got {type(value).__name__}")
+        raise ValueError(f'expected a table of NAME = "value", got {type(value).__name__}')
     pairs = []
     for key, item in value.items():
         if not isinstance(item, str):

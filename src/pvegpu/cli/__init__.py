@@ -23,6 +23,7 @@ exit codes:
 
 def build_parser() -> argparse.ArgumentParser:
     from pvegpu.cli import discover as discover_cmd
+    from pvegpu.cli import plan as plan_cmd
 
     parser = argparse.ArgumentParser(
         prog="pvegpu",
@@ -31,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (discover_cmd,):
+    for module in (discover_cmd, plan_cmd):
         module.register(sub)
     return parser
 

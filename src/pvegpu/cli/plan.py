@@ -10,9 +10,8 @@ from typing import Any
 
 from pvegpu.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.bundle import manifest_entry, write_bundle
-from pvegpu.discover import discover
 from pvegpu.model import Plan
-from pvegpu.pipeline import plan_and_render
+from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.specfile import load_spec
 
 
@@ -48,8 +47,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _load(args: argparse.Namespace) -> tuple[Plan, tuple[Artifact, ...]]:
     spec = load_spec(args.spec)
-    facts = discover(args.root)
-    return plan_and_render(facts, spec)
+    return plan_and_render(discover_for(spec, args.root), spec)
 
 
 def _current(root: Path, artifact: Artifact) -> str | None:
@@ -70,8 +68,9 @@ def _diff(root: Path, artifact: Artifact) -> str:
         fromfile=f"a/{where}" if before is not None else "/dev/null",
         tofile=f"b/{where}",
     )
-    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-                   for line in lines)
+    return "".join(
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+    )
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -93,13 +92,15 @@ def run_plan(args: argparse.Namespace) -> int:
                 for p in plan.pools
             ],
             "findings": [
-                {"severity": str(f.severity), "code": f.code, "subject": f.subject,
-                 "message": f.message}
+                {
+                    "severity": str(f.severity),
+                    "code": f.code,
+                    "subject": f.subject,
+                    "message": f.message,
+                }
                 for f in plan.findings
             ],
-            "changes": [
-                {**manifest_entry(a), "diff": _diff(args.root, a)} for a in installed
-            ],
+            "changes": [{**manifest_entry(a), "diff": _diff(args.root, a)} for a in installed],
         }
         print(json.dumps(doc, indent=2))
         return 0
@@ -118,9 +119,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def run_render(args: argparse.Namespace) -> int:
     plan, artifacts = _load(args)
-    written = write_bundle(
-        artifacts, args.out, node=plan.facts.node, spec=str(args.spec)
-    )
+    written = write_bundle(artifacts, args.out, node=plan.facts.node, spec=str(args.spec))
     print(f"rendered {len(written)} files for node {plan.facts.node} into {args.out}")
     for path in written:
         print(f"  {path}")

@@ -1,0 +1,195 @@
+"""/etc/pve/lxc/<vmid>.conf: swap the container's NVIDIA device lines, keep every other byte.
+
+Only the main section is edited: `[pve:pending]` and snapshot sections describe other
+states of the container and are carried over byte for byte. Rules:
+/work/shared/reference/proxmox-formats.md, "LXC config" and "NVIDIA device nodes".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable, Sequence
+
+import attrs
+
+from pvegpu.errors import Problem, RenderError
+from pvegpu.facts import GPU
+from pvegpu.pvefiles.guestconf import (
+    ConfLine,
+    LineKind,
+    end_of_content,
+    join,
+    key_position,
+    parse_lines,
+    section_named,
+    split_sections,
+    used_indices,
+)
+from pvegpu.spec import DeviceStyle
+
+NVIDIA_MAJOR = 195
+NVIDIACTL_MINOR = 255
+MAX_DEV_INDEX = 255
+"""pve-container knows dev0 .. dev255."""
+
+CGROUP_ALLOW = "lxc.cgroup2.devices.allow"
+MOUNT_ENTRY = "lxc.mount.entry"
+# Every node the NVIDIA driver stack creates under /dev: GPUs, control, UVM, modeset, MIG caps.
+_NVIDIA_NODE = re.compile(r"^/dev/nvidia(?:\d+|ctl|-uvm|-uvm-tools|-modeset|-caps(?:/.*)?)$")
+_DEV_KEY = re.compile(r"^dev(\d+)$")
+_CGROUP_RULE = re.compile(r"^c\s+(\d+):")
+_MODE = re.compile(r"^[0-7]{3,4}$")
+_SHARED_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+"""What CUDA opens besides /dev/nvidiaN: control node and unified memory (+ its tools node)."""
+
+
+@attrs.frozen
+class GpuLines:
+    """The GPU lines a container should have; devN indices are chosen by the patch."""
+
+    devices: tuple[str, ...] = ()
+    """Values of `devN:` entries (`/dev/nvidia0,mode=0666`)."""
+    raw: tuple[tuple[str, str], ...] = ()
+    """`lxc.*` key/value pairs, in the order they are written."""
+
+
+def dev_style(minors: Iterable[int], mode: str = "0666", gid: int | None = None) -> GpuLines:
+    """`devN: /dev/nvidiaM,...` entries: Proxmox creates the node and the cgroup rule."""
+    if not _MODE.match(mode):
+        raise ValueError(f"device mode {mode!r} is not octal like 0666")
+    # Options after the path, alphabetically (deny-write, gid, mode, uid), as Proxmox prints.
+    options = (f",gid={gid}" if gid is not None else "") + f",mode={mode}"
+    nodes = [f"/dev/nvidia{m}" for m in minors] + list(_SHARED_NODES)
+    return GpuLines(devices=tuple(node + options for node in nodes))
+
+
+def raw_style(minors: Iterable[int], uvm_major: int) -> GpuLines:
+    """cgroup rules per minor (never `195:*`, which would grant other guests' GPUs) + binds."""
+    minors = list(minors)
+    rules = [f"c {NVIDIA_MAJOR}:{m} rwm" for m in (*minors, NVIDIACTL_MINOR)]
+    # nvidia-uvm's major is dynamic (from /proc/devices); minor 0 is uvm, 1 uvm-tools.
+    rules += [f"c {uvm_major}:0 rwm", f"c {uvm_major}:1 rwm"]
+    nodes = [f"/dev/nvidia{m}" for m in minors] + list(_SHARED_NODES)
+    mounts = [f"{node} {node[1:]} none bind,optional,create=file" for node in nodes]
+    return GpuLines(
+        raw=tuple((CGROUP_ALLOW, r) for r in rules) + tuple((MOUNT_ENTRY, m) for m in mounts)
+    )
+
+
+def gpu_lines(
+    gpus: Sequence[GPU],
+    style: DeviceStyle,
+    *,
+    mode: str = "0666",
+    gid: int | None = None,
+    uvm_major: int | None = None,
+    subject: str = "",
+) -> GpuLines:
+    """The lines for these GPUs by their real `Device Minor`, never their position.
+
+    The minor is what nvidia assigned at bind time; with some GPUs of the host on
+    vfio-pci it is no longer the index in PCI order.
+    """
+    problems = [
+        Problem(
+            "gpu-minor-unknown",
+            str(gpu.address),
+            f"is on {gpu.driver or 'no driver'}, so it has no /dev/nvidiaN device minor",
+            "bind it to nvidia (or leave it out of the container's pool) and discover again",
+        )
+        for gpu in gpus
+        if gpu.nvidia_minor is None
+    ]
+    if style is DeviceStyle.RAW and uvm_major is None:
+        problems.append(
+            Problem(
+                "nvidia-uvm-major-unknown",
+                subject or "/proc/devices",
+                "raw device lines need the nvidia-uvm major, but /proc/devices has no "
+                "nvidia-uvm (the module is not loaded)",
+                'load it (nvidia-modprobe -u -c=0) and discover again, or use devices = "dev"',
+            )
+        )
+    if problems:
+        raise RenderError(problems)
+    minors = [gpu.nvidia_minor for gpu in gpus if gpu.nvidia_minor is not None]
+    if style is DeviceStyle.DEV:
+        return dev_style(minors, mode, gid)
+    assert uvm_major is not None  # checked above; for mypy
+    return raw_style(minors, uvm_major)
+
+
+def _dev_path(value: str) -> str:
+    first = value.split(",", 1)[0]
+    return first.removeprefix("path=")
+
+
+def is_gpu_line(line: ConfLine, majors: Collection[int] = (NVIDIA_MAJOR,)) -> bool:
+    """A line that hands NVIDIA device nodes to the container, in either style."""
+    if line.kind is LineKind.KEY:
+        return bool(_DEV_KEY.match(line.key)) and bool(_NVIDIA_NODE.match(_dev_path(line.value)))
+    if line.kind is not LineKind.RAW:
+        return False
+    if line.key == CGROUP_ALLOW:
+        rule = _CGROUP_RULE.match(line.value)
+        return rule is not None and int(rule[1]) in majors
+    if line.key == MOUNT_ENTRY:
+        source = line.value.split(maxsplit=1)
+        return bool(source) and bool(_NVIDIA_NODE.match(source[0]))
+    return False
+
+
+def patch_gpu_lines(
+    text: str, new: GpuLines, nvidia_majors: Collection[int] = (NVIDIA_MAJOR,)
+) -> str:
+    """The config with its GPU lines (main section only) replaced by `new`.
+
+    `nvidia_majors`: every char major of the NVIDIA stack on this host (195 and the
+    dynamic nvidia-uvm / nvidia-caps majors), to recognise old cgroup rules.
+    devN entries take the place of the first old GPU devN (else their sorted place),
+    numbered from the lowest index no other device uses; raw lines take the place of
+    the first old raw GPU line (else the end of the section, after all normal keys).
+    """
+    # The majors of the new rules count too, so a second patch recognises the first one's
+    # lines even when the caller's majors are incomplete.
+    own = (_CGROUP_RULE.match(v) for k, v in new.raw if k == CGROUP_ALLOW)
+    majors = {NVIDIA_MAJOR, *nvidia_majors, *(int(m[1]) for m in own if m)}
+    main, *others = split_sections(text)
+    rest = "".join(s.text for s in others)
+    kept: list[ConfLine] = []
+    dev_at: int | None = None
+    raw_at: int | None = None
+    taken = used_indices(section_named(text, "pve:pending"), "dev")
+    for line in parse_lines(main.text):
+        if is_gpu_line(line, majors):
+            if line.kind is LineKind.KEY:
+                dev_at = len(kept) if dev_at is None else dev_at
+            else:
+                raw_at = len(kept) if raw_at is None else raw_at
+            continue
+        if line.kind is LineKind.KEY and (match := _DEV_KEY.match(line.key)):
+            taken.add(int(match[1]))
+        kept.append(line)
+
+    free = [i for i in range(MAX_DEV_INDEX + 1) if i not in taken]
+    if len(free) < len(new.devices):
+        raise RenderError.one(
+            "lxc-dev-slots-full",
+            "devN entries",
+            f"{len(new.devices)} device entries needed but only {len(free)} of "
+            f"dev0..dev{MAX_DEV_INDEX} are free",
+            "remove unused devN entries from the container",
+        )
+    dev_block = [ConfLine.new(f"dev{i}", v) for i, v in zip(free, new.devices, strict=False)]
+    raw_block = [ConfLine.new(k, v) for k, v in new.raw]
+    if dev_at is None and dev_block:
+        dev_at = key_position(kept, dev_block[0].key)
+    if raw_at is None:
+        raw_at = end_of_content(kept)
+    # Insert the later block first so the earlier position stays valid; at a tie the
+    # device entries (normal keys) go before the raw lines.
+    for at, block in sorted(
+        ((raw_at, raw_block), (dev_at or 0, dev_block)), key=lambda p: p[0], reverse=True
+    ):
+        kept[at:at] = block
+    return join(kept) + rest

@@ -1,0 +1,386 @@
+"""/etc/pve/mapping/pci.cfg: parse, print in Proxmox's canonical form, patch by mapping id.
+
+The file is a PVE SectionConfig: a bare id line, TAB-indented `key value` lines, a blank
+line after every section. Proxmox rewrites the whole file on every GUI/API change, so
+writing it canonically (and dropping `#` comments, as Proxmox does) is what keeps a
+later GUI edit from producing a diff. Rules: /work/shared/reference/proxmox-formats.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from pvegpu.errors import Problem, RenderError
+from pvegpu.facts import HostFacts
+from pvegpu.model import PciMap, PciMapping, Pool
+
+PATH = "etc/pve/mapping/pci.cfg"
+
+# pve_verify_configid: a letter, then at least one of [a-z0-9_-], case-insensitive.
+_MAPPING_ID = re.compile(r"^[a-z][a-z0-9_-]+$", re.IGNORECASE)
+_VENDOR_DEVICE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}$")
+# Domain required and lowercase: Proxmox compares the path with sysfs names as strings.
+_PATH_PART = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f](?:\.[0-7])?$")
+# PVE's node name format (pve-node): a DNS label.
+_NODE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?$")
+# SectionConfig's property line: indented key, whitespace, value trimmed at both ends.
+_PROPERTY = re.compile(r"^\s+(\S+)(?:\s+(.*\S))?\s*$")
+_HEADER = re.compile(r"^(\S+)\s*$")
+_COMMENT = re.compile(r"^\s*#")
+
+_REQUIRED_MAP_KEYS = ("id", "node", "path")
+_BOOLEAN_OPTIONS = ("live-migration-capable", "mdev")
+_TRUE = {"1", "yes", "on", "true"}
+_FALSE = {"0", "no", "off", "false"}
+
+
+@attrs.frozen
+class MapLine:
+    """One `map` line as stored: Proxmox keeps the property string verbatim."""
+
+    value: str
+    line: int
+    fields: tuple[tuple[str, str], ...]
+
+    def get(self, key: str) -> str | None:
+        return next((v for k, v in self.fields if k == key), None)
+
+    @property
+    def node(self) -> str:
+        return self.get("node") or ""
+
+    def to_map(self) -> PciMap:
+        """The known keys as a PciMap; keys pvegpu does not know stay only in `value`."""
+        group = self.get("iommugroup")
+        return PciMap(
+            id=self.get("id") or "",
+            node=self.node,
+            path=self.get("path") or "",
+            iommugroup=int(group) if group is not None else None,
+            subsystem_id=self.get("subsystem-id"),
+            description=self.get("description"),
+        )
+
+
+@attrs.frozen
+class PciCfgSection:
+    """One mapping as read, with line numbers for messages."""
+
+    id: str
+    line: int
+    maps: tuple[MapLine, ...]
+    options: tuple[tuple[str, str], ...]
+    """Every non-`map` property in file order, unknown keys included."""
+
+    def option(self, key: str) -> str | None:
+        return next((v for k, v in self.options if k == key), None)
+
+    @property
+    def mapping(self) -> PciMapping:
+        def flag(key: str) -> bool | None:
+            value = self.option(key)
+            return None if value is None else value.lower() in _TRUE
+
+        return PciMapping(
+            id=self.id,
+            maps=tuple(m.to_map() for m in self.maps),
+            description=self.option("description"),
+            live_migration_capable=flag("live-migration-capable"),
+            mdev=flag("mdev"),
+        )
+
+
+def _syntax(path: str, line: int, message: str) -> RenderError:
+    return RenderError(
+        [
+            Problem(
+                "pcicfg-syntax",
+                f"{path} line {line}",
+                message,
+                "fix the line by hand (or recreate the mapping under Datacenter > Resource "
+                "Mappings), then run pvegpu again",
+            )
+        ]
+    )
+
+
+def _parse_map(value: str, path: str, line: int) -> MapLine:
+    fields: list[tuple[str, str]] = []
+    for part in value.split(","):
+        key, sep, item = part.partition("=")
+        if not sep or not key or not item:
+            raise _syntax(path, line, f"map entry {part!r} is not key=value")
+        if key in (k for k, _ in fields):
+            raise _syntax(path, line, f"map key {key!r} given twice")
+        fields.append((key, item))
+    entry = MapLine(value, line, tuple(fields))
+    missing = [k for k in _REQUIRED_MAP_KEYS if entry.get(k) is None]
+    if missing:
+        raise _syntax(path, line, f"map line lacks {', '.join(missing)} (Proxmox requires them)")
+    if not _VENDOR_DEVICE.match((entry.get("id") or "").lower()):
+        raise _syntax(path, line, f"map id {entry.get('id')!r} is not vendor:device")
+    bad = [p for p in (entry.get("path") or "").split(";") if not _PATH_PART.match(p)]
+    if bad:
+        raise _syntax(path, line, f"map path {bad[0]!r} is not dddd:bb:dd[.f] (lowercase)")
+    group = entry.get("iommugroup")
+    if group is not None and not group.isdigit():
+        raise _syntax(path, line, f"map iommugroup {group!r} is not a number")
+    return entry
+
+
+def parse(text: str, path: str = PATH) -> tuple[PciCfgSection, ...]:
+    """Sections in file order; RenderError (`pcicfg-syntax`) naming file and line.
+
+    Mirrors PVE::SectionConfig: `#` lines are skipped anywhere, an empty line ends a
+    section, whitespace-only lines are ignored.
+    """
+    sections: list[PciCfgSection] = []
+    seen: dict[str, int] = {}
+    current: tuple[str, int] | None = None
+    maps: list[MapLine] = []
+    options: list[tuple[str, str]] = []
+
+    def close() -> None:
+        if current is not None:
+            sections.append(PciCfgSection(current[0], current[1], tuple(maps), tuple(options)))
+
+    for number, line in enumerate(text.split("\n"), start=1):
+        if _COMMENT.match(line):
+            continue
+        if line == "":
+            close()
+            current, maps, options = None, [], []
+            continue
+        if not line.strip():
+            continue
+        if current is None:
+            if line[0].isspace():
+                raise _syntax(
+                    path,
+                    number,
+                    f"property line {line.strip()!r} outside any section (an empty line "
+                    "ended the section above it, or its mapping id line is missing)",
+                )
+            header = _HEADER.match(line)
+            if header is None:
+                raise _syntax(
+                    path, number, f"expected a mapping id at the start of a section, got {line!r}"
+                )
+            mapping_id = header[1]
+            if not _MAPPING_ID.match(mapping_id):
+                raise _syntax(path, number, f"{mapping_id!r} is not a valid mapping id")
+            if mapping_id in seen:
+                raise _syntax(
+                    path,
+                    number,
+                    f"mapping {mapping_id!r} already defined at line {seen[mapping_id]}",
+                )
+            seen[mapping_id] = number
+            current = (mapping_id, number)
+            continue
+        if not line[0].isspace():
+            # SectionConfig only leaves a section at an empty line: without one, Proxmox
+            # ignores this header and everything below it until the next blank line.
+            raise _syntax(
+                path,
+                number,
+                f"{line.strip()!r} starts a new section without the blank line that must "
+                f"end section {current[0]!r}",
+            )
+        prop = _PROPERTY.match(line)
+        if prop is None or prop[2] is None:
+            raise _syntax(path, number, f"property line {line.strip()!r} has no value")
+        key, value = prop[1], prop[2]
+        if key == "map":
+            maps.append(_parse_map(value, path, number))
+            continue
+        if key in (k for k, _ in options):
+            raise _syntax(path, number, f"{key!r} repeated in section {current[0]!r}")
+        if key in _BOOLEAN_OPTIONS and value.lower() not in _TRUE | _FALSE:
+            raise _syntax(path, number, f"{key} {value!r} is not a boolean (1/0)")
+        options.append((key, value))
+    close()
+    return tuple(sections)
+
+
+def parse_mappings(text: str, path: str = PATH) -> tuple[PciMapping, ...]:
+    return tuple(section.mapping for section in parse(text, path))
+
+
+def comment_lines(text: str) -> tuple[int, ...]:
+    """Line numbers of `#` lines, which a write drops (Proxmox does the same)."""
+    return tuple(n for n, line in enumerate(text.split("\n"), start=1) if _COMMENT.match(line))
+
+
+def _invalid(mapping_id: str, message: str) -> RenderError:
+    return RenderError(
+        [
+            Problem(
+                "pcicfg-value",
+                f"{PATH} mapping {mapping_id!r}",
+                message,
+                "this value cannot be written to pci.cfg; fix the spec or the discovered facts",
+            )
+        ]
+    )
+
+
+def _clean_text(value: str) -> bool:
+    """Survives a write and a re-read: one line, no leading/trailing blanks."""
+    return bool(value) and "\n" not in value and value == value.strip()
+
+
+def _map_value(mapping_id: str, entry: PciMap) -> str:
+    if not _VENDOR_DEVICE.match(entry.id):
+        raise _invalid(mapping_id, f"map id {entry.id!r} is not lowercase vendor:device")
+    if not _NODE.match(entry.node):
+        raise _invalid(mapping_id, f"node {entry.node!r} is not a Proxmox node name")
+    if not all(_PATH_PART.match(p) for p in entry.path.split(";")):
+        raise _invalid(mapping_id, f"path {entry.path!r} is not dddd:bb:dd[.f] in lowercase")
+    if entry.iommugroup is not None and entry.iommugroup < 0:
+        raise _invalid(mapping_id, f"iommugroup {entry.iommugroup} is negative")
+    if entry.subsystem_id is not None and not _VENDOR_DEVICE.match(entry.subsystem_id):
+        raise _invalid(mapping_id, f"subsystem-id {entry.subsystem_id!r} is not xxxx:xxxx")
+    if entry.description is not None and (
+        not _clean_text(entry.description) or "," in entry.description
+    ):
+        # Property strings split on `,`: a comma would cut the description in two.
+        raise _invalid(
+            mapping_id, f"map description {entry.description!r} must be one line without commas"
+        )
+    fields = {
+        "description": entry.description,
+        "id": entry.id,
+        "iommugroup": None if entry.iommugroup is None else str(entry.iommugroup),
+        "node": entry.node,
+        "path": entry.path,
+        "subsystem-id": entry.subsystem_id,
+    }
+    # Alphabetical, as the GUI writes the property string (it sorts the key=value parts).
+    return ",".join(f"{k}={v}" for k, v in sorted(fields.items()) if v is not None)
+
+
+def _options(mapping: PciMapping) -> list[tuple[str, str]]:
+    if mapping.description is not None and not _clean_text(mapping.description):
+        raise _invalid(mapping.id, f"description {mapping.description!r} must be one line")
+    options: list[tuple[str, str]] = []
+    if mapping.description is not None:
+        options.append(("description", mapping.description))
+    for key, flag in (
+        ("live-migration-capable", mapping.live_migration_capable),
+        ("mdev", mapping.mdev),
+    ):
+        if flag is not None:
+            options.append((key, "1" if flag else "0"))
+    return options
+
+
+def _emit(mapping_id: str, maps: Iterable[str], options: Iterable[tuple[str, str]]) -> str:
+    lines = [f"{mapping_id}\n", *(f"\tmap {m}\n" for m in maps)]
+    for key, value in sorted(options):
+        # SectionConfig re-encodes booleans on write, so `yes` read becomes `1` written.
+        if key in _BOOLEAN_OPTIONS:
+            value = "1" if value.lower() in _TRUE else "0"
+        lines.append(f"\t{key} {value}\n")
+    return "".join(lines) + "\n"
+
+
+def _checked_id(mapping: PciMapping) -> str:
+    if not _MAPPING_ID.match(mapping.id):
+        raise _invalid(mapping.id, "a mapping id is a letter, then letters, digits, _ or -")
+    if not mapping.maps:
+        raise _invalid(mapping.id, "a mapping needs at least one map line (device)")
+    return mapping.id
+
+
+# Named after what it does to the file, used qualified (`pcicfg.format`); it shadows the
+# builtin only inside this module, which never calls the builtin.
+def format(mappings: Iterable[PciMapping]) -> str:
+    """pci.cfg text in Proxmox's canonical form: `map` lines, then options sorted."""
+    return "".join(
+        _emit(_checked_id(m), [_map_value(m.id, e) for e in m.maps], _options(m)) for m in mappings
+    )
+
+
+def _merge(section: PciCfgSection, mapping: PciMapping) -> str:
+    """The section rewritten with this node's devices and the mapping's options.
+
+    pci.cfg is cluster-wide: map lines of other nodes belong to those nodes and stay,
+    in their place. Options the new mapping leaves unset (None) keep their old value.
+    """
+    nodes = {entry.node for entry in mapping.maps}
+    new = [_map_value(mapping.id, e) for e in mapping.maps]
+    maps: list[str] = []
+    for old in section.maps:
+        if old.node not in nodes:
+            maps.append(old.value)
+        elif new:
+            maps.extend(new)
+            new = []
+    maps.extend(new)
+    options = dict(section.options)
+    options.update(_options(mapping))
+    return _emit(section.id, maps, options.items())
+
+
+def patch(existing: str, mappings: Sequence[PciMapping], path: str = PATH) -> str:
+    """Replace the sections with these ids in place, append new ones, keep the rest.
+
+    Untouched sections are re-printed canonically with their `map` strings verbatim,
+    exactly what Proxmox's next write would produce. Comments are dropped like it does.
+    """
+    wanted = {_checked_id(m): m for m in mappings}
+    parts: list[str] = []
+    for section in parse(existing, path):
+        mapping = wanted.pop(section.id, None)
+        if mapping is not None:
+            parts.append(_merge(section, mapping))
+        else:
+            parts.append(_emit(section.id, (m.value for m in section.maps), section.options))
+    parts.append(format(wanted.values()))
+    return "".join(parts)
+
+
+def mapping_for_pool(
+    facts: HostFacts, pool: Pool, mapping_id: str, description: str | None = None
+) -> PciMapping:
+    """A pci.cfg section over the pool's GPUs, every value from discovered facts.
+
+    Proxmox checks `id`, `subsystem-id` and `iommugroup` of each map line against sysfs
+    at VM start, so all three are always written and none is typed by hand.
+    """
+    maps: list[PciMap] = []
+    problems: list[Problem] = []
+    for gpu in pool.gpus:
+        if gpu.iommu_group is None:
+            problems.append(
+                Problem(
+                    "gpu-without-iommu-group",
+                    str(gpu.address),
+                    "has no IOMMU group, so it cannot be mapped for passthrough",
+                    "enable the IOMMU in firmware and on the kernel command line, then "
+                    "discover again",
+                )
+            )
+            continue
+        slot = [f for f in facts.functions if f.address.slot == gpu.address.slot]
+        # The function-less path hands over every function of the slot (GPU + audio);
+        # that only works when they all sit in the GPU's group.
+        whole_slot = all(f.iommu_group == gpu.iommu_group for f in slot)
+        maps.append(
+            PciMap(
+                id=gpu.vendor_device,
+                node=facts.node,
+                path=gpu.address.slot if whole_slot else str(gpu.address),
+                iommugroup=gpu.iommu_group,
+                subsystem_id=gpu.function.subsystem_id,
+            )
+        )
+    if problems:
+        raise RenderError(problems)
+    # A device with mdev types must be mapped with `mdev 1`, or Proxmox refuses it.
+    mdev = True if any(g.function.mdev_capable for g in pool.gpus) else None
+    return PciMapping(id=mapping_id, maps=tuple(maps), description=description, mdev=mdev)

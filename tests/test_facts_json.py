@@ -1,0 +1,113 @@
+"""The facts JSON document: stable value forms, exact round trip, refused malformed input."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from pvegpu.discover import discover
+from pvegpu.errors import DiscoveryError
+from pvegpu.facts import FileStat, HostFacts
+from pvegpu.facts_json import SCHEMA, facts_from_json, facts_to_json, unstructure_facts
+from pvegpu.fixture_hosts import HOSTS
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
+
+
+@pytest.mark.parametrize("name", sorted(HOSTS))
+def test_round_trip(name: str) -> None:
+    """facts_from_json(facts_to_json(f)) == f for every fixture host."""
+    facts = discover(FIXTURES / name)
+    assert facts_from_json(facts_to_json(facts)) == facts
+
+
+def test_round_trip_keeps_stats() -> None:
+    """Fields other modules fill in after discovery (stats) survive the trip too."""
+    facts = attrs.evolve(
+        discover(FIXTURES / "mixed"), stats=(FileStat("shared/models/x/a.safetensors", 7),)
+    )
+    assert facts_from_json(facts_to_json(facts)) == facts
+
+
+def test_value_forms(fixture_root: Callable[[str], Path]) -> None:
+    """Addresses, cpulists and hex ids are the kernel's/Proxmox's strings; numbers are ints."""
+    doc = unstructure_facts(discover(fixture_root("kpro6")))
+    assert next(iter(doc)) == "schema" and doc["schema"] == SCHEMA
+    gpu_fn = next(f for f in doc["functions"] if f["address"] == "0000:81:00.0")
+    assert (gpu_fn["vendor"], gpu_fn["device"], gpu_fn["class"]) == ("10de", "2bb5", "030200")
+    assert gpu_fn["subsystem_device"] == "204b"
+    assert (gpu_fn["numa_node"], gpu_fn["iommu_group"]) == (1, 40)
+    assert gpu_fn["local_cpus"] == "32-63,96-127"
+    assert gpu_fn["link"]["current_width"] == 16
+    gpu = doc["gpus"][4]
+    assert gpu == {
+        "address": "0000:81:00.0",
+        "companions": ["0000:81:00.1"],
+        "nvidia_minor": 4,
+        "model": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    }
+    assert doc["nvidia"] == {"version": "590.48.01", "flavor": "open"}
+    assert doc["numa_nodes"][0] == {"id": 0, "cpus": "0-31,64-95"}
+
+
+def _doc() -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(facts_to_json(discover(FIXTURES / "mixed")))
+    return doc
+
+
+def _mutations() -> dict[str, tuple[Callable[[dict[str, Any]], None], str]]:
+    def set_(path: list[Any], value: Any) -> Callable[[dict[str, Any]], None]:
+        def apply(doc: dict[str, Any]) -> None:
+            target: Any = doc
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = value
+
+        return apply
+
+    return {
+        "wrong schema": (set_(["schema"], "pvegpu.facts/0"), "schema"),
+        "uppercase hex": (set_(["functions", 0, "vendor"], "10DE"), "hex digits"),
+        "0x prefix": (set_(["functions", 0, "class"], "0x060000"), "hex digits"),
+        "bad address": (set_(["functions", 0, "address"], "00:00.0"), "not a PCI address"),
+        "unknown gpu ref": (set_(["gpus", 0, "address"], "0000:99:00.0"), r"\$\.gpus\[0\]"),
+        "unknown companion": (
+            set_(["gpus", 1, "companions"], ["0000:77:00.1"]),
+            r"\$\.gpus\[1\]\.companions\[0\]",
+        ),
+        "extra key": (set_(["functions", 0, "colour"], "red"), "extra|colour"),
+        "bad cpulist": (set_(["numa_nodes", 0, "cpus"], "0-x"), "CPU list"),
+        "bad enum": (set_(["nvidia", "flavor"], "closed"), "closed"),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_mutations()))
+def test_malformed_documents(case: str) -> None:
+    """Malformed facts JSON raises DiscoveryError naming the document and the bad part."""
+    mutate, match = _mutations()[case]
+    doc = _doc()
+    mutate(doc)
+    with pytest.raises(DiscoveryError, match=match) as info:
+        facts_from_json(json.dumps(doc), source="facts.json")
+    assert info.value.problems[0].code == "bad-facts-json"
+    assert info.value.problems[0].subject == "facts.json"
+
+
+def test_not_json() -> None:
+    """Text that is not JSON at all is the same error code."""
+    with pytest.raises(DiscoveryError, match="not JSON"):
+        facts_from_json("{", source="x.json")
+    with pytest.raises(DiscoveryError, match="schema"):
+        facts_from_json("[]")
+
+
+def test_type_is_hostfacts() -> None:
+    """The result is a HostFacts, GPUs pointing at the very function objects listed."""
+    facts = facts_from_json(facts_to_json(discover(FIXTURES / "kpro6")))
+    assert isinstance(facts, HostFacts)
+    assert facts.gpus[0].function == facts.function(facts.gpus[0].address)

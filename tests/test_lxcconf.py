@@ -1,0 +1,296 @@
+from __future__ import annotations
+
+import re
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pvegpu.errors import RenderError
+from pvegpu.pvefiles import lxcconf
+from pvegpu.pvefiles.guestconf import ConfLine, split_sections
+from pvegpu.spec import DeviceStyle
+from strategies import LXC_MAJORS, NVIDIA_UVM_MAJOR, GuestConf, kpro6, lxc_configs
+
+# LXC 129 on kpro6 before the split: all eight GPUs, raw style, `195:*` and the uvm major.
+BEFORE = """\
+#SGLang Qwen3.5 inference, 8x RTX PRO 6000
+arch: amd64
+cores: 64
+features: nesting=1
+hostname: sglang
+memory: 524288
+mp0: /tank/models,mp=/models,backup=0
+net0: name=eth0,bridge=vmbr0,firewall=1,hwaddr=BC:24:11:3C:9D:12,ip=dhcp,type=veth
+onboot: 1
+ostype: ubuntu
+parent: pre-split
+rootfs: local-zfs:subvol-129-disk-0,size=300G
+swap: 0
+unprivileged: 0
+lxc.apparmor.profile: unconfined
+lxc.cgroup2.devices.allow: c 195:* rwm
+lxc.cgroup2.devices.allow: c 509:* rwm
+lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia1 dev/nvidia1 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia2 dev/nvidia2 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia3 dev/nvidia3 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia4 dev/nvidia4 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia5 dev/nvidia5 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia6 dev/nvidia6 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia7 dev/nvidia7 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia-caps dev/nvidia-caps none bind,optional,create=dir
+lxc.mount.entry: /tank/hf-cache root/.cache/huggingface none bind,create=dir
+
+[pre-split]
+#SGLang Qwen3.5 inference, 8x RTX PRO 6000
+arch: amd64
+cores: 64
+hostname: sglang
+memory: 524288
+rootfs: local-zfs:subvol-129-disk-0,size=300G
+snaptime: 1733000000
+lxc.cgroup2.devices.allow: c 195:* rwm
+lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file
+"""
+MAJORS = (195, 236, NVIDIA_UVM_MAJOR)
+
+
+def test_sections_split_and_rejoin() -> None:
+    """Main, `[pve:pending]` and snapshots are separate sections that rejoin byte for byte."""
+    text = BEFORE.replace("\n[pre-split]", "\n[pve:pending]\ncores: 32\n\n[pre-split]")
+    sections = split_sections(text)
+    assert [s.name for s in sections] == [None, "pve:pending", "pre-split"]
+    assert "".join(s.text for s in sections) == text
+
+
+@given(
+    st.lists(st.sampled_from(["a", ":", " ", "\n", "\x0c", "[", "]", "#", "pve:pending"])).map(
+        "".join
+    )
+)
+def test_sections_rejoin_any_text(text: str) -> None:
+    """Splitting never loses or changes a byte, whatever the text holds."""
+    assert "".join(s.text for s in split_sections(text)) == text
+
+
+def test_bracketed_line_that_proxmox_does_not_know_stays_in_its_section() -> None:
+    """Only headers pve-container recognises start a section; `[a b]` is a stray line."""
+    assert len(split_sections("arch: amd64\n[not a header]\ncores: 2\n")) == 1
+
+
+def test_dev_style_replaces_raw_lines() -> None:
+    """Raw GPU lines of all eight GPUs give way to devN entries for the pool's four minors."""
+    out = lxcconf.patch_gpu_lines(BEFORE, lxcconf.dev_style([0, 1, 2, 3]), MAJORS)
+    main, snapshot = out.split("\n[pre-split]\n")
+    assert main == (
+        "#SGLang Qwen3.5 inference, 8x RTX PRO 6000\n"
+        "arch: amd64\n"
+        "cores: 64\n"
+        "dev0: /dev/nvidia0,mode=0666\n"
+        "dev1: /dev/nvidia1,mode=0666\n"
+        "dev2: /dev/nvidia2,mode=0666\n"
+        "dev3: /dev/nvidia3,mode=0666\n"
+        "dev4: /dev/nvidiactl,mode=0666\n"
+        "dev5: /dev/nvidia-uvm,mode=0666\n"
+        "dev6: /dev/nvidia-uvm-tools,mode=0666\n"
+        "features: nesting=1\n"
+        "hostname: sglang\n"
+        "memory: 524288\n"
+        "mp0: /tank/models,mp=/models,backup=0\n"
+        "net0: name=eth0,bridge=vmbr0,firewall=1,hwaddr=BC:24:11:3C:9D:12,ip=dhcp,type=veth\n"
+        "onboot: 1\n"
+        "ostype: ubuntu\n"
+        "parent: pre-split\n"
+        "rootfs: local-zfs:subvol-129-disk-0,size=300G\n"
+        "swap: 0\n"
+        "unprivileged: 0\n"
+        "lxc.apparmor.profile: unconfined\n"
+        "lxc.mount.entry: /tank/hf-cache root/.cache/huggingface none bind,create=dir\n"
+    )
+    assert snapshot == BEFORE.split("\n[pre-split]\n")[1]
+
+
+def test_raw_style_grants_only_the_pool_minors() -> None:
+    """Per-minor cgroup rules (never 195:*), nvidiactl 255, uvm major :0/:1, bind mounts."""
+    out = lxcconf.patch_gpu_lines(BEFORE, lxcconf.raw_style([0, 2], 509), MAJORS)
+    main = split_sections(out)[0].text
+    raw = [line for line in main.splitlines() if line.startswith("lxc.")]
+    assert raw == [
+        "lxc.apparmor.profile: unconfined",
+        "lxc.cgroup2.devices.allow: c 195:0 rwm",
+        "lxc.cgroup2.devices.allow: c 195:2 rwm",
+        "lxc.cgroup2.devices.allow: c 195:255 rwm",
+        "lxc.cgroup2.devices.allow: c 509:0 rwm",
+        "lxc.cgroup2.devices.allow: c 509:1 rwm",
+        "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file",
+        "lxc.mount.entry: /dev/nvidia2 dev/nvidia2 none bind,optional,create=file",
+        "lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none bind,optional,create=file",
+        "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file",
+        "lxc.mount.entry: /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none bind,optional,"
+        "create=file",
+        "lxc.mount.entry: /tank/hf-cache root/.cache/huggingface none bind,create=dir",
+    ]
+    assert "195:*" not in main
+
+
+def test_dev_numbering_skips_other_devices_and_pending_indices() -> None:
+    """devN for GPUs avoid indices of non-GPU devices and of pending dev changes."""
+    text = (
+        "arch: amd64\n"
+        "dev0: /dev/dri/renderD128,gid=104\n"
+        "dev1: /dev/nvidia5,mode=0666\n"
+        "dev2: /dev/nvidia6\n"
+        "hostname: ct\n"
+        "\n[pve:pending]\ndev3: /dev/kfd\ndelete: dev1;mp0\n"
+    )
+    out = lxcconf.patch_gpu_lines(text, lxcconf.dev_style([0], gid=44))
+    assert split_sections(out)[0].text == (
+        "arch: amd64\n"
+        "dev0: /dev/dri/renderD128,gid=104\n"
+        "dev2: /dev/nvidia0,gid=44,mode=0666\n"
+        "dev4: /dev/nvidiactl,gid=44,mode=0666\n"
+        "dev5: /dev/nvidia-uvm,gid=44,mode=0666\n"
+        "dev6: /dev/nvidia-uvm-tools,gid=44,mode=0666\n"
+        "hostname: ct\n"
+        "\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "gpu"),
+    [
+        ("dev3: /dev/nvidia12,mode=0666", True),
+        ("dev3: path=/dev/nvidia-caps/nvidia-cap2", True),
+        ("dev3: /dev/nvidia-modeset", True),
+        ("dev3: /dev/dri/card0", False),
+        ("dev3: /dev/nvidiafoo", False),
+        ("mp0: /dev/nvidia0,mp=/x", False),
+        ("lxc.cgroup2.devices.allow: c 195:* rwm", True),
+        ("lxc.cgroup2.devices.allow = c 236:1 rwm", True),
+        ("lxc.cgroup2.devices.allow: c 226:* rwm", False),
+        ("lxc.cgroup2.devices.allow: a", False),
+        # cgroup v1 rules are inert on PVE's cgroup2-only hosts; they are left alone.
+        ("lxc.cgroup.devices.allow: c 195:* rwm", False),
+        ("lxc.mount.entry: /dev/nvidia-caps dev/nvidia-caps none bind,create=dir", True),
+        ("lxc.mount.entry = /dev/nvidia3 dev/nvidia3 none bind,optional,create=file", True),
+        ("lxc.mount.entry: /dev/dri dev/dri none bind,optional,create=dir", False),
+        ("#lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind", False),
+    ],
+)
+def test_gpu_line_classification(line: str, gpu: bool) -> None:
+    """Exactly the lines handing NVIDIA nodes (by path or NVIDIA major) are GPU lines."""
+    assert lxcconf.is_gpu_line(ConfLine.parse(line + "\n"), MAJORS) is gpu
+
+
+def test_no_gpu_lines_yet_dev_entries_go_to_their_sorted_place() -> None:
+    """A container without GPUs gets devN where Proxmox's sorted writer would put them."""
+    text = "#desc\narch: amd64\nhostname: ct\nlxc.apparmor.profile: unconfined\n"
+    out = lxcconf.patch_gpu_lines(text, lxcconf.dev_style([3]))
+    assert out.splitlines()[2:4] == [
+        "dev0: /dev/nvidia3,mode=0666",
+        "dev1: /dev/nvidiactl,mode=0666",
+    ]
+    assert out.splitlines()[-2:] == ["hostname: ct", "lxc.apparmor.profile: unconfined"]
+
+
+def test_no_gpu_lines_yet_raw_lines_go_after_everything() -> None:
+    """Raw lines land after all normal and raw keys, before the blank line of the section."""
+    text = "arch: amd64\nlxc.apparmor.profile: unconfined\n\n[snap]\nsnaptime: 1\n"
+    out = lxcconf.patch_gpu_lines(text, lxcconf.raw_style([0], 509))
+    assert out.splitlines()[2] == "lxc.cgroup2.devices.allow: c 195:0 rwm"
+    assert out.endswith("create=file\n\n[snap]\nsnaptime: 1\n")
+
+
+def test_unterminated_last_line_gets_its_newline_when_lines_follow() -> None:
+    """A file whose last line has no newline does not glue the new lines onto it."""
+    out = lxcconf.patch_gpu_lines("arch: amd64\nhostname: ct", lxcconf.raw_style([0], 509))
+    assert out.startswith("arch: amd64\nhostname: ct\nlxc.cgroup2.devices.allow: c 195:0 rwm\n")
+
+
+def test_gpu_lines_use_the_real_device_minor() -> None:
+    """Lines name /dev/nvidia<Device Minor>, not the GPU's position in the pool."""
+    gpus = kpro6().gpus
+    picked = (attrs.evolve(gpus[4], nvidia_minor=1), attrs.evolve(gpus[5], nvidia_minor=0))
+    lines = lxcconf.gpu_lines(picked, DeviceStyle.DEV)
+    assert lines.devices[:2] == ("/dev/nvidia1,mode=0666", "/dev/nvidia0,mode=0666")
+
+
+def test_gpu_without_minor_is_refused() -> None:
+    """A GPU not on nvidia has no device node: refused, naming the device."""
+    gpu = attrs.evolve(kpro6().gpus[4], nvidia_minor=None)
+    with pytest.raises(RenderError) as caught:
+        lxcconf.gpu_lines([gpu], DeviceStyle.DEV)
+    (problem,) = caught.value.problems
+    assert (problem.code, problem.subject) == ("gpu-minor-unknown", "0000:81:00.0")
+
+
+def test_raw_style_without_uvm_major_is_refused() -> None:
+    """Raw lines cannot name nvidia-uvm's dynamic major when the module is not loaded."""
+    with pytest.raises(RenderError) as caught:
+        lxcconf.gpu_lines(kpro6().gpus[:1], DeviceStyle.RAW, subject="etc/pve/lxc/129.conf")
+    assert caught.value.problems[0].code == "nvidia-uvm-major-unknown"
+
+
+def test_bad_mode_is_refused() -> None:
+    """A device mode must be octal: anything else would break the container's start."""
+    with pytest.raises(ValueError, match="not octal"):
+        lxcconf.dev_style([0], mode="rw")
+
+
+def test_out_of_dev_slots_is_refused() -> None:
+    """With dev0..dev255 all used by other devices there is nowhere to put GPUs."""
+    text = "".join(f"dev{i}: /dev/loop{i}\n" for i in range(256))
+    with pytest.raises(RenderError, match="lxc-dev-slots-full"):
+        lxcconf.patch_gpu_lines(text, lxcconf.dev_style([0]))
+
+
+new_lines = st.one_of(
+    st.lists(st.integers(0, 7), unique=True, max_size=4).map(lxcconf.dev_style),
+    st.lists(st.integers(0, 7), unique=True, max_size=4).map(
+        lambda m: lxcconf.raw_style(m, NVIDIA_UVM_MAJOR)
+    ),
+)
+
+
+def _expected_lines(new: lxcconf.GpuLines) -> list[str]:
+    return [f"{k}: {v}" for k, v in new.raw]
+
+
+def _main_lines(text: str, rest: str) -> list[str]:
+    assert text.endswith(rest)
+    lines = text[: len(text) - len(rest)].split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+@given(lxc_configs(), new_lines)
+def test_patch_is_idempotent(conf: GuestConf, new: lxcconf.GpuLines) -> None:
+    """Patching a patched config again changes nothing."""
+    once = lxcconf.patch_gpu_lines(conf.text, new, LXC_MAJORS)
+    assert lxcconf.patch_gpu_lines(once, new, LXC_MAJORS) == once
+
+
+@given(lxc_configs(), new_lines)
+def test_patch_keeps_everything_but_gpu_lines(conf: GuestConf, new: lxcconf.GpuLines) -> None:
+    """Other main lines keep their order and bytes; pending and snapshots are untouched;
+    the main section's GPU lines are exactly the new ones, on free dev indices."""
+    out = lxcconf.patch_gpu_lines(conf.text, new, LXC_MAJORS)
+    lines = _main_lines(out, conf.rest)
+    dev = re.compile(r"^dev(\d+): (.*)$")
+    added_dev = [
+        (int(m[1]), m[2]) for line in lines if (m := dev.match(line)) and m[2] in new.devices
+    ]
+    added_raw = [line for line in lines if line in _expected_lines(new)]
+    assert [value for _, value in added_dev] == list(new.devices)
+    assert added_raw == _expected_lines(new)
+    assert not {index for index, _ in added_dev} & conf.taken
+    kept = [
+        line
+        for line in lines
+        if line not in added_raw and not ((m := dev.match(line)) and m[2] in new.devices)
+    ]
+    assert kept == conf.others

@@ -1,0 +1,274 @@
+from __future__ import annotations
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pvegpu.errors import RenderError
+from pvegpu.model import PciMap, PciMapping, Pool, PoolKind
+from pvegpu.pvefiles import pcicfg
+from strategies import kpro6, pci_mapping, pci_mappings
+
+# The reference example (proxmox-formats.md), as Proxmox writes it.
+REFERENCE = """\
+pro6000
+\tmap id=10de:2bb5,iommugroup=12,node=kpro6,path=0000:01:00,subsystem-id=10de:204b
+\tmap id=10de:2bb5,iommugroup=13,node=kpro6,path=0000:11:00,subsystem-id=10de:204b
+\tdescription LXC-side GPUs on NUMA 0
+
+pro6000-vm
+\tmap id=10de:2bb5,iommugroup=40,node=kpro6,path=0000:81:00,subsystem-id=10de:204b
+\tmap id=10de:2bb5,iommugroup=41,node=kpro6,path=0000:91:00,subsystem-id=10de:204b
+
+"""
+
+
+def gpu_map(bus: int, group: int, node: str = "kpro6") -> PciMap:
+    return PciMap("10de:2bb5", node, f"0000:{bus:02x}:00", group, "10de:204b")
+
+
+VM_MAPPING = PciMapping("pro6000-vm", (gpu_map(0x81, 40), gpu_map(0x91, 41)))
+
+
+def syntax_error(text: str) -> RenderError:
+    with pytest.raises(RenderError) as caught:
+        pcicfg.parse(text)
+    return caught.value
+
+
+def test_parse_reference_example() -> None:
+    """The documented file parses into its two mappings with every map key typed."""
+    lxc, vm = pcicfg.parse_mappings(REFERENCE)
+    assert lxc.id == "pro6000"
+    assert lxc.description == "LXC-side GPUs on NUMA 0"
+    assert lxc.maps[0] == gpu_map(0x01, 12)
+    assert vm == VM_MAPPING
+
+
+def test_format_reference_example_byte_for_byte() -> None:
+    """format() prints Proxmox's canonical form: bare id, TABs, map lines first, blank after."""
+    assert pcicfg.format(pcicfg.parse_mappings(REFERENCE)) == REFERENCE
+
+
+def test_format_orders_keys_like_the_gui() -> None:
+    """Map keys alphabetical, options sorted after all map lines, booleans as 1/0."""
+    mapping = PciMapping(
+        "a1",
+        (PciMap("10de:2bb5", "n1", "0000:81:00.0", 7, "10de:204b", description="slot 3"),),
+        description="d",
+        live_migration_capable=False,
+        mdev=True,
+    )
+    assert pcicfg.format([mapping]) == (
+        "a1\n"
+        "\tmap description=slot 3,id=10de:2bb5,iommugroup=7,node=n1,path=0000:81:00.0,"
+        "subsystem-id=10de:204b\n"
+        "\tdescription d\n"
+        "\tlive-migration-capable 0\n"
+        "\tmdev 1\n"
+        "\n"
+    )
+
+
+def test_parse_accepts_what_sectionconfig_accepts() -> None:
+    """Comments anywhere, spaces as indent, `yes` booleans and unknown keys are read."""
+    text = (
+        "# managed by hand\n"
+        "gpu\n"
+        "  mdev yes\n"
+        "# inside a section\n"
+        "\tmap node=kpro6,path=0000:c1:00.0,id=10DE:2BB5,future-key=x\n"
+        "\tfuture-option 3\n"
+    )
+    (section,) = pcicfg.parse(text)
+    assert section.mapping.mdev is True
+    assert section.maps[0].value == "node=kpro6,path=0000:c1:00.0,id=10DE:2BB5,future-key=x"
+    assert section.options == (("mdev", "yes"), ("future-option", "3"))
+    assert pcicfg.comment_lines(text) == (1, 4)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        ("1gpu\n\tmap id=10de:2bb5,node=n,path=0000:01:00\n", 1, "not a valid mapping id"),
+        ("pci:gpu\n\tmap id=10de:2bb5,node=n,path=0000:01:00\n", 1, "not a valid mapping id"),
+        ("g1\n\tdescription a\n\tdescription b\n", 3, "'description' repeated"),
+        ("g1\n\tmdev maybe\n", 2, "not a boolean"),
+        ("g1\n\tmap id=10de:2bb5,path=0000:01:00\n", 2, "lacks node"),
+        ("g1\n\tmap node=n,path=0000:01:00\n", 2, "lacks id"),
+        ("g1\n\tmap id=10de:2bb5,node=n\n", 2, "lacks path"),
+        ("g1\n\tmap id=10de:2bb5,node=n,path=81:00.0\n", 2, "not dddd:bb:dd"),
+        ("g1\n\tmap id=10de:2bb5,node=n,path=0000:81:00.0;0000:81:0\n", 2, "not dddd:bb:dd"),
+        ("g1\n\tmap id=10de:2bb5,node=n,path=0000:81:00,iommugroup=x\n", 2, "not a number"),
+        ("g1\n\tmap 10de:2bb5\n", 2, "not key=value"),
+        ("g1\n\tmap id=10de:2bb5,id=10de:2bb5,node=n,path=0000:01:00\n", 2, "given twice"),
+        ("g1\n\tdescription\n", 2, "has no value"),
+        ("\tdescription orphan\n", 1, "outside any section"),
+        ("g1\n\tdescription a\n\ng1\n\tdescription b\n", 4, "already defined at line 1"),
+    ],
+)
+def test_parse_refuses_broken_files(text: str, line: int, message: str) -> None:
+    """Each broken construct is a pcicfg-syntax problem naming the file and line."""
+    (problem,) = syntax_error(text).problems
+    assert problem.code == "pcicfg-syntax"
+    assert problem.subject == f"{pcicfg.PATH} line {line}"
+    assert message in problem.message
+
+
+def test_parse_refuses_missing_blank_line_between_sections() -> None:
+    """Without the blank line Proxmox would silently drop the second section: refuse."""
+    text = REFERENCE.replace("\n\npro6000-vm", "\npro6000-vm")
+    (problem,) = syntax_error(text).problems
+    assert problem.subject == f"{pcicfg.PATH} line 5"
+    assert "without the blank line that must end section 'pro6000'" in problem.message
+
+
+def test_blank_but_not_empty_line_does_not_end_a_section() -> None:
+    """A whitespace-only line is skipped, as SectionConfig skips it: the section goes on."""
+    (section,) = pcicfg.parse("g1\n\tdescription a\n \t\n\tmdev 0\n")
+    assert section.options == (("description", "a"), ("mdev", "0"))
+
+
+@pytest.mark.parametrize(
+    ("mapping", "message"),
+    [
+        (PciMapping("x", (gpu_map(1, 1),)), "mapping id is a letter"),
+        (PciMapping("9gpu", (gpu_map(1, 1),)), "mapping id is a letter"),
+        (PciMapping("gpu", ()), "at least one map line"),
+        (PciMapping("gpu", (attrs.evolve(gpu_map(1, 1), id="10DE:2BB5"),)), "lowercase"),
+        (PciMapping("gpu", (attrs.evolve(gpu_map(1, 1), path="0000:1:00"),)), "dddd:bb:dd"),
+        (PciMapping("gpu", (attrs.evolve(gpu_map(1, 1), node="kpro6.lan"),)), "node name"),
+        (PciMapping("gpu", (attrs.evolve(gpu_map(1, 1), description="a,b"),)), "without commas"),
+        (PciMapping("gpu", (gpu_map(1, 1),), description="two\nlines"), "one line"),
+        (PciMapping("gpu", (gpu_map(1, 1),), description=" padded"), "one line"),
+    ],
+)
+def test_format_refuses_unwritable_values(mapping: PciMapping, message: str) -> None:
+    """Values that would not read back the same (or that Proxmox rejects) are refused."""
+    with pytest.raises(RenderError) as caught:
+        pcicfg.format([mapping])
+    (problem,) = caught.value.problems
+    assert problem.code == "pcicfg-value"
+    assert message in problem.message
+
+
+def test_patch_replaces_in_place_appends_and_keeps_others() -> None:
+    """Same id: rewritten where it was; new id: appended; other sections kept in order."""
+    existing = (
+        "# kept? no: Proxmox drops comments too\n"
+        "nic\n\tmap id=8086:1592,node=kpro6,path=0000:41:00.0\n\n"
+        + REFERENCE.replace("pro6000-vm", "pro6000-old")
+    )
+    lxc = PciMapping("pro6000", (gpu_map(0x01, 12),), description="LXC-side GPUs on NUMA 0")
+    out = pcicfg.patch(existing, [lxc, VM_MAPPING])
+    assert [s.id for s in pcicfg.parse(out)] == ["nic", "pro6000", "pro6000-old", "pro6000-vm"]
+    assert pcicfg.parse_mappings(out)[1] == lxc
+    assert pcicfg.parse_mappings(out)[3] == VM_MAPPING
+    assert "#" not in out
+    assert out.startswith("nic\n\tmap id=8086:1592,node=kpro6,path=0000:41:00.0\n\npro6000\n")
+
+
+def test_patch_keeps_other_nodes_map_lines() -> None:
+    """pci.cfg is cluster-wide: a mapping's devices on other nodes stay where they are."""
+    existing = (
+        "pro6000-vm\n"
+        "\tmap id=10de:2bb5,iommugroup=7,node=kpro5,path=0000:21:00\n"
+        "\tmap id=10de:2bb5,iommugroup=40,node=kpro6,path=0000:e1:00\n"
+        "\tmap id=10de:2bb5,iommugroup=8,node=kpro7,path=0000:21:00\n"
+        "\tdescription all VM GPUs\n"
+        "\n"
+    )
+    out = pcicfg.patch(existing, [VM_MAPPING])
+    (merged,) = pcicfg.parse_mappings(out)
+    assert [(m.node, m.path) for m in merged.maps] == [
+        ("kpro5", "0000:21:00"),
+        ("kpro6", "0000:81:00"),
+        ("kpro6", "0000:91:00"),
+        ("kpro7", "0000:21:00"),
+    ]
+    # Options the new mapping leaves unset keep their old value.
+    assert merged.description == "all VM GPUs"
+
+
+def test_patch_keeps_unknown_keys_and_map_strings_verbatim() -> None:
+    """Sections pvegpu does not own are re-printed canonically, map strings untouched."""
+    existing = "other\n\tzeta 1\n\tmap path=0000:c1:00,node=kpro6,id=1002:74a1,x=y\n\n"
+    out = pcicfg.patch(existing, [VM_MAPPING])
+    assert out.startswith("other\n\tmap path=0000:c1:00,node=kpro6,id=1002:74a1,x=y\n\tzeta 1\n\n")
+
+
+def test_patch_of_nothing_is_format() -> None:
+    """An absent or empty pci.cfg patched is the canonical file of the new mappings."""
+    assert pcicfg.patch("", [VM_MAPPING]) == pcicfg.format([VM_MAPPING])
+
+
+@given(pci_mappings)
+def test_format_parse_roundtrip(mappings: list[PciMapping]) -> None:
+    """parse(format(m)) == m for every writable set of mappings."""
+    assert list(pcicfg.parse_mappings(pcicfg.format(mappings))) == mappings
+
+
+@given(pci_mappings, pci_mappings, st.booleans())
+def test_patch_is_idempotent(
+    existing: list[PciMapping], new: list[PciMapping], comment: bool
+) -> None:
+    """Patching the patched file again changes nothing."""
+    text = ("# hand note\n" if comment else "") + pcicfg.format(existing)
+    once = pcicfg.patch(text, new)
+    assert pcicfg.patch(once, new) == once
+
+
+@given(pci_mappings, pci_mapping(mapping_id="pvegpu-new"))
+def test_patch_keeps_other_sections(existing: list[PciMapping], new: PciMapping) -> None:
+    """Sections with other ids come back equal and in their order; the new one is last."""
+    existing = [m for m in existing if m.id != new.id]
+    out = pcicfg.parse_mappings(pcicfg.patch(pcicfg.format(existing), [new]))
+    assert list(out) == [*existing, new]
+
+
+def test_mapping_for_pool_from_facts() -> None:
+    """One map line per GPU, every value from sysfs; whole slot since audio shares the group."""
+    facts = kpro6()
+    pool = Pool("vm", PoolKind.VFIO, facts.gpus[4:], (), "vfio-pci", (1,))
+    mapping = pcicfg.mapping_for_pool(facts, pool, "pro6000-vm", "VM GPUs on NUMA 1")
+    assert pcicfg.format([mapping]) == (
+        "pro6000-vm\n"
+        "\tmap id=10de:2bb5,iommugroup=40,node=kpro6,path=0000:81:00,subsystem-id=10de:204b\n"
+        "\tmap id=10de:2bb5,iommugroup=41,node=kpro6,path=0000:91:00,subsystem-id=10de:204b\n"
+        "\tmap id=10de:2bb5,iommugroup=56,node=kpro6,path=0000:e1:00,subsystem-id=10de:204b\n"
+        "\tmap id=10de:2bb5,iommugroup=57,node=kpro6,path=0000:f1:00,subsystem-id=10de:204b\n"
+        "\tdescription VM GPUs on NUMA 1\n"
+        "\n"
+    )
+
+
+def test_mapping_for_pool_uses_function_path_when_audio_is_elsewhere() -> None:
+    """With the audio function in another group, the map names the GPU function only."""
+    facts = kpro6(audio_group_offset=100)
+    pool = Pool("vm", PoolKind.VFIO, facts.gpus[4:5], (), "vfio-pci", (1,))
+    (entry,) = pcicfg.mapping_for_pool(facts, pool, "g1").maps
+    assert entry.path == "0000:81:00.0"
+
+
+def test_mapping_for_pool_marks_mdev_devices() -> None:
+    """A GPU with mdev types needs `mdev 1`, or Proxmox refuses the mapping."""
+    facts = kpro6()
+    gpu = facts.gpus[4]
+    mdev_gpu = attrs.evolve(gpu, function=attrs.evolve(gpu.function, mdev_capable=True))
+    pool = Pool("vm", PoolKind.VFIO, (mdev_gpu,), (), "vfio-pci", (1,))
+    assert pcicfg.mapping_for_pool(facts, pool, "g1").mdev is True
+
+
+def test_mapping_for_pool_refuses_gpus_without_group() -> None:
+    """No IOMMU group means no passthrough: refused, naming every such device."""
+    facts = kpro6()
+    orphans = tuple(
+        attrs.evolve(g, function=attrs.evolve(g.function, iommu_group=None))
+        for g in facts.gpus[4:6]
+    )
+    pool = Pool("vm", PoolKind.VFIO, orphans, (), "vfio-pci", (1,))
+    with pytest.raises(RenderError) as caught:
+        pcicfg.mapping_for_pool(facts, pool, "g1")
+    assert [p.subject for p in caught.value.problems] == ["0000:81:00.0", "0000:91:00.0"]
+    assert {p.code for p in caught.value.problems} == {"gpu-without-iommu-group"}

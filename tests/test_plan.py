@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+import pytest
+
+from pvegpu.discover import discover
+from pvegpu.errors import PlanError
+from pvegpu.facts import HostFacts, VfioIdsSetting
+from pvegpu.model import PoolKind
+from pvegpu.plan import plan
+from pvegpu.specfile import load_spec, parse_spec
+
+REPO = Path(__file__).resolve().parent.parent
+Root = Callable[[str], Path]
+
+
+@pytest.fixture(scope="module")
+def kpro6() -> HostFacts:
+    return discover(REPO / "fixtures" / "sysfs" / "kpro6")
+
+
+def spec_text(*pools: str, node: str = "kpro6") -> str:
+    return f'node = "{node}"\n' + "\n".join(pools)
+
+
+LXC = '[[pools]]\nname = "ct"\n{select}\n[pools.lxc]\nvmid = 129\n'
+VFIO = '[[pools]]\nname = "vm"\n{select}\nmapping = {{ id = "pro6000-vm" }}\n[pools.vfio]\n'
+
+
+def codes(err: PlanError) -> list[tuple[str, str]]:
+    return sorted((p.code, p.subject) for p in err.problems)
+
+
+def test_reference_split(kpro6: HostFacts) -> None:
+    """examples/kpro6.toml: NUMA 0 GPUs to LXC 129 on nvidia, NUMA 1 + audio to vfio-pci."""
+    result = plan(kpro6, load_spec(REPO / "examples" / "kpro6.toml"))
+    ct, vm = result.pools
+    assert [g.address.short for g in ct.gpus] == ["01:00.0", "11:00.0", "61:00.0", "71:00.0"]
+    assert (ct.kind, ct.driver, ct.lxc and ct.lxc.vmid) == (PoolKind.LXC, "nvidia", 129)
+    assert [g.address.short for g in vm.gpus] == ["81:00.0", "91:00.0", "e1:00.0", "f1:00.0"]
+    assert (vm.kind, vm.driver) == (PoolKind.VFIO, "vfio-pci")
+    assert [f.address.short for f in vm.functions] == [
+        f"{bus}:00.{fn}" for bus in ("81", "91", "e1", "f1") for fn in (0, 1)
+    ]
+    assert vm.mapping is not None
+    assert [(m.path, m.iommugroup, m.id, m.subsystem_id) for m in vm.mapping.maps] == [
+        (f"0000:{bus}:00", group, "10de:2bb5", "10de:204b")
+        for bus, group in (("81", 40), ("91", 41), ("e1", 42), ("f1", 43))
+    ]
+    assert "identical-device-ids" in {f.code for f in result.findings}
+
+
+def test_gpu_in_two_pools(kpro6: HostFacts) -> None:
+    """A GPU selected by two pools is refused, naming the GPU and both pools."""
+    text = spec_text(LXC.format(select="numa_node = 1"), VFIO.format(select='gpus = ["91:00.0"]'))
+    with pytest.raises(PlanError) as err:
+        plan(kpro6, parse_spec(text))
+    assert codes(err.value) == [("gpu-in-two-pools", "0000:91:00.0")]
+    assert "'ct', 'vm'" in str(err.value)
+
+
+def test_every_problem_reported_at_once(kpro6: HostFacts) -> None:
+    """Several problems come back together, not just the first one."""
+    text = spec_text(
+        LXC.format(select='gpus = ["0000:d7:00.0", "01:00.0"]'),
+        VFIO.format(select="numa_node = 7"),
+        node="pve2",
+    )
+    with pytest.raises(PlanError) as err:
+        plan(kpro6, parse_spec(text))
+    assert codes(err.value) == [
+        ("address-not-on-host", "pools[0].gpus[0]"),
+        ("node-mismatch", "node"),
+        ("pool-empty", "pools[1].numa_node"),
+    ]
+    assert err.value.exit_code == 5
+
+
+def test_address_of_non_gpu(kpro6: HostFacts) -> None:
+    """An address that exists but is not a display controller is named as such."""
+    nvme = next(f for f in kpro6.functions if f.pci_class >> 8 == 0x0108)
+    text = spec_text(LXC.format(select=f'gpus = ["{nvme.address}"]'))
+    with pytest.raises(PlanError) as err:
+        plan(kpro6, parse_spec(text))
+    assert codes(err.value) == [("address-not-a-gpu", "pools[0].gpus[0]")]
+
+
+def test_count_takes_what_others_leave(kpro6: HostFacts) -> None:
+    """`count` pools take unclaimed GPUs in PCI order; too many is refused."""
+    text = spec_text(LXC.format(select="count = 2"), VFIO.format(select="numa_node = 0"))
+    result = plan(kpro6, parse_spec(text))
+    assert [g.address.short for g in result.pools[0].gpus] == ["81:00.0", "91:00.0"]
+    with pytest.raises(PlanError) as err:
+        plan(kpro6, parse_spec(text.replace("count = 2", "count = 5")))
+    assert codes(err.value) == [("not-enough-gpus", "pools[0].count")]
+
+
+def test_vfio_refused_without_iommu(fixture_root: Root) -> None:
+    """A vfio pool on a host whose IOMMU is off is refused with the fix."""
+    facts = discover(fixture_root("no-iommu"))
+    text = spec_text(VFIO.format(select="count = 1"), node=facts.node)
+    with pytest.raises(PlanError) as err:
+        plan(facts, parse_spec(text))
+    assert [p.code for p in err.value.problems] == ["no-iommu"]
+    assert "intel_iommu=on" in err.value.problems[0].fix
+
+
+def test_foreign_device_in_group(fixture_root: Root) -> None:
+    """A GPU whose IOMMU group also holds an NVMe is never passed through."""
+    facts = discover(fixture_root("shared-group"))
+    shared = next(
+        g
+        for g in facts.gpus
+        if any(
+            not (f := facts.function(a)) or f.pci_class >> 8 == 0x0108
+            for a in facts.group(g.iommu_group).members  # type: ignore[union-attr]
+        )
+    )
+    text = spec_text(VFIO.format(select=f'gpus = ["{shared.address}"]'), node=facts.node)
+    with pytest.raises(PlanError) as err:
+        plan(facts, parse_spec(text))
+    problem = err.value.problems[0]
+    assert problem.code == "foreign-device-in-group"
+    assert problem.subject == str(shared.address)
+    assert "take that device away from the host" in problem.message
+
+
+def test_missing_container_config(kpro6: HostFacts) -> None:
+    """A container that does not exist is refused: Proxmox creates containers."""
+    text = spec_text(LXC.format(select="numa_node = 0").replace("129", "4242"))
+    with pytest.raises(PlanError) as err:
+        plan(kpro6, parse_spec(text))
+    assert codes(err.value) == [("lxc-config-missing", "etc/pve/lxc/4242.conf")]
+
+
+def test_minor_unknown_on_vfio_gpu(fixture_root: Root) -> None:
+    """After a split, giving a vfio-bound GPU to a container asks for a revert first."""
+    facts = discover(fixture_root("kpro6-split"))
+    text = spec_text(LXC.format(select="numa_node = 1"))
+    with pytest.raises(PlanError) as err:
+        plan(facts, parse_spec(text))
+    assert {p.code for p in err.value.problems} == {"gpu-minor-unknown"}
+    assert len(err.value.problems) == 4
+
+
+def test_vfio_ids_that_grab_host_gpus(kpro6: HostFacts) -> None:
+    """An existing `vfio-pci ids=10de:2bb5` would take the container's GPUs: refused."""
+    facts = attrs.evolve(
+        kpro6, vfio_ids=(VfioIdsSetting("etc/modprobe.d/vfio.conf", ("10de:2bb5",)),)
+    )
+    with pytest.raises(PlanError) as err:
+        plan(facts, load_spec(REPO / "examples" / "kpro6.toml"))
+    assert codes(err.value) == [("vfio-ids-grab-host-gpu", "etc/modprobe.d/vfio.conf")]
+
+
+def test_plan_is_pure(kpro6: HostFacts) -> None:
+    """The same facts and spec give equal plans."""
+    spec = load_spec(REPO / "examples" / "kpro6.toml")
+    assert plan(kpro6, spec) == plan(kpro6, spec)

@@ -1,0 +1,389 @@
+"""render_split's artifacts: the boot unit (checked by systemd-analyze), the modprobe.d hook
+(run against the simulated kernel), and what render_split refuses to render."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+from syrupy.assertion import SnapshotAssertion
+
+from pvegpu.artifact import HOST, Artifact
+from pvegpu.errors import RenderError
+from pvegpu.facts import PciFunction
+from pvegpu.model import Plan, PoolKind
+from pvegpu.pci import PciAddress
+from pvegpu.render_split import MODPROBE_PATH, SCRIPT_PATH, UNIT_PATH, render_split
+from sysfs_sim import KernelSim, copy_host, fixture_plan, natural_drivers, unload_driver
+
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+SYSTEMCTL = shutil.which("systemctl")
+SYSTEM_UNITS = next(
+    (p for p in (Path("/usr/lib/systemd/system"), Path("/lib/systemd/system")) if p.is_dir()),
+    None,
+)
+needs_systemd = pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze missing")
+VM = tuple(f"{slot}.{fn}" for slot in ("0000:81:00", "0000:91:00", "0000:e1:00", "0000:f1:00")
+           for fn in (0, 1))  # fmt: skip
+HOST_SIDE = tuple(f"{slot}.{fn}" for slot in ("0000:01:00", "0000:11:00", "0000:61:00",
+                  "0000:71:00") for fn in (0, 1))  # fmt: skip
+HOST_DRIVER = {"0": "nvidia", "1": "snd_hda_intel"}
+LXC_ONLY = """\
+node = "kpro6"
+
+[[pools]]
+name = "pro6000"
+numa_node = 0
+mapping = { id = "pro6000" }
+lxc = { vmid = 129 }
+"""
+
+
+@pytest.fixture(scope="module")
+def kpro6_plan() -> Plan:
+    return fixture_plan("kpro6")
+
+
+@pytest.fixture(scope="module")
+def artifacts(kpro6_plan: Plan) -> dict[str, Artifact]:
+    return {a.path: a for a in render_split(kpro6_plan)}
+
+
+def directives(unit: str) -> dict[tuple[str, str], list[str]]:
+    """(section, key) -> values in order; repeated keys accumulate, as systemd reads them."""
+    out: dict[tuple[str, str], list[str]] = {}
+    section = ""
+    for line in unit.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        key, _, value = line.partition("=")
+        out.setdefault((section, key), []).append(value)
+    return out
+
+
+def install_root(base: Path, artifacts: dict[str, Artifact]) -> Path:
+    """A root holding the unit and an executable script where ExecStart points."""
+    root = base / "root"
+    for path in (SCRIPT_PATH, UNIT_PATH):
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(artifacts[path].content)
+        target.chmod(artifacts[path].mode)
+    return root
+
+
+def verify(root: Path, unit: Path) -> subprocess.CompletedProcess[str]:
+    assert SYSTEMD_ANALYZE is not None
+    return subprocess.run(
+        [SYSTEMD_ANALYZE, "verify", "--man=no", f"--root={root}", str(unit)],
+        capture_output=True,
+        text=True,
+    )
+
+
+# --- render_split as an API
+
+
+def test_render_split_artifacts(artifacts: dict[str, Artifact]) -> None:
+    """Script 0755, unit and modprobe file 0644, all on the host, reasons one line each."""
+    assert list(artifacts) == [SCRIPT_PATH, UNIT_PATH, MODPROBE_PATH]
+    assert SCRIPT_PATH == "usr/local/sbin/pvegpu-vfio-split"
+    assert UNIT_PATH == "etc/systemd/system/pvegpu-vfio-split.service"
+    assert MODPROBE_PATH == "etc/modprobe.d/pvegpu-vfio.conf"
+    assert [a.mode for a in artifacts.values()] == [0o755, 0o644, 0o644]
+    for artifact in artifacts.values():
+        assert artifact.target == HOST
+        assert artifact.base is None
+        assert artifact.reason and "\n" not in artifact.reason
+        assert artifact.content.endswith("\n")
+
+
+def test_no_vfio_pool_renders_nothing() -> None:
+    """A plan that moves nothing to vfio-pci needs no script, unit or hook."""
+    plan = fixture_plan("kpro6", LXC_ONLY)
+    assert plan.vfio_pools == ()
+    assert render_split(plan) == ()
+
+
+def test_render_is_pure_and_same_after_the_split(kpro6_plan: Plan) -> None:
+    """Same plan, same bytes; and the host after the split renders the very same files."""
+    first = render_split(kpro6_plan)
+    assert render_split(kpro6_plan) == first
+    assert render_split(fixture_plan("kpro6-split")) == first
+
+
+def test_script_data_lists_groups_and_pins(artifacts: dict[str, Artifact]) -> None:
+    """The script carries address, id, NUMA, group and host driver of each function."""
+    script = artifacts[SCRIPT_PATH].content
+    assert "\n0000:81:00.0 10de:2bb5 1 40 nvidia\n0000:81:00.1 10de:22e8 1 40 snd_hda_intel\n" in (
+        script
+    )
+    assert "\n0000:f1:00.1 10de:22e8 1 43 snd_hda_intel\n" in script
+    assert "\n0000:01:00.0 10de:2bb5 0 nvidia\n0000:01:00.1 10de:22e8 0 snd_hda_intel\n" in script
+    assert "0000:c1:00.0" not in script  # the NIC is in no pool and never named
+
+
+def _with_group_member(plan: Plan, group_id: int, address: str) -> Plan:
+    nic = plan.facts.function(PciAddress.parse(address))
+    assert nic is not None
+    facts = attrs.evolve(
+        plan.facts,
+        functions=tuple(
+            attrs.evolve(f, iommu_group=group_id) if f is nic else f for f in plan.facts.functions
+        ),
+        iommu_groups=tuple(
+            attrs.evolve(g, members=tuple(sorted((*g.members, nic.address))))
+            if g.id == group_id
+            else g
+            for g in plan.facts.iommu_groups
+        ),
+    )
+    return attrs.evolve(plan, facts=facts)
+
+
+def _pool_edit(
+    plan: Plan, kind: PoolKind, edit: Callable[[tuple[PciFunction, ...]], tuple[PciFunction, ...]]
+) -> Plan:
+    return attrs.evolve(
+        plan,
+        pools=tuple(
+            attrs.evolve(p, functions=edit(p.functions)) if p.kind is kind else p
+            for p in plan.pools
+        ),
+    )
+
+
+def test_refuses_group_with_unplanned_member(kpro6_plan: Plan) -> None:
+    """A plan whose VM group also holds a NIC is not rendered (defence behind plan())."""
+    plan = _with_group_member(kpro6_plan, 41, "0000:c1:00.0")
+    with pytest.raises(RenderError) as caught:
+        render_split(plan)
+    assert [(p.code, p.subject) for p in caught.value.problems] == [
+        ("split-foreign-in-group", "0000:c1:00.0")
+    ]
+
+
+def test_refuses_function_without_group(kpro6_plan: Plan) -> None:
+    """A VM function with no IOMMU group cannot be isolated: RenderError names it."""
+    plan = _pool_edit(
+        kpro6_plan,
+        PoolKind.VFIO,
+        lambda fs: tuple(attrs.evolve(f, iommu_group=None) if f is fs[0] else f for f in fs),
+    )
+    with pytest.raises(RenderError) as caught:
+        render_split(plan)
+    assert [(p.code, p.subject) for p in caught.value.problems] == [
+        ("split-no-iommu-group", "0000:81:00.0")
+    ]
+
+
+def test_refuses_function_on_both_sides(kpro6_plan: Plan) -> None:
+    """One function both pinned to its host driver and moved to vfio-pci is refused."""
+    vm_gpu = kpro6_plan.vfio_pools[0].functions[0]
+    plan = _pool_edit(kpro6_plan, PoolKind.LXC, lambda fs: (*fs, vm_gpu))
+    with pytest.raises(RenderError) as caught:
+        render_split(plan)
+    assert [(p.code, p.subject) for p in caught.value.problems] == [
+        ("split-function-in-two-pools", "0000:81:00.0")
+    ]
+
+
+# --- the unit
+
+
+def test_unit_golden(
+    artifacts: dict[str, Artifact], golden: Callable[[str], SnapshotAssertion]
+) -> None:
+    """The boot unit is reviewed as a file."""
+    assert artifacts[UNIT_PATH].content == golden("service")
+
+
+def test_unit_runs_override_before_any_gpu_driver(artifacts: dict[str, Artifact]) -> None:
+    """Oneshot, early (no default deps), before modules-load/udev trigger/persistenced."""
+    unit = directives(artifacts[UNIT_PATH].content)
+    assert unit[("Service", "ExecStart")] == ["/usr/local/sbin/pvegpu-vfio-split override"]
+    assert unit[("Service", "Type")] == ["oneshot"]
+    assert unit[("Service", "RemainAfterExit")] == ["yes"]
+    assert unit[("Unit", "DefaultDependencies")] == ["no"]
+    before = " ".join(unit[("Unit", "Before")]).split()
+    for name in (
+        "systemd-modules-load.service",
+        "systemd-udev-trigger.service",
+        "nvidia-persistenced.service",
+        "sysinit.target",
+        "shutdown.target",
+    ):
+        assert name in before
+    assert unit[("Unit", "Conflicts")] == ["shutdown.target"]
+    assert ("Unit", "After") not in unit
+    assert unit[("Install", "WantedBy")] == ["sysinit.target"]
+
+
+@needs_systemd
+def test_unit_passes_systemd_analyze_verify(artifacts: dict[str, Artifact], tmp_path: Path) -> None:
+    """systemd-analyze verify, with ExecStart resolved inside --root, says nothing at all."""
+    root = install_root(tmp_path, artifacts)
+    result = verify(root, root / UNIT_PATH)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+@needs_systemd
+@pytest.mark.parametrize(
+    ("breakage", "expected"),
+    [
+        ("missing-script", "is not executable"),
+        ("unknown-key", "Unknown key"),
+    ],
+)
+def test_verify_catches_broken_units(
+    artifacts: dict[str, Artifact], tmp_path: Path, breakage: str, expected: str
+) -> None:
+    """Control: the same verify call reports a missing ExecStart binary and a typo."""
+    root = install_root(tmp_path, artifacts)
+    if breakage == "missing-script":
+        (root / SCRIPT_PATH).unlink()
+    else:
+        unit = root / UNIT_PATH
+        unit.write_text(unit.read_text().replace("RemainAfterExit=", "RemainAfterExitt="))
+    result = verify(root, root / UNIT_PATH)
+    assert expected in result.stdout + result.stderr
+
+
+PERSISTENCED_STANDIN = """\
+[Unit]
+Description=Stand-in for the NVIDIA persistence daemon (as packaged: default dependencies)
+
+[Service]
+Type=forking
+ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+@needs_systemd
+@pytest.mark.skipif(SYSTEMCTL is None or SYSTEM_UNITS is None, reason="no systemd units here")
+@pytest.mark.parametrize("cycle", [False, True], ids=["as-rendered", "control-with-cycle"])
+def test_enabled_unit_has_no_ordering_cycle(
+    artifacts: dict[str, Artifact], tmp_path: Path, cycle: bool
+) -> None:
+    """Enabled among this system's real units, the boot transaction has no ordering cycle;
+    the control adds After=basic.target and must be reported as one."""
+    assert SYSTEM_UNITS is not None and SYSTEMCTL is not None
+    root = install_root(tmp_path, artifacts)
+    shutil.copytree(SYSTEM_UNITS, root / "usr/lib/systemd/system", symlinks=True)
+    (root / "etc/systemd/system/nvidia-persistenced.service").write_text(PERSISTENCED_STANDIN)
+    (root / "usr/bin").mkdir(parents=True)
+    (root / "usr/bin/nvidia-persistenced").write_text("#!/bin/sh\n")
+    (root / "usr/bin/nvidia-persistenced").chmod(0o755)
+    if cycle:
+        unit = root / UNIT_PATH
+        unit.write_text(unit.read_text().replace("[Service]", "After=basic.target\n\n[Service]"))
+    enable = subprocess.run(
+        [SYSTEMCTL, f"--root={root}", "enable", "pvegpu-vfio-split.service",
+         "nvidia-persistenced.service"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert enable.returncode == 0, enable.stderr
+    assert (root / "etc/systemd/system/sysinit.target.wants/pvegpu-vfio-split.service").is_symlink()
+    result = verify(root, root / "usr/lib/systemd/system/multi-user.target")
+    report = result.stdout + result.stderr
+    if cycle:
+        assert "ordering cycle" in report and "pvegpu-vfio-split.service" in report
+    else:
+        assert result.returncode == 0, report
+        assert "pvegpu" not in report and "cycle" not in report
+
+
+# --- the modprobe.d hook
+
+
+def test_modprobe_golden(
+    artifacts: dict[str, Artifact], golden: Callable[[str], SnapshotAssertion]
+) -> None:
+    """The modprobe.d file is reviewed as a file."""
+    assert artifacts[MODPROBE_PATH].content == golden("conf")
+
+
+def test_modprobe_lines(artifacts: dict[str, Artifact]) -> None:
+    """softdep for each host driver of a VM function, a non-recursive install hook, no ids=."""
+    lines = [
+        line
+        for line in artifacts[MODPROBE_PATH].content.splitlines()
+        if line and not line.startswith("#")
+    ]
+    assert lines == [
+        "softdep nvidia pre: vfio-pci",
+        "softdep snd_hda_intel pre: vfio-pci",
+        "install vfio-pci /usr/local/sbin/pvegpu-vfio-split override; "
+        "/sbin/modprobe --ignore-install vfio-pci $CMDLINE_OPTS",
+    ]
+    for artifact in artifacts.values():
+        body = "\n".join(
+            line for line in artifact.content.splitlines() if not line.lstrip().startswith("#")
+        )
+        assert "ids=" not in body
+        assert "new_id" not in body
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Iterator[Path]:
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        yield tmp_path
+        return
+    with tempfile.TemporaryDirectory(dir=shm, prefix="pvegpu-split-") as directory:
+        yield Path(directory)
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux" or shutil.which("dash") is None, reason="needs Linux and dash"
+)
+def test_install_hook_pins_then_loads_vfio_pci(
+    kpro6_plan: Plan, artifacts: dict[str, Artifact], scratch: Path
+) -> None:
+    """The install line, run by sh as kmod does at early boot: overrides first, then the
+    real load with --ignore-install (no recursion); nvidia loading next takes only the
+    host side."""
+    script = scratch / "pvegpu-vfio-split"
+    script.write_text(artifacts[SCRIPT_PATH].content)
+    root = copy_host("kpro6", scratch / "host")
+    unload_driver(root, "nvidia")
+    unload_driver(root, "snd_hda_intel")
+    line = next(
+        line
+        for line in artifacts[MODPROBE_PATH].content.splitlines()
+        if line.startswith("install vfio-pci ")
+    )
+    with KernelSim(root, natural_drivers(kpro6_plan)) as sim:
+        # kmod substitutes $CMDLINE_OPTS (empty here) and hands the rest to /bin/sh.
+        command = (
+            line.removeprefix("install vfio-pci ")
+            .replace("$CMDLINE_OPTS", "")
+            .replace("/usr/local/sbin/pvegpu-vfio-split", f"dash {script}")
+            .replace("/sbin/modprobe", str(sim.modprobe))
+        )
+        result = sim.run_command(["dash", "-c", command])
+        assert result.rc == 0, result.stderr
+        overrides = [w for w in result.writes if w.path.endswith("/driver_override")]
+        assert [w.path for w in result.writes[:-1]] == [w.path for w in overrides]
+        assert len(overrides) == len(VM) + len(HOST_SIDE)
+        assert result.writes[-1].path == "modprobe"
+        assert result.writes[-1].value.split() == ["--ignore-install", "vfio-pci"]
+        sim.load_driver("nvidia")
+        sim.load_driver("snd_hda_intel")
+        state = sim.state()
+        assert all(state[a] == ("vfio-pci", "vfio-pci") for a in VM)
+        assert all(state[a] == (HOST_DRIVER[a[-1]],) * 2 for a in HOST_SIDE)
+        assert sim.errors == []

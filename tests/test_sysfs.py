@@ -1,0 +1,123 @@
+"""Pure parsers of kernel and system files: exact formats in, typed values or ValueError out."""
+
+from __future__ import annotations
+
+import pytest
+
+from pvegpu import sysfs
+from pvegpu.facts import CharMajor, IommuGroupType, KernelModuleFlavor, NvidiaDriver
+
+
+def test_hex_ids() -> None:
+    """`0x10de\\n` is 0x10de; the class has six digits; anything else is refused."""
+    assert sysfs.hex_id("0x10de\n", 4) == 0x10DE
+    assert sysfs.hex_id("0x030200\n", 6) == 0x030200
+    for bad in ("10de\n", "0x10DE\n", "0x10d\n", "0x10de\n0x1\n", ""):
+        with pytest.raises(ValueError, match=r"hex digits|single line"):
+            sysfs.hex_id(bad, 4)
+
+
+def test_numa_node() -> None:
+    """-1 (firmware gave no node) is None; words are refused."""
+    assert sysfs.numa_node("1\n") == 1
+    assert sysfs.numa_node("-1\n") is None
+    for bad in ("abc\n", "-2\n", "\n"):
+        with pytest.raises(ValueError, match="node number"):
+            sysfs.numa_node(bad)
+
+
+def test_driver_override_and_links() -> None:
+    """`(null)` means no override; link widths are lanes, `Unknown` is None."""
+    assert sysfs.driver_override("(null)\n") is None
+    assert sysfs.driver_override("vfio-pci\n") == "vfio-pci"
+    assert sysfs.link_width("16\n") == 16
+    assert sysfs.link_width("Unknown\n") is None
+    assert sysfs.link_speed("32 GT/s\n") == "32 GT/s"
+    with pytest.raises(ValueError, match="lane count"):
+        sysfs.link_width("x16\n")
+
+
+def test_iommu_type_and_bools() -> None:
+    """Group types are the kernel's names; module bools print Y/N."""
+    assert sysfs.iommu_group_type("DMA-FQ\n") is IommuGroupType.DMA_FQ
+    assert sysfs.iommu_group_type("identity\n") is IommuGroupType.IDENTITY
+    with pytest.raises(ValueError, match="one of DMA"):
+        sysfs.iommu_group_type("dma\n")
+    assert sysfs.module_bool("Y\n") is True
+    assert sysfs.module_bool("N\n") is False
+    with pytest.raises(ValueError, match="Y or N"):
+        sysfs.module_bool("yes\n")
+
+
+def test_hostname_strips_domain() -> None:
+    """Proxmox's node name is the first label of the host name."""
+    assert sysfs.hostname("kpro6.lab.example\n") == "kpro6"
+    with pytest.raises(ValueError, match="one host name"):
+        sysfs.hostname("\n")
+    with pytest.raises(ValueError, match="not a valid host name"):
+        sysfs.hostname("bad_name\n")
+
+
+def test_nvidia_banners() -> None:
+    """Both NVRM banners give the version; only the open one says "Open Kernel Module"."""
+    open_ = (
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  590.48.01  Release Build  "
+        "(dvs-builder@U22)  Mon Dec  1 00:43:35 UTC 2025\nGCC version:  gcc 14\n"
+    )
+    closed = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 2025\n"
+    assert sysfs.nvidia_proc_version(open_) == NvidiaDriver("590.48.01", KernelModuleFlavor.OPEN)
+    assert sysfs.nvidia_proc_version(closed) == NvidiaDriver(
+        "580.95.05", KernelModuleFlavor.PROPRIETARY
+    )
+    with pytest.raises(ValueError, match="NVRM version"):
+        sysfs.nvidia_proc_version("NVRM: something else\n")
+    assert sysfs.nvidia_module_version("590.48.01\n") == "590.48.01"
+    assert sysfs.module_flavor("POE\n") is KernelModuleFlavor.PROPRIETARY
+    assert sysfs.module_flavor("OE\n") is KernelModuleFlavor.OPEN
+
+
+def test_nvidia_information() -> None:
+    """`Key: \\t value` lines split on the first colon, so Bus Location keeps its colons."""
+    info = sysfs.nvidia_information(
+        "Model: \t\t NVIDIA RTX PRO 6000\nBus Location: \t 0000:81:00.0\nDevice Minor: \t 4\n"
+    )
+    assert info["Bus Location"] == "0000:81:00.0"
+    assert sysfs.device_minor(info) == 4
+    with pytest.raises(ValueError, match="Device Minor"):
+        sysfs.device_minor({"Model": "x"})
+    with pytest.raises(ValueError, match="Key: value"):
+        sysfs.nvidia_information("garbage\n")
+
+
+def test_proc_devices_char_section_only() -> None:
+    """Only "Character devices:" counts; block majors with the same names are ignored."""
+    text = "Character devices:\n  1 mem\n509 nvidia-uvm\n195 nvidia\n\nBlock devices:\n  8 sd\n"
+    assert sysfs.proc_devices(text) == (
+        CharMajor(1, "mem"),
+        CharMajor(195, "nvidia"),
+        CharMajor(509, "nvidia-uvm"),
+    )
+    with pytest.raises(ValueError, match="Character devices"):
+        sysfs.proc_devices("Block devices:\n")
+    with pytest.raises(ValueError, match="major"):
+        sysfs.proc_devices("Character devices:\nx y\n")
+
+
+def test_vfio_ids_from_cmdline() -> None:
+    """`vfio-pci.ids=` and `vfio_pci.ids=` both count (the kernel treats - and _ alike)."""
+    line = "root=/dev/sda quiet vfio-pci.ids=10de:24b0,10de:228b vfio_pci.ids=1002:744c\n"
+    assert sysfs.cmdline_vfio_ids(line) == (("10de:24b0", "10de:228b"), ("1002:744c",))
+    assert sysfs.cmdline_vfio_ids("quiet\n") == ()
+    with pytest.raises(ValueError, match="vendor:device"):
+        sysfs.cmdline_vfio_ids("vfio-pci.ids=nvidia\n")
+
+
+def test_vfio_ids_from_modprobe() -> None:
+    """`options vfio-pci ids=` lines, with comments and backslash continuations."""
+    text = (
+        "# options vfio-pci ids=dead:beef\n"
+        "options vfio_pci disable_vga=1 \\\n ids=10de:24b0,10de:228b\n"
+        "options snd-hda-intel ids=1:2\n"
+        "softdep nvidia pre: vfio-pci\n"
+    )
+    assert sysfs.modprobe_vfio_ids(text) == (("10de:24b0", "10de:228b"),)
