@@ -8,7 +8,6 @@ same layout with its own MANIFEST.json. The host itself is never touched here.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -84,7 +83,7 @@ def _write(path: Path, content: str, mode: int) -> Path:
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(content, encoding="utf-8")
         tmp.chmod(mode)
-        os.replace(tmp, path)
+        tmp.replace(path)
     except OSError as err:
         raise RenderError(
             [Problem("output-unwritable", str(path), f"cannot write: {err.strerror}", "")]
