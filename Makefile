@@ -13,8 +13,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 
+# The reference split: host kpro6 (fixture tree) + examples/kpro6.toml, rendered to OUT.
 demo: $(STAMP)
+	rm -rf $(OUT)
 	$(BIN)/pvegpu discover --root fixtures/sysfs/kpro6
+	@echo
+	$(BIN)/pvegpu render --root fixtures/sysfs/kpro6 --spec examples/kpro6.toml --out $(OUT)
 
 test: lint typecheck pytest
 

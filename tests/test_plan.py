@@ -8,8 +8,9 @@ import pytest
 
 from pvegpu.discover import discover
 from pvegpu.errors import PlanError
-from pvegpu.facts import HostFacts, VfioIdsSetting
+from pvegpu.facts import ConfigFile, HostFacts, VfioIdsSetting
 from pvegpu.model import PoolKind
+from pvegpu.pipeline import discover_for
 from pvegpu.plan import plan
 from pvegpu.specfile import load_spec, parse_spec
 
@@ -19,7 +20,8 @@ Root = Callable[[str], Path]
 
 @pytest.fixture(scope="module")
 def kpro6() -> HostFacts:
-    return discover(REPO / "fixtures" / "sysfs" / "kpro6")
+    spec = load_spec(REPO / "examples" / "kpro6.toml")
+    return discover_for(spec, REPO / "fixtures" / "sysfs" / "kpro6")
 
 
 def spec_text(*pools: str, node: str = "kpro6") -> str:
@@ -160,3 +162,18 @@ def test_plan_is_pure(kpro6: HostFacts) -> None:
     """The same facts and spec give equal plans."""
     spec = load_spec(REPO / "examples" / "kpro6.toml")
     assert plan(kpro6, spec) == plan(kpro6, spec)
+
+
+def test_hand_made_binder_unit_is_flagged(kpro6: HostFacts) -> None:
+    """A leftover hand-made vfio unit (the seed's gpu-vfio-split.service) is warned about."""
+    legacy = ConfigFile(
+        "etc/systemd/system/gpu-vfio-split.service",
+        "[Service]\nType=oneshot\nExecStart=/usr/local/bin/gpu-vfio-split.sh\n"
+        "# echo vfio-pci > /sys/bus/pci/devices/$d/driver_override\n",
+    )
+    unrelated = ConfigFile("etc/systemd/system/backup.service", "[Service]\nExecStart=/bin/true\n")
+    facts = attrs.evolve(kpro6, files=(*kpro6.files, legacy, unrelated))
+    findings = plan(facts, load_spec(REPO / "examples" / "kpro6.toml")).findings
+    flagged = [f for f in findings if f.code == "other-gpu-binder"]
+    assert [f.subject for f in flagged] == ["etc/systemd/system/gpu-vfio-split.service"]
+    assert "systemctl disable --now gpu-vfio-split.service" in flagged[0].message

@@ -405,6 +405,10 @@ def _nvidia_driver(tree: Tree) -> NvidiaDriver | None:
     return NvidiaDriver(version, flavor)
 
 
+SPLIT_SCRIPT_PATH = "usr/local/sbin/pvegpu-vfio-split"
+"""Where pvegpu installs its split script; read so a re-render patches, not replaces, it."""
+
+
 def _modprobe_confs(tree: Tree) -> list[str]:
     # modprobe reads only *.conf files from modprobe.d.
     return [f"etc/modprobe.d/{n}" for n in tree.listdir("etc/modprobe.d", _is_conf)]
@@ -430,4 +434,12 @@ def _config_files(tree: Tree) -> tuple[ConfigFile, ...]:
     paths += [f"etc/pve/qemu-server/{n}" for n in tree.listdir("etc/pve/qemu-server", _is_conf)]
     paths += [p for p in ("etc/pve/mapping/pci.cfg", "etc/pve/storage.cfg") if tree.exists(p)]
     paths += _modprobe_confs(tree)
+    # Host units: the split unit of an earlier run (the new one patches it) and any
+    # hand-made unit that also moves GPUs between drivers (the planner warns).
+    paths += [f"etc/systemd/system/{n}" for n in tree.listdir("etc/systemd/system", _is_unit)]
+    paths += [p for p in (SPLIT_SCRIPT_PATH,) if tree.exists(p)]
     return tuple(ConfigFile(p, tree.need(p, "a readable file")) for p in sorted(paths))
+
+
+def _is_unit(name: str) -> bool:
+    return name.endswith(".service")

@@ -184,7 +184,8 @@ def _build_pool(
         vm=vm,
         serving=spec.lxc.serving if spec.lxc else None,
     )
-    if spec.mapping is not None:
+    # Without an IOMMU a vfio pool is already refused (no-iommu); no second report.
+    if spec.mapping is not None and (facts.iommu.enabled or kind is PoolKind.LXC):
         try:
             mapping = mapping_for_pool(facts, pool, spec.mapping.id, spec.mapping.description)
         except RenderError as err:
@@ -338,6 +339,7 @@ def _findings(facts: HostFacts, pools: list[Pool]) -> Iterator[Finding]:
                 "these functions share IOMMU groups with the GPUs and move to vfio-pci too: "
                 + ", ".join(f"{f.address} ({f.vendor_device})" for f in extra),
             )
+    yield from _other_binders(facts)
     if facts.sev_snp:
         yield Finding(
             Severity.INFO,
@@ -346,6 +348,29 @@ def _findings(facts: HostFacts, pools: list[Pool]) -> Iterator[Finding]:
             "SEV-SNP is on: the IOMMU must stay in translated mode (iommu=pt is refused by "
             "SNP), so GPU peer-to-peer DMA is unreliable on this host",
         )
+
+
+SPLIT_UNIT_PATH = "etc/systemd/system/pvegpu-vfio-split.service"
+# What a unit that moves PCI devices between drivers has to write somewhere.
+_BINDER_MARKS = ("vfio-pci", "driver_override", "drivers_probe", "/unbind", "new_id")
+
+
+def _other_binders(facts: HostFacts) -> Iterator[Finding]:
+    """Hand-made units that also (re)bind GPUs race the split unit at every boot."""
+    for file in facts.files:
+        if not file.path.startswith("etc/systemd/system/") or file.path == SPLIT_UNIT_PATH:
+            continue
+        marks = [m for m in _BINDER_MARKS if m in file.content]
+        if marks:
+            unit = file.path.rsplit("/", 1)[1]
+            yield Finding(
+                Severity.WARNING,
+                "other-gpu-binder",
+                file.path,
+                f"this unit also moves devices between drivers ({', '.join(marks)}); two "
+                "binders race at boot and the last one wins: once pvegpu-vfio-split.service "
+                f"is installed, run `systemctl disable --now {unit}` and remove it",
+            )
 
 
 def with_findings(plan_: Plan, findings: Iterable[Finding]) -> Plan:

@@ -13,6 +13,7 @@ from pvegpu.bundle import manifest_entry, write_bundle
 from pvegpu.model import Plan
 from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.specfile import load_spec
+from pvegpu.topology import topology_table
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -120,7 +121,11 @@ def run_plan(args: argparse.Namespace) -> int:
 def run_render(args: argparse.Namespace) -> int:
     plan, artifacts = _load(args)
     written = write_bundle(artifacts, args.out, node=plan.facts.node, spec=str(args.spec))
-    print(f"rendered {len(written)} files for node {plan.facts.node} into {args.out}")
+    print(f"rendered {len(written)} files for node {plan.facts.node} into {args.out}:")
     for path in written:
         print(f"  {path}")
+    print()
+    print(topology_table(plan), end="")
+    print()
+    print(f"review: {args.out / 'SUMMARY.md'} (layout, changed files, findings, runbook, revert)")
     return 0
