@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pvegpu-installed
 OUT ?= out/kpro6
 
-.PHONY: demo test lint typecheck pytest golden-update bench clean
+.PHONY: demo test test-kernel lint typecheck pytest golden-update bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ typecheck: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/pytest
+
+# The split script on a real Debian kernel under QEMU (needs: apt-get install
+# qemu-system-x86 busybox-static kmod cpio dash; downloads a kernel .deb once).
+test-kernel: $(STAMP)
+	$(BIN)/pytest -m slow tests/test_split_qemu.py
 
 golden-update: $(STAMP)
 	$(BIN)/pytest --snapshot-update

@@ -12,16 +12,16 @@ import attrs
 import pytest
 from syrupy.assertion import SnapshotAssertion
 
-from pvegpu.artifact import HOST, REVIEW, Artifact, container_target
+from pvegpu.artifact import HOST, REVIEW, Artifact
 from pvegpu.bundle import write_bundle
 from pvegpu.discover import discover
 from pvegpu.facts import ConfigFile
 from pvegpu.model import Plan
 from pvegpu.pci import PciAddress
+from pvegpu.pipeline import discover_for
 from pvegpu.plan import plan
-from pvegpu.render_pve import render_lxc_configs, render_pci_cfg, render_vm_configs
+from pvegpu.render import RENDERERS
 from pvegpu.render_review import SUMMARY, cell, render_review, render_summary
-from pvegpu.render_split import render_split
 from pvegpu.revert import render_revert
 from pvegpu.review import (
     BACKUP_DIR,
@@ -70,48 +70,21 @@ vm = { vmid = 110 }
 # ---------------------------------------------------------------------------- helpers
 
 
-def _unit_artifact() -> Artifact:
-    """A stand-in for render_serving's unit: TP 8 -> 4 in the container's existing unit.
-
-    The real renderer cannot serve the kpro6 fixture yet; this has the same target, path
-    and base (the unit in the container's rootfs), which is all the runbook uses.
-    """
-    rel = f"{ROOTFS}/{UNIT_PATH}"
-    base = ConfigFile(rel, (FIXTURES / "kpro6" / rel).read_text(encoding="utf-8"))
-    content = base.content.replace("(TP=8)", "(TP=4)").replace("--tp 8", "--tp-size 4")
-    content = content.replace(
-        "Environment=NCCL_DEBUG=WARN", "Environment=NCCL_DEBUG=WARN\nEnvironment=NCCL_P2P_DISABLE=1"
-    )
-    return Artifact(
-        path=UNIT_PATH,
-        content=content,
-        reason="SGLang 0.5.23 for pool sglang: TP=4 on CUDA 0,1,2,3, P2P off",
-        target=container_target(129),
-        base=base,
-    )
-
-
-def _artifacts(planned: Plan, *, serving_unit: bool = False) -> tuple[Artifact, ...]:
+def _artifacts(planned: Plan) -> tuple[Artifact, ...]:
     """Installed files from the real renderers, then the revert bundle made from them."""
-    applied: tuple[Artifact, ...] = (
-        *render_lxc_configs(planned),
-        *render_pci_cfg(planned),
-        *render_vm_configs(planned),
-        *render_split(planned),
-    )
-    if serving_unit:
-        applied = (*applied, _unit_artifact())
+    applied = tuple(a for renderer in RENDERERS for a in renderer(planned))
     return (*applied, *render_revert(planned, applied))
 
 
 @pytest.fixture
 def kpro6(fixture_root: Callable[[str], Path]) -> Plan:
-    return plan(discover(fixture_root("kpro6")), load_spec(KPRO6_SPEC))
+    spec = load_spec(KPRO6_SPEC)
+    return plan(discover_for(spec, fixture_root("kpro6")), spec)
 
 
 @pytest.fixture
 def kpro6_artifacts(kpro6: Plan) -> tuple[Artifact, ...]:
-    return _artifacts(kpro6, serving_unit=True)
+    return _artifacts(kpro6)
 
 
 @pytest.fixture
@@ -348,7 +321,8 @@ def test_vm_plan_starts_and_stops_the_vm(workstation: Plan) -> None:
 def test_vm_not_created_yet_gets_lines_and_snippet(fixture_root: Callable[[str], Path]) -> None:
     """For a VM Proxmox has not created, the summary gives `qm set` and the review snippet."""
     text = KPRO6_SPEC.read_text().replace("[pools.vfio]", "[pools.vfio]\nvm = { vmid = 300 }")
-    planned = plan(discover(fixture_root("kpro6")), parse_spec(text))
+    spec = parse_spec(text)
+    planned = plan(discover_for(spec, fixture_root("kpro6")), spec)
     artifacts = _artifacts(planned)
     summary = render_summary(planned, artifacts).content
     assert "VM 300 does not exist yet" in summary

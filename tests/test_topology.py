@@ -14,6 +14,7 @@ from syrupy.assertion import SnapshotAssertion
 from pvegpu.artifact import REVIEW
 from pvegpu.discover import discover
 from pvegpu.model import Plan
+from pvegpu.pipeline import discover_for
 from pvegpu.plan import plan
 from pvegpu.render_review import render_topology_svg
 from pvegpu.specfile import load_spec, parse_spec
@@ -63,7 +64,8 @@ mapping = { id = "rest-vm" }
 
 @pytest.fixture
 def kpro6(fixture_root: Callable[[str], Path]) -> Plan:
-    return plan(discover(fixture_root("kpro6")), load_spec(REPO / "examples" / "kpro6.toml"))
+    spec = load_spec(REPO / "examples" / "kpro6.toml")
+    return plan(discover_for(spec, fixture_root("kpro6")), spec)
 
 
 @pytest.fixture
@@ -189,7 +191,8 @@ def test_svg_unpooled_gpu_and_missing_numa(workstation: Plan) -> None:
 
 def test_svg_is_deterministic(kpro6: Plan, fixture_root: Callable[[str], Path]) -> None:
     """Two discoveries of the same host give byte-identical drawings."""
-    again = plan(discover(fixture_root("kpro6")), load_spec(REPO / "examples" / "kpro6.toml"))
+    spec = load_spec(REPO / "examples" / "kpro6.toml")
+    again = plan(discover_for(spec, fixture_root("kpro6")), spec)
     assert topology_svg(kpro6) == topology_svg(again)
 
 

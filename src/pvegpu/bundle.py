@@ -37,7 +37,7 @@ def manifest_entry(artifact: Artifact) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "target": artifact.target,
         "path": artifact.path,
-        "file": str(bundle_path(artifact)),
+        "file": None if artifact.delete else str(bundle_path(artifact)),
         "action": "remove" if artifact.delete else "write",
         "mode": f"{artifact.mode:04o}",
         "sha256": None if artifact.delete else artifact.sha256,
@@ -48,11 +48,18 @@ def manifest_entry(artifact: Artifact) -> dict[str, Any]:
     return entry
 
 
-def manifest(artifacts: Iterable[Artifact], **header: Any) -> str:
-    entries = [
-        {**manifest_entry(a), "bundle": a.bundle}
-        for a in sorted(artifacts, key=lambda a: (a.bundle != "apply", a.target, a.path))
-    ]
+def manifest(artifacts: Iterable[Artifact], *, within: str = "", **header: Any) -> str:
+    """The MANIFEST.json of a bundle directory; `file` is relative to that directory.
+
+    In OUT/MANIFEST.json (within="") revert entries live under revert/; in
+    OUT/revert/MANIFEST.json (within="revert") they are at the top.
+    """
+    entries = []
+    for a in sorted(artifacts, key=lambda a: (a.bundle != "apply", a.target, a.path)):
+        entry = {**manifest_entry(a), "bundle": a.bundle}
+        if a.bundle == REVERT_BUNDLE and within != REVERT_BUNDLE and not a.delete:
+            entry["file"] = f"{REVERT_BUNDLE}/{entry['file']}"
+        entries.append(entry)
     doc = {"schema": MANIFEST_SCHEMA, **header, "artifacts": entries}
     return json.dumps(doc, indent=2, sort_keys=False) + "\n"
 
@@ -72,7 +79,7 @@ def write_bundle(artifacts: Sequence[Artifact], out: Path, **header: Any) -> lis
         written.append(_write(base / bundle_path(artifact), artifact.content, artifact.mode))
     written.append(_write(out / MANIFEST, manifest(artifacts, **header), 0o644))
     if reverts:
-        revert_manifest = manifest(reverts, **header)
+        revert_manifest = manifest(reverts, within=REVERT_BUNDLE, **header)
         written.append(_write(out / REVERT_BUNDLE / MANIFEST, revert_manifest, 0o644))
     return written
 

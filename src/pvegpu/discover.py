@@ -196,6 +196,13 @@ def _parse(path: str, raw: R, process: Callable[[R], T]) -> T:
 
 def discover(root: Path = Path("/"), *, trace: Trace | None = None) -> HostFacts:
     """Read the host under `root`. `trace`, if given, records every file and link read."""
+    if not root.is_dir():
+        _fail(
+            "missing-root",
+            str(root),
+            "the root directory does not exist (or is not a directory)",
+            "pass --root a host's / or an unpacked `pvegpu snapshot`",
+        )
     tree = Tree(root, trace)
     node = _parse("etc/hostname", tree.need("etc/hostname", "the node's host name"), sysfs.hostname)
     if not tree.is_dir(PCI_DEVICES):

@@ -94,7 +94,7 @@ def render_lxc_configs(plan: Plan) -> tuple[Artifact, ...]:
             style = "devN entries" if container.devices is DeviceStyle.DEV else "raw lxc.* lines"
             old = _count_gpu_lines(base, majors)
             reason = (
-                f"LXC {container.vmid}: GPUs {nodes} + nvidiactl, nvidia-uvm as {style}, "
+                f"LXC {container.vmid}: GPUs {nodes} + nvidiactl, nvidia-uvm, nvidia-uvm-tools as {style}, "
                 f"replacing {old} old GPU line(s); other lines and snapshots kept"
             )
         if container.devices is DeviceStyle.DEV and uvm_major is None:

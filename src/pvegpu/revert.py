@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import attrs
 
 from pvegpu.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.facts import ConfigFile
 from pvegpu.model import Plan
 from pvegpu.templating import render_template
 
@@ -19,6 +20,10 @@ SPLIT_UNIT = "pvegpu-vfio-split.service"
 
 
 def _restore(artifact: Artifact) -> Artifact:
+    # The base of a revert entry is the file as the change left it: revert.sh refuses
+    # to overwrite or remove a file that someone changed after the change was applied
+    # (pci.cfg is shared by the whole cluster).
+    applied = ConfigFile(artifact.path, artifact.content)
     if artifact.base is None:
         return attrs.evolve(
             artifact,
@@ -26,14 +31,14 @@ def _restore(artifact: Artifact) -> Artifact:
             reason=f"remove {artifact.path}: pvegpu created it",
             bundle=REVERT_BUNDLE,
             delete=True,
-            base=None,
+            base=applied,
         )
     return attrs.evolve(
         artifact,
         content=artifact.base.content,
         reason=f"restore {artifact.path} as it was before (sha256 {artifact.base.sha256[:12]})",
         bundle=REVERT_BUNDLE,
-        base=None,
+        base=applied,
     )
 
 
@@ -46,9 +51,12 @@ def render_revert(plan: Plan, applied: Sequence[Artifact]) -> tuple[Artifact, ..
         for p in plan.lxc_pools
         if p.lxc is not None and p.serving is not None
     ]
+    vms = [p.vm.vmid for p in plan.vfio_pools if p.vm is not None and p.vm.config is not None]
     script = render_template(
         "revert.sh.j2",
         node=plan.facts.node,
+        vms=vms,
+        mappings=[p.mapping.id for p in plan.vfio_pools if p.mapping is not None],
         serving=serving,
         containers=[p.lxc.vmid for p in plan.lxc_pools if p.lxc is not None],
         has_split=any(a.path == SPLIT_SCRIPT for a in installed),

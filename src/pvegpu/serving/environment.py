@@ -1,0 +1,116 @@
+"""The service's environment: the CUDA ordinals of the pool's GPUs, P2P, version quirks."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from pvegpu.facts import GPU
+from pvegpu.model import Severity
+from pvegpu.modelcfg import ModelConfig
+from pvegpu.serving.checks import Checks
+from pvegpu.serving.model import NumaPinning, P2PDecision
+from pvegpu.sglang import version_key
+
+SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
+AUTO_NUMA_ENV = "SGLANG_AUTO_NUMA_BIND"
+P2P_ENV = "NCCL_P2P_DISABLE"
+FORBIDDEN_ENV = {
+    "NCCL_SHM_DISABLE": "with P2P off NCCL needs shared memory; without both it falls "
+    "back to sockets between GPUs of one host",
+}
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def visible_indices(container_gpus: Iterable[GPU], pool_gpus: Iterable[GPU]) -> tuple[int, ...]:
+    """CUDA ordinals of `pool_gpus` with CUDA_DEVICE_ORDER=PCI_BUS_ID in the container.
+
+    CUDA numbers the GPUs a process can open in PCI bus order, so an ordinal is a GPU's
+    position among the container's GPUs sorted by address.
+    """
+    order = sorted({g.address for g in container_gpus})
+    missing = [g.address for g in pool_gpus if g.address not in order]
+    if missing:
+        raise ValueError(f"{', '.join(map(str, missing))} not among the container's GPUs")
+    return tuple(order.index(g.address) for g in sorted(pool_gpus, key=lambda g: g.address))
+
+
+def container_indices(checks: Checks, vmid: int) -> tuple[int, ...]:
+    """`visible_indices` of the pool's GPUs among all the GPUs container `vmid` gets."""
+    # What the container gets: the GPUs of every pool that hands GPUs to this vmid.
+    container = [
+        g for p in checks.pools if p.lxc is not None and p.lxc.vmid == vmid for g in p.gpus
+    ]
+    return visible_indices([*container, *checks.pool.gpus], checks.pool.gpus)
+
+
+def service_environment(
+    checks: Checks,
+    model: ModelConfig | None,
+    p2p: P2PDecision,
+    numa: NumaPinning | None,
+    indices: tuple[int, ...],
+) -> tuple[tuple[str, str], ...]:
+    """The unit's Environment=: what pvegpu derives, then the spec's own variables."""
+    spec = checks.spec
+    key = version_key(spec.version) if _is_version(spec.version) else ()
+    env: list[tuple[str, str]] = [
+        ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+        ("CUDA_VISIBLE_DEVICES", ",".join(map(str, indices))),
+    ]
+    if not p2p.enabled:
+        env.append((P2P_ENV, "1"))
+    hybrid_mtp = spec.mtp and model is not None and model.is_hybrid
+    if hybrid_mtp and key and key < (0, 5, 14):
+        # 0.5.10-0.5.13 refuse MTP on a hybrid model without it; <= 0.5.10 default off.
+        env.append((SPEC_V2_ENV, "1"))
+    if numa is not None and key and key >= (0, 5, 23):
+        # systemd already binds the whole service to one node; SGLang's own per-GPU
+        # binding would only repeat it (and could fight a later CPUAffinity change).
+        env.append((AUTO_NUMA_ENV, "0"))
+    ours = dict(env)
+    for name, value in spec.environment:
+        where = f"{checks.where}.environment.{name}"
+        if not _ENV_NAME.match(name):
+            checks.problem(
+                "serving-env-invalid-name",
+                f"{name!r} is not an environment variable name",
+                subject=where,
+            )
+            continue
+        checks.printable(f"environment {name}", value)
+        if name in FORBIDDEN_ENV:
+            checks.problem(
+                "serving-env-forbidden",
+                f"{name} must not be set: {FORBIDDEN_ENV[name]}",
+                f"remove {name}",
+                subject=where,
+            )
+            continue
+        if name == SPEC_V2_ENV and key and key >= (0, 5, 14):
+            checks.finding(
+                Severity.WARNING,
+                "serving-spec-v2-removed",
+                f"{SPEC_V2_ENV} was removed in SGLang 0.5.14; {spec.version} ignores it",
+            )
+        if name in ours:
+            if ours[name] != value:
+                checks.problem(
+                    "serving-env-conflict",
+                    f"{name}={value} contradicts {name}={ours[name]}, which pvegpu derives "
+                    "from the facts and the spec",
+                    "remove it" + (" and use p2p / p2p_reason" if name == P2P_ENV else ""),
+                    subject=where,
+                )
+            continue
+        env.append((name, value))
+    return tuple(env)
+
+
+def _is_version(version: str) -> bool:
+    try:
+        version_key(version)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,229 @@
+"""Does the model fit the pool: its config.json against TP, its weights against GPU memory."""
+
+from __future__ import annotations
+
+import posixpath
+
+from pvegpu.errors import PlanError
+from pvegpu.model import Severity
+from pvegpu.modelcfg import (
+    ModelConfig,
+    checkpoint_bytes_from_index,
+    checkpoint_bytes_from_shards,
+    kv_bytes_per_token,
+    parse_model_config,
+    problem_tp,
+    tp_divides,
+    valid_tp_sizes,
+)
+from pvegpu.serving.checks import Checks
+from pvegpu.serving.model import MemoryFit
+from pvegpu.sglang import OptionTable, ParsedCommandLine
+
+MIB = 1024**2
+GIB = 1024**3
+
+KNOWN_GPU_MEMORY: dict[str, tuple[int, str]] = {
+    # nvidia-smi's FB memory total for this card; pci.ids names 10de:2bb5. 96 GB of GDDR7
+    # less what the driver reserves. Source and how to add a card: docs/serving.md.
+    "10de:2bb5": (97887 * MIB, "RTX PRO 6000 Blackwell Server Edition"),
+}
+"""Per-GPU memory by PCI vendor:device, used when the spec gives no gpu_memory_bytes."""
+
+DEFAULT_MEM_FRACTION = 0.88
+"""mem_fraction_static of the fit estimate when the spec sets none. Not rendered: SGLang
+then computes its own from GPU memory and TP, by rules that change between versions, so
+the finding names the value used and the spec can pin it."""
+
+KV_CACHE_DTYPE = ("--kv-cache-dtype",)
+
+# KV cache element size by --kv-cache-dtype, for the fit estimate.
+KV_CACHE_DTYPE_BITS = {
+    "fp8_e4m3": 8,
+    "fp8_e5m2": 8,
+    "mxfp8": 8,
+    "bf16": 16,
+    "bfloat16": 16,
+    "fp4_e2m1": 4,
+    "nvfp4": 4,
+}
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def checked_model(checks: Checks, tp: int) -> ModelConfig | None:
+    """The model's config.json, checked against TP, MTP and the context length."""
+    spec = checks.spec
+    if spec.model_config is None:
+        return None
+    path = checks.path("model_config", spec.model_config)
+    if path is None:
+        return None
+    file = checks.facts.file(path)
+    if file is None:
+        checks.problem(
+            "model-config-missing",
+            f"{path} was not read from the host: no such file under the root",
+            "check model_config (relative to the root, host view of the model directory)",
+            subject=path,
+        )
+        return None
+    try:
+        model = parse_model_config(file.content, path=path)
+    except PlanError as err:
+        checks.plan_problems.extend(err.problems)
+        return None
+    if not tp_divides(model, tp):
+        checks.plan_problems.append(problem_tp(model, tp, checks.where))
+    if spec.mtp:
+        if model.mtp_layers == 0:
+            checks.problem(
+                "model-has-no-mtp-layers",
+                f"{path} has no MTP (NEXTN) layers, so mtp = true cannot draft tokens",
+                "set mtp = false, or serve a checkpoint with MTP layers",
+            )
+        elif model.mtp_layers is None:
+            checks.finding(
+                Severity.WARNING,
+                "serving-mtp-layers-unknown",
+                f"{path} does not say whether it has MTP layers (no mtp_num_hidden_layers "
+                "or num_nextn_predict_layers); SGLang fails at load if it has none",
+            )
+    ctx = spec.context_length
+    if ctx is not None and model.max_position_embeddings and ctx > model.max_position_embeddings:
+        checks.finding(
+            Severity.WARNING,
+            "serving-context-exceeds-model",
+            f"context_length {ctx} exceeds max_position_embeddings "
+            f"{model.max_position_embeddings} of {path}; SGLang refuses it unless the "
+            "model's rope scaling allows more or SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1",
+        )
+    return model
+
+
+def kv_cache_bits(table: OptionTable | None, extra: ParsedCommandLine | None) -> int | None:
+    """The element size extra_args' --kv-cache-dtype gives (None: the model's dtype)."""
+    option = extra.of(table.find(*KV_CACHE_DTYPE)) if extra and table else None
+    if option is None or not option.values:
+        return None
+    return KV_CACHE_DTYPE_BITS.get(option.values[0])
+
+
+def _gpu_memory(checks: Checks) -> tuple[int, str] | None:
+    if checks.spec.gpu_memory_bytes is not None:
+        return checks.spec.gpu_memory_bytes, "spec gpu_memory_bytes"
+    known = [KNOWN_GPU_MEMORY.get(g.vendor_device) for g in checks.pool.gpus]
+    if any(k is None for k in known) or not known:
+        ids = sorted({g.vendor_device for g in checks.pool.gpus})
+        checks.problem(
+            "gpu-memory-unknown",
+            f"pvegpu does not know the memory of {', '.join(ids)}, so it cannot check "
+            "that the model fits",
+            "set gpu_memory_bytes (nvidia-smi --query-gpu=memory.total --format=csv: "
+            "MiB x 1048576)",
+        )
+        return None
+    size, name = min(k for k in known if k is not None)
+    return size, f"{name} ({checks.pool.gpus[0].vendor_device})"
+
+
+def _checkpoint(checks: Checks, model_dir: str) -> tuple[int, str] | None:
+    if checks.spec.checkpoint_bytes is not None:
+        return checks.spec.checkpoint_bytes, "spec checkpoint_bytes"
+    index_path = f"{model_dir}/model.safetensors.index.json"
+    index = checks.facts.file(index_path)
+    if index is not None:
+        try:
+            return checkpoint_bytes_from_index(index.content, path=index_path), index_path
+        except PlanError as err:
+            checks.plan_problems.extend(err.problems)
+            return None
+    shards = [(posixpath.basename(s.path), s.size) for s in checks.facts.stats_in(model_dir)]
+    total = checkpoint_bytes_from_shards(shards)
+    if total is None:
+        checks.problem(
+            "checkpoint-size-unknown",
+            f"no model.safetensors.index.json and no *.safetensors in {model_dir}",
+            "set checkpoint_bytes (total size of the weights) in the serving spec",
+        )
+        return None
+    return total, f"{model_dir}/*.safetensors"
+
+
+def memory_fit(
+    checks: Checks, model: ModelConfig, tp: int, kv_bits: int | None
+) -> MemoryFit | None:
+    """The per-GPU memory estimate at TP=tp, with its findings; None if it cannot be made."""
+    memory = _gpu_memory(checks)
+    checkpoint = _checkpoint(checks, posixpath.dirname(model.path))
+    if memory is None or checkpoint is None:
+        return None
+    gpu_memory, memory_source = memory
+    total, _ = checkpoint
+    spec = checks.spec
+    fraction = spec.mem_fraction_static or DEFAULT_MEM_FRACTION
+    fraction_source = "spec" if spec.mem_fraction_static else "pvegpu's estimate default"
+    weights = -(-total // tp)
+    if weights > gpu_memory:
+        fitting = [t for t in valid_tp_sizes(model) if -(-total // t) < gpu_memory]
+        checks.problem(
+            "model-does-not-fit",
+            f"the weights ({_gib(total)}, {model.path}) need {_gib(weights)} per GPU at "
+            f"TP={tp}, more than the {_gib(gpu_memory)} of each GPU ({memory_source})",
+            f"use a pool of at least {fitting[0]} GPUs"
+            if fitting
+            else "serve a smaller or quantized checkpoint",
+        )
+        return None
+    budget = int(gpu_memory * fraction) - weights
+    context = spec.context_length or model.max_position_embeddings
+    per_token = None if model.mla else kv_bytes_per_token(model, tp, kv_bits)
+    tokens = None if per_token is None else max(0, budget) // per_token
+    fit = MemoryFit(
+        gpu_memory_bytes=gpu_memory,
+        gpu_memory_source=memory_source,
+        mem_fraction_static=fraction,
+        mem_fraction_source=fraction_source,
+        checkpoint_bytes=total,
+        weights_per_gpu=weights,
+        budget_bytes=budget,
+        kv_bytes_per_token=per_token,
+        kv_tokens=tokens,
+        context_length=context,
+    )
+    head = (
+        f"TP={tp}: weights {_gib(weights)} per GPU of {_gib(gpu_memory)}; at "
+        f"mem_fraction_static {fraction} ({fraction_source}) {_gib(budget)} left"
+    )
+    if budget <= 0:
+        checks.finding(
+            Severity.WARNING,
+            "serving-no-kv-budget",
+            f"{head}: no room for a KV cache; raise mem_fraction_static or add GPUs",
+        )
+    elif per_token is None or tokens is None:
+        checks.finding(
+            Severity.INFO,
+            "serving-memory",
+            f"{head}; {model.path} uses latent attention (MLA), so pvegpu does not "
+            "estimate its KV cache",
+        )
+    else:
+        checks.finding(
+            Severity.INFO,
+            "serving-memory",
+            f"{head} for the KV cache: {per_token} bytes per token "
+            f"({model.full_attention_layers} KV layers) -> at most {tokens:,} tokens "
+            "(an upper bound: SGLang also reserves activations, CUDA graphs and, for "
+            "hybrid models, the recurrent state)",
+        )
+        if context is not None and tokens < context:
+            checks.finding(
+                Severity.WARNING,
+                "serving-kv-below-context",
+                f"KV cache for at most {tokens:,} tokens is less than one full context "
+                f"of {context:,}: long requests will be refused or preempted",
+            )
+    return fit
