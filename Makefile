@@ -23,8 +23,8 @@ demo: $(STAMP)
 test: lint typecheck pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src
@@ -36,6 +36,10 @@ pytest: $(STAMP)
 # qemu-system-x86 busybox-static kmod cpio dash; downloads a kernel .deb once).
 test-kernel: $(STAMP)
 	$(BIN)/pytest -m slow tests/test_split_qemu.py
+
+# Speed targets (see bench/bench.py); never checked by timed unit tests.
+bench: $(STAMP)
+	$(BIN)/python bench/bench.py
 
 golden-update: $(STAMP)
 	$(BIN)/pytest --snapshot-update

@@ -67,14 +67,21 @@ def test_deterministic(tmp_path: Path) -> None:
 def test_sizes_come_from_bytes_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Archived sizes are the bytes read, not stat's (sysfs says 4096, procfs says 0)."""
     real_lstat = Path.lstat
+    real_os_lstat = os.lstat
 
-    def lying_lstat(self: Path) -> os.stat_result:
-        st = real_lstat(self)
+    def lie(st: os.stat_result) -> os.stat_result:
         fields = list(st)
         fields[6] = 4096
         return os.stat_result(fields)
 
+    def lying_lstat(self: Path) -> os.stat_result:
+        return lie(real_lstat(self))
+
+    def lying_os_lstat(path: str) -> os.stat_result:
+        return lie(real_os_lstat(path))
+
     monkeypatch.setattr(Path, "lstat", lying_lstat)
+    monkeypatch.setattr(os, "lstat", lying_os_lstat)
     result = snapshot(FIXTURES / "mixed", tmp_path / "s.tar.gz")
     monkeypatch.undo()
     with tarfile.open(result.path) as tar:

@@ -69,15 +69,24 @@ class Tree:
 
     def __init__(self, root: Path, trace: Trace | None = None) -> None:
         self.root = root
+        self._prefix = f"{root}/"
         self.trace = trace if trace is not None else Trace()
+        # Every path is resolved component by component (to stay inside the root), so
+        # the same directories and links are looked at thousands of times: one lstat
+        # each. A discovery is one reading of the tree, so caching is exact.
+        self._stats: dict[str, os.stat_result | None] = {}
 
     def _lstat(self, rel: str) -> os.stat_result | None:
+        if rel in self._stats:
+            return self._stats[rel]
         try:
-            return (self.root / rel).lstat()
+            st: os.stat_result | None = os.lstat(self._prefix + rel)
         except (FileNotFoundError, NotADirectoryError):
-            return None
+            st = None
         except OSError as err:
             _fail("unreadable", rel, f"cannot be read: {err.strerror}")
+        self._stats[rel] = st
+        return st
 
     def resolve(self, rel: str, *, follow: bool = True) -> str | None:
         """The real path of `rel` inside the root, or None when some component is missing.
