@@ -25,8 +25,15 @@ from pvegpu.plan import plan
 from pvegpu.render import render
 from pvegpu.spec import Spec
 from pvegpu.specfile import load_spec, parse_spec
-from pvegpu.testing import DeviceSpec, HostSpec, IommuUnit, Link, NvidiaInfo, NvidiaModule
-from pvegpu.testing import write_host
+from pvegpu.testing import (
+    DeviceSpec,
+    HostSpec,
+    IommuUnit,
+    Link,
+    NvidiaInfo,
+    NvidiaModule,
+    write_host,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = {"kpro6": 0.2, "large": 1.0}
