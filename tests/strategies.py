@@ -175,6 +175,16 @@ lxc_other_raw_lines = st.tuples(
 ).map(lambda p: f"{p[0][0]}{p[1]}{p[0][1]}".rstrip())
 
 
+# CPU pinning lines a container may already have: the patch owns the cgroup2 one only
+# when asked to (a serving pool), never the inert cgroup v1 one.
+lxc_cpuset_lines = st.tuples(
+    st.sampled_from(["lxc.cgroup2.cpuset.cpus", "lxc.cgroup.cpuset.cpus"]),
+    st.sampled_from([": ", " = ", "="]),
+    st.sampled_from(["0-15", "0-31,64-95", "8"]),
+).map("".join)
+cpusets = st.sampled_from(["0-31,64-95", "32-63,96-127", "0-15"]).map(CpuList.parse)
+
+
 @st.composite
 def lxc_gpu_raw_lines(draw: st.DrawFn) -> str:
     key_sep = draw(st.sampled_from([": ", " = "]))
@@ -195,7 +205,8 @@ def _dev_value(node: str, draw: st.DrawFn) -> str:
 @st.composite
 def lxc_configs(draw: st.DrawFn) -> GuestConf:
     """A container config in any order (hand edits happen), GPU lines of both styles
-    mixed in, other devN, a pending section and snapshots that carry GPU lines too."""
+    mixed in, other devN, cpuset lines (not targets: the patch owns them only when given
+    a cpuset), a pending section and snapshots that carry GPU and cpuset lines too."""
     dev_indices = draw(st.lists(st.integers(0, 20), unique=True, max_size=8))
     main: list[tuple[str, bool]] = []
     taken: set[int] = set()
@@ -209,6 +220,7 @@ def lxc_configs(draw: st.DrawFn) -> GuestConf:
             taken.add(index)
     main += [(line, False) for line in draw(st.lists(lxc_normal_lines, max_size=6))]
     main += [(line, False) for line in draw(st.lists(lxc_other_raw_lines, max_size=4))]
+    main += [(line, False) for line in draw(st.lists(lxc_cpuset_lines, max_size=2))]
     main += [(line, True) for line in draw(st.lists(lxc_gpu_raw_lines(), max_size=6))]
     main += [(line, False) for line in draw(st.lists(descriptions, max_size=2))]
     main += [("", False)] * draw(st.integers(0, 1))
@@ -235,6 +247,7 @@ def lxc_configs(draw: st.DrawFn) -> GuestConf:
         rest += "\n[pve:pending]\n" + "".join(f"{line}\n" for line in lines)
     for name in draw(st.lists(st.sampled_from(["pre-split", "daily_1", "Before8"]), unique=True)):
         body = ["dev0: /dev/nvidia0,mode=0666", "lxc.cgroup2.devices.allow: c 195:* rwm"]
+        body += ["lxc.cgroup2.cpuset.cpus: 0-7"]
         body += ["snaptime: 1700000000", f"#snapshot {name}"]
         rest += f"\n[{name}]\n" + "".join(f"{line}\n" for line in body)
     # An unterminated last line only exists as the last non-empty line of a file.
@@ -243,6 +256,26 @@ def lxc_configs(draw: st.DrawFn) -> GuestConf:
 
 
 MAPPING = "pro6000-vm"
+MAPPED_PATHS = ("0000:81:00", "0000:91:00", "0000:e1:00.0")
+"""pci.cfg paths of MAPPING on the node: two whole slots and one function alone."""
+# hostpci values naming only devices of MAPPED_PATHS by raw host address, in every
+# spelling qemu-server takes; the patch turns them into mapping lines.
+_MAPPED_RAW = (
+    "0000:81:00,pcie=1,x-vga=1",
+    "0000:81:00.0",
+    "81:00.0;81:00.1,rombar=0",
+    "host=0000:91:00,romfile=vbios.bin",
+    "0000:91:00.0;0000:91:00.1,pcie=1",
+    "0000:e1:00.0,x-vga=1",
+)
+# Near misses: another slot, device, domain, or a function the mapping does not hand over.
+_OTHER_RAW = (
+    "0000:c1:00,pcie=1",
+    "host=0000:41:00.0",
+    "0000:81:01.0",
+    "0001:81:00",
+    "0000:e1:00.1,pcie=1",
+)
 
 vm_normal_lines = st.sampled_from(
     [
@@ -263,16 +296,20 @@ vm_normal_lines = st.sampled_from(
 
 @st.composite
 def vm_configs(draw: st.DrawFn) -> GuestConf:
-    """A VM config with hostpci lines of the patched mapping (targets) and of others."""
+    """A VM config with hostpci lines of the patched mapping (targets: by mapping, or by
+    raw address of a device in MAPPED_PATHS) and of other devices and mappings."""
     indices = draw(st.lists(st.integers(0, 15), unique=True, max_size=8))
     main: list[tuple[str, bool]] = []
     taken: set[int] = set()
     for index in indices:
-        if draw(st.booleans()):
+        kind = draw(st.sampled_from(["mapping", "mapped-raw", "other"]))
+        if kind == "mapping":
             options = draw(st.sampled_from(["", ",pcie=1", ",pcie=1,rombar=0"]))
             main.append((f"hostpci{index}: mapping={MAPPING}{options}", True))
+        elif kind == "mapped-raw":
+            main.append((f"hostpci{index}: {draw(st.sampled_from(_MAPPED_RAW))}", True))
         else:
-            value = draw(st.sampled_from(["0000:c1:00,pcie=1", "mapping=nic", "host=0000:41:00.0"]))
+            value = draw(st.sampled_from([*_OTHER_RAW, "mapping=nic"]))
             main.append((f"hostpci{index}: {value}", False))
             taken.add(index)
     main += [(line, False) for line in draw(st.lists(vm_normal_lines, max_size=6, unique=True))]

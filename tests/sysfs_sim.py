@@ -40,10 +40,12 @@ import attrs
 
 from pvegpu.discover import discover
 from pvegpu.model import Plan
+from pvegpu.pipeline import discover_for
 from pvegpu.plan import host_driver, plan
-from pvegpu.specfile import parse_spec
+from pvegpu.specfile import load_spec, parse_spec
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures" / "sysfs"
 
 KPRO6_SPEC = """\
 node = "kpro6"
@@ -65,12 +67,32 @@ vfio = { vm = { vmid = 200 } }
 
 def fixture_plan(name: str, spec: str = KPRO6_SPEC) -> Plan:
     """The plan pvegpu makes for a committed fixture host (discover + plan, no mocks)."""
-    return plan(discover(FIXTURES / name), parse_spec(spec, f"{name}.toml"))
+    return root_plan(FIXTURES / name, spec, name)
+
+
+def root_plan(root: Path, spec: str = KPRO6_SPEC, name: str = "kpro6") -> Plan:
+    """The plan pvegpu makes for the host tree at `root` (discover + plan, no mocks)."""
+    return plan(discover(root), parse_spec(spec, f"{name}.toml"))
+
+
+def example_plan(name: str) -> Plan:
+    """The plan for examples/<name>.toml on the fixture host of the same name, as the
+    CLI makes it (discovery with the spec's serving files)."""
+    spec = load_spec(REPO / "examples" / f"{name}.toml")
+    return plan(discover_for(spec, FIXTURES / name), spec)
 
 
 def natural_drivers(split_plan: Plan) -> dict[str, str | None]:
-    """address -> the driver that binds a function when nothing overrides it."""
-    return {str(f.address): host_driver(f) for f in split_plan.facts.functions}
+    """address -> the driver that binds a function when nothing overrides it.
+
+    The one discovery saw it bound to, unless a driver_override put it there: on the
+    workstation that is vfio-pci for the A4000, whose ids the kernel command line gives
+    to vfio-pci (`vfio-pci.ids=`), so a probe binds it there again. Else its host driver.
+    """
+    return {
+        str(f.address): f.driver if f.driver and not f.driver_override else host_driver(f)
+        for f in split_plan.facts.functions
+    }
 
 
 # --------------------------------------------------------------- the host, as it changes

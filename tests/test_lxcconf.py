@@ -8,10 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pvegpu.errors import RenderError
+from pvegpu.pci import CpuList
 from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import ConfLine, split_sections
 from pvegpu.spec import DeviceStyle
-from strategies import LXC_MAJORS, NVIDIA_UVM_MAJOR, GuestConf, kpro6, lxc_configs
+from strategies import LXC_MAJORS, NVIDIA_UVM_MAJOR, GuestConf, cpusets, kpro6, lxc_configs
 
 # LXC 129 on kpro6 before the split: all eight GPUs, raw style, `195:*` and the uvm major.
 BEFORE = """\
@@ -249,6 +250,74 @@ def test_out_of_dev_slots_is_refused() -> None:
         lxcconf.patch_gpu_lines(text, lxcconf.dev_style([0]))
 
 
+NODE0 = CpuList.parse("0-31,64-95")
+
+
+def _raw(text: str) -> list[str]:
+    return [line for line in split_sections(text)[0].text.splitlines() if line.startswith("lxc.")]
+
+
+def test_cpuset_goes_with_the_raw_lines_dev_style() -> None:
+    """dev style: the cpuset line takes the place of the old raw GPU lines, alone."""
+    out = lxcconf.patch_gpu_lines(BEFORE, lxcconf.dev_style([0, 1, 2, 3]), MAJORS, cpuset=NODE0)
+    assert _raw(out) == [
+        "lxc.apparmor.profile: unconfined",
+        "lxc.cgroup2.cpuset.cpus: 0-31,64-95",
+        "lxc.mount.entry: /tank/hf-cache root/.cache/huggingface none bind,create=dir",
+    ]
+    assert out.split("\n[pre-split]\n")[1] == BEFORE.split("\n[pre-split]\n")[1]
+
+
+def test_cpuset_heads_the_raw_gpu_block() -> None:
+    """raw style: one block, cpuset first, where the first old raw GPU line was."""
+    out = lxcconf.patch_gpu_lines(BEFORE, lxcconf.raw_style([0], 509), MAJORS, cpuset=NODE0)
+    assert _raw(out)[1:3] == [
+        "lxc.cgroup2.cpuset.cpus: 0-31,64-95",
+        "lxc.cgroup2.devices.allow: c 195:0 rwm",
+    ]
+
+
+def test_existing_cpuset_lines_are_replaced_once() -> None:
+    """Every cgroup2 cpuset line of main goes (either separator); one line takes the place
+    of the first; the inert cgroup v1 line and the snapshot's line stay."""
+    text = (
+        "arch: amd64\n"
+        "lxc.cgroup2.cpuset.cpus = 0-7\n"
+        "lxc.apparmor.profile: unconfined\n"
+        "lxc.cgroup.cpuset.cpus: 0-3\n"
+        "lxc.cgroup2.cpuset.cpus: 8-15\n"
+        "\n[snap]\nlxc.cgroup2.cpuset.cpus: 0-7\nsnaptime: 1\n"
+    )
+    out = lxcconf.patch_gpu_lines(text, lxcconf.dev_style([]), cpuset=NODE0)
+    assert out == (
+        "arch: amd64\n"
+        "dev0: /dev/nvidiactl,mode=0666\n"
+        "dev1: /dev/nvidia-uvm,mode=0666\n"
+        "dev2: /dev/nvidia-uvm-tools,mode=0666\n"
+        "lxc.cgroup2.cpuset.cpus: 0-31,64-95\n"
+        "lxc.apparmor.profile: unconfined\n"
+        "lxc.cgroup.cpuset.cpus: 0-3\n"
+        "\n[snap]\nlxc.cgroup2.cpuset.cpus: 0-7\nsnaptime: 1\n"
+    )
+
+
+def test_cpuset_line_is_left_alone_without_a_cpuset() -> None:
+    """A pool that pins nothing does not own the container's cpuset line."""
+    text = "arch: amd64\nlxc.cgroup2.cpuset.cpus: 0-7\n"
+    out = lxcconf.patch_gpu_lines(text, lxcconf.raw_style([0], 509))
+    assert _raw(out)[0] == "lxc.cgroup2.cpuset.cpus: 0-7"
+    assert sum("cpuset" in line for line in _raw(out)) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "cores"),
+    [("cores: 96\n", 96), ("arch: amd64\n", None), ("cores: x\n", None), ("#cores: 4\n", None)],
+)
+def test_cores_of_the_main_section(text: str, cores: int | None) -> None:
+    """`cores:` as a number, None when unset or unreadable; snapshots do not count."""
+    assert lxcconf.cores(text + "\n[snap]\ncores: 2\n") == cores
+
+
 new_lines = st.one_of(
     st.lists(st.integers(0, 7), unique=True, max_size=4).map(lxcconf.dev_style),
     st.lists(st.integers(0, 7), unique=True, max_size=4).map(
@@ -257,8 +326,9 @@ new_lines = st.one_of(
 )
 
 
-def _expected_lines(new: lxcconf.GpuLines) -> list[str]:
-    return [f"{k}: {v}" for k, v in new.raw]
+def _expected_lines(new: lxcconf.GpuLines, cpuset: CpuList | None = None) -> list[str]:
+    head = [f"{lxcconf.CPUSET}: {cpuset}"] if cpuset is not None else []
+    return head + [f"{k}: {v}" for k, v in new.raw]
 
 
 def _main_lines(text: str, rest: str) -> list[str]:
@@ -267,30 +337,42 @@ def _main_lines(text: str, rest: str) -> list[str]:
     return lines[:-1] if lines[-1] == "" else lines
 
 
-@given(lxc_configs(), new_lines)
-def test_patch_is_idempotent(conf: GuestConf, new: lxcconf.GpuLines) -> None:
-    """Patching a patched config again changes nothing."""
-    once = lxcconf.patch_gpu_lines(conf.text, new, LXC_MAJORS)
-    assert lxcconf.patch_gpu_lines(once, new, LXC_MAJORS) == once
+@given(lxc_configs(), new_lines, st.none() | cpusets)
+def test_patch_is_idempotent(
+    conf: GuestConf, new: lxcconf.GpuLines, cpuset: CpuList | None
+) -> None:
+    """Patching a patched config again changes nothing, with or without a cpuset."""
+    once = lxcconf.patch_gpu_lines(conf.text, new, LXC_MAJORS, cpuset=cpuset)
+    assert lxcconf.patch_gpu_lines(once, new, LXC_MAJORS, cpuset=cpuset) == once
 
 
-@given(lxc_configs(), new_lines)
-def test_patch_keeps_everything_but_gpu_lines(conf: GuestConf, new: lxcconf.GpuLines) -> None:
+_CPUSET_LINE = re.compile(r"^lxc\.cgroup2\.cpuset\.cpus\s*[:=]")
+
+
+@given(lxc_configs(), new_lines, st.none() | cpusets)
+def test_patch_keeps_everything_but_gpu_lines(
+    conf: GuestConf, new: lxcconf.GpuLines, cpuset: CpuList | None
+) -> None:
     """Other main lines keep their order and bytes; pending and snapshots are untouched;
-    the main section's GPU lines are exactly the new ones, on free dev indices."""
-    out = lxcconf.patch_gpu_lines(conf.text, new, LXC_MAJORS)
+    the main section's GPU lines are exactly the new ones, on free dev indices; with a
+    cpuset, the one cgroup2 cpuset line is the new one."""
+    out = lxcconf.patch_gpu_lines(conf.text, new, LXC_MAJORS, cpuset=cpuset)
     lines = _main_lines(out, conf.rest)
     dev = re.compile(r"^dev(\d+): (.*)$")
     added_dev = [
         (int(m[1]), m[2]) for line in lines if (m := dev.match(line)) and m[2] in new.devices
     ]
-    added_raw = [line for line in lines if line in _expected_lines(new)]
+    expected = _expected_lines(new, cpuset)
+    added_raw = [line for line in lines if line in expected]
     assert [value for _, value in added_dev] == list(new.devices)
-    assert added_raw == _expected_lines(new)
+    assert added_raw == expected
     assert not {index for index, _ in added_dev} & conf.taken
+    if cpuset is not None:
+        assert [line for line in lines if _CPUSET_LINE.match(line)] == [expected[0]]
     kept = [
         line
         for line in lines
         if line not in added_raw and not ((m := dev.match(line)) and m[2] in new.devices)
     ]
-    assert kept == conf.others
+    owned = cpuset is not None
+    assert kept == [line for line in conf.others if not (owned and _CPUSET_LINE.match(line))]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from pvegpu.errors import RenderError
 from pvegpu.pci import CpuList
 from pvegpu.pvefiles import qemuconf
-from strategies import MAPPING, GuestConf, vm_configs
+from strategies import MAPPED_PATHS, MAPPING, GuestConf, vm_configs
 
 # A SEV-SNP guest on kpro6 as `qm create` leaves it, one leftover raw hostpci line.
 VM = """\
@@ -148,6 +148,128 @@ def test_snippet_for_a_missing_vm() -> None:
     assert "qm create 140 --machine q35" in text
 
 
+# VM 110 on the workstation: the A4000 passed by raw address before it had a mapping.
+WORKSTATION = """\
+#Windows workstation VM with the A4000
+bios: ovmf
+cores: 16
+hostpci0: 0000:39:00,pcie=1,x-vga=1
+hostpci1: 0000:17:00.0
+machine: pc-q35-9.0
+memory: 65536
+
+[PENDING]
+hostpci2: 0000:39:00
+
+[before-gpu]
+hostpci0: 0000:39:00,pcie=1,x-vga=1
+snaptime: 1700000000
+"""
+A4000 = ("0000:39:00",)
+
+
+def _hostpci(text: str) -> list[str]:
+    return [line for line in main_keys(text) if line.startswith("hostpci")]
+
+
+def test_raw_address_of_a_mapped_device_becomes_the_mapping_in_place() -> None:
+    """The raw line for the mapped GPU turns into the mapping line: same index, x-vga kept."""
+    patched = qemuconf.patch_hostpci(WORKSTATION, "a4000", 1, mapped=A4000)
+    assert _hostpci(patched.text) == [
+        "hostpci0: mapping=a4000,pcie=1,x-vga=1",
+        "hostpci1: 0000:17:00.0",
+    ]
+    assert (patched.indices, patched.converted) == ((0,), (0,))
+    # Pending and snapshot sections still name the raw address: they are other states.
+    assert patched.text.endswith(WORKSTATION[WORKSTATION.index("\n[PENDING]") :])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "0000:39:00",
+        "0000:39:00.0",
+        "39:00.0",
+        "0000:39:00.1",
+        "host=0000:39:00.0",
+        "0000:39:00.0;0000:39:00.1",
+        "0000:39:00.0;39:00.1",
+    ],
+)
+def test_every_spelling_of_a_mapped_device_is_recognised(value: str) -> None:
+    """Slot or function, with or without domain, `host=` or default key, `;` lists."""
+    text = f"cores: 1\nhostpci3: {value},rombar=0,romfile=a4000.rom\nmachine: q35\n"
+    patched = qemuconf.patch_hostpci(text, "a4000", 1, mapped=A4000)
+    assert _hostpci(patched.text) == ["hostpci3: mapping=a4000,pcie=1,rombar=0,romfile=a4000.rom"]
+    assert patched.converted == (3,)
+
+
+@pytest.mark.parametrize(
+    ("value", "mapped"),
+    [
+        ("0000:3a:00", A4000),
+        ("0000:39:01.0", A4000),
+        ("0001:39:00.0", A4000),
+        # The mapping hands over only .0 (audio in its own IOMMU group): .1 stays raw.
+        ("0000:39:00.1", ("0000:39:00.0",)),
+        ("mapping=nic", A4000),
+        ("0000:39:00", ()),
+    ],
+)
+def test_raw_line_of_a_device_outside_the_mapping_stays(
+    value: str, mapped: tuple[str, ...]
+) -> None:
+    """Other slots, other functions, other mappings, or no mapped paths: left untouched."""
+    text = f"cores: 1\nhostpci0: {value},pcie=1\nmachine: q35\n"
+    patched = qemuconf.patch_hostpci(text, "a4000", 1, mapped=mapped)
+    assert _hostpci(patched.text) == [f"hostpci0: {value},pcie=1", "hostpci1: mapping=a4000,pcie=1"]
+    assert patched.converted == ()
+
+
+def test_raw_function_against_a_function_path_is_recognised() -> None:
+    """A mapping of `;`-listed functions claims a raw line naming their slot."""
+    text = "hostpci0: 0000:39:00\n"
+    patched = qemuconf.patch_hostpci(text, "a4000", 1, mapped=["0000:39:00.0;0000:39:00.1"])
+    assert _hostpci(patched.text) == ["hostpci0: mapping=a4000"]
+
+
+def test_raw_line_mixing_mapped_and_other_devices_is_refused() -> None:
+    """A `;` list of the mapped GPU and a foreign device cannot be split: refused by line."""
+    text = WORKSTATION.replace("0000:39:00,pcie=1", "0000:39:00.0;0000:17:00.0,pcie=1", 1)
+    with pytest.raises(RenderError) as caught:
+        qemuconf.patch_hostpci(text, "a4000", 1, mapped=A4000, subject="110.conf")
+    (problem,) = caught.value.problems
+    assert (problem.code, problem.subject) == ("vm-hostpci-mixed", "110.conf line 4")
+    assert "`hostpci0: 0000:39:00.0;0000:17:00.0,pcie=1,x-vga=1`" in problem.message
+    assert "0000:17:00.0" in problem.fix
+
+
+def test_replaced_lines_keep_their_indices() -> None:
+    """Each replaced line keeps its index and options; more lines than devices: the
+    lowest indices stay, the rest go; fewer: new lines take the lowest free indices."""
+    text = (
+        "hostpci2: 0000:81:00,x-vga=1\n"
+        "hostpci5: mapping=pro6000-vm,rombar=0\n"
+        "hostpci7: 0000:91:00.0\n"
+    )
+    mapped = ["0000:81:00", "0000:91:00"]
+    two = qemuconf.patch_hostpci(text, MAPPING, 2, mapped=mapped)
+    assert _hostpci(two.text) == [
+        "hostpci2: mapping=pro6000-vm,x-vga=1",
+        "hostpci5: mapping=pro6000-vm,rombar=0",
+    ]
+    four = qemuconf.patch_hostpci(text, MAPPING, 4, mapped=mapped)
+    assert four.indices == (0, 2, 5, 7)
+    assert _hostpci(four.text)[0] == "hostpci0: mapping=pro6000-vm"
+
+
+def test_replaced_index_taken_by_pending_gives_its_options_to_a_new_index() -> None:
+    """A pending change on a replaced line's index wins at the next start: not reused."""
+    text = "hostpci1: 0000:81:00,x-vga=1\n\n[PENDING]\nhostpci1: mapping=other\n"
+    patched = qemuconf.patch_hostpci(text, MAPPING, 1, mapped=["0000:81:00"])
+    assert _hostpci(patched.text) == ["hostpci0: mapping=pro6000-vm,x-vga=1"]
+
+
 def _mapping_lines(text: str) -> list[str]:
     main = text.split("\n[")[0]
     return [
@@ -157,20 +279,39 @@ def _mapping_lines(text: str) -> list[str]:
 
 @given(vm_configs(), st.integers(1, 6), st.booleans())
 def test_patch_is_idempotent(conf: GuestConf, count: int, numa: bool) -> None:
-    """Patching the patched config again changes nothing."""
+    """Patching the patched config again changes nothing, raw lines of mapped devices too."""
     pin = NODE1 if numa else None
-    once = qemuconf.patch_hostpci(conf.text, MAPPING, count, numa=pin).text
-    assert qemuconf.patch_hostpci(once, MAPPING, count, numa=pin).text == once
+    once = qemuconf.patch_hostpci(conf.text, MAPPING, count, numa=pin, mapped=MAPPED_PATHS).text
+    again = qemuconf.patch_hostpci(once, MAPPING, count, numa=pin, mapped=MAPPED_PATHS)
+    assert again.text == once
+    assert again.converted == ()
+
+
+def _index_and_options(line: str) -> tuple[int, list[str]]:
+    """A generated hostpci line's index and the options a replacement keeps."""
+    key, _, value = line.partition(": ")
+    own = ("mapping", "pcie", "host")
+    kept = [p for p in value.split(",")[1:] if p.partition("=")[0] not in own]
+    return int(key.removeprefix("hostpci")), kept
 
 
 @given(vm_configs(), st.integers(1, 6))
 def test_patch_keeps_other_lines(conf: GuestConf, count: int) -> None:
-    """Only the mapping's hostpci lines change: count of them, on indices nobody else uses."""
-    out = qemuconf.patch_hostpci(conf.text, MAPPING, count)
+    """Only the mapping's lines (by mapping or by raw address of a mapped device) change:
+    count of them, on indices nobody else uses, replaced ones in place with their options."""
+    out = qemuconf.patch_hostpci(conf.text, MAPPING, count, mapped=MAPPED_PATHS)
     assert out.text.endswith(conf.rest)
     ours = _mapping_lines(out.text)
     assert len(ours) == count
     assert not set(out.indices) & conf.taken
+    replaced = sorted(_index_and_options(line) for line, target in conf.main if target)
+    reusable = [(i, opts) for i, opts in replaced if i not in conf.taken][:count]
+    for index, options in reusable:
+        assert (
+            f"hostpci{index}: {qemuconf.hostpci_value(MAPPING, out.pcie, ','.join(options))}"
+            in ours
+        )
+    assert not [line for line in ours if "0000:" in line]
     # split("\n"), not splitlines(): descriptions may hold \x85 and friends.
     main = out.text[: len(out.text) - len(conf.rest)].split("\n")[:-1]
     assert [line for line in main if line not in ours] == conf.others

@@ -2,7 +2,8 @@
 
 The plan is pvegpu's own for the kpro6 fixture (NUMA 0 stays on nvidia for LXC 129,
 NUMA 1 goes to vfio-pci); the script runs on a copy of that host's sys/ tree, and every
-write it makes is recorded in order.
+write it makes is recorded in order. The workstation (an A4000 that vfio-pci.ids= binds
+before any split) and the mixed host (a Radeon on amdgpu) run their examples/ plans.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from sysfs_sim import (
     KernelSim,
     Write,
     copy_host,
+    example_plan,
     fixture_plan,
     iommu_off,
     move_to_group,
@@ -100,6 +103,27 @@ def script(kpro6_plan: Plan, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@cache
+def _example(name: str) -> tuple[Plan, str]:
+    plan = example_plan(name)
+    artifact = next(a for a in render_split(plan) if a.path == SCRIPT_PATH)
+    return plan, artifact.content
+
+
+@pytest.fixture
+def example_script(tmp_path: Path) -> Callable[[str], tuple[Plan, Path]]:
+    """`example_script(name)`: the plan for examples/<name>.toml and its script, on disk."""
+
+    def make(name: str, edit: Callable[[str], str] = lambda text: text) -> tuple[Plan, Path]:
+        plan, content = _example(name)
+        path = tmp_path / f"{name}-pvegpu-vfio-split"
+        path.write_text(edit(content))
+        path.chmod(0o755)
+        return plan, path
+
+    return make
+
+
 @pytest.fixture
 def scratch(tmp_path: Path) -> Iterator[Path]:
     """Where host copies go: tmpfs when there is one (1300 small files: 0.1 s, not 1 s)."""
@@ -118,12 +142,15 @@ def host(scratch: Path, kpro6_plan: Plan) -> Iterator[Callable[..., KernelSim]]:
     sims: list[KernelSim] = []
 
     def make(
-        name: str = "kpro6", edit: Callable[[Path], None] | None = None, **options: Any
+        name: str = "kpro6",
+        edit: Callable[[Path], None] | None = None,
+        plan: Plan | None = None,
+        **options: Any,
     ) -> KernelSim:
         root = copy_host(name, scratch / f"host{len(sims)}")
         if edit is not None:
             edit(root)
-        sim = KernelSim(root, natural_drivers(kpro6_plan), **options)
+        sim = KernelSim(root, natural_drivers(plan or kpro6_plan), **options)
         sims.append(sim)
         return sim
 
@@ -251,6 +278,118 @@ def test_revert_on_split_host(host: Callable[..., KernelSim], script: Path) -> N
     assert list(result.writes) == REVERT
     assert all(sim.state()[a] == (host_driver_of(a), None) for a in VM + HOST)
     assert_clean(sim)
+
+
+# The workstation's A4000 (39:00.0) and its audio are on vfio-pci before any split:
+# vfio-pci.ids= on the kernel command line binds them, with no driver_override.
+A4000 = ("0000:39:00.0", "0000:39:00.1")
+
+
+@pytest.mark.parametrize("name", ["kpro6", "workstation", "mixed"])
+def test_revert_restores_what_discovery_saw(
+    host: Callable[..., KernelSim],
+    example_script: Callable[..., tuple[Plan, Path]],
+    name: str,
+) -> None:
+    """bind then revert leaves every function on the driver discovery saw, no override;
+    a second revert writes nothing."""
+    plan, script = example_script(name)
+    sim = host(name, plan=plan)
+    before = sim.state()
+    assert {str(f.address): f.driver for f in plan.facts.functions} == {
+        a: drv for a, (drv, _) in before.items()
+    }
+    bound = sim.run(script, "bind")
+    assert bound.rc == 0, bound.stderr
+    result = sim.run(script, "revert")
+    assert result.rc == 0, result.stderr
+    assert sim.state() == before
+    assert_clean(sim)
+    again = sim.run(script, "revert")
+    assert (again.rc, again.writes) == (0, ())
+
+
+def test_workstation_revert_leaves_ids_bound_functions_on_vfio_pci(
+    host: Callable[..., KernelSim], example_script: Callable[..., tuple[Plan, Path]]
+) -> None:
+    """A4000 + audio were on vfio-pci before the split: bind only pins them, revert only
+    clears the pins (no unbind, no probe) and checks they are still on vfio-pci."""
+    plan, script = example_script("workstation")
+    assert "\n0000:39:00.0 10de:24b0 -1 6 vfio-pci\n0000:39:00.1 10de:228b -1 6 vfio-pci\n" in (
+        script.read_text()
+    )
+    sim = host("workstation", plan=plan)
+    bound = sim.run(script, "bind")
+    assert bound.rc == 0, bound.stderr
+    assert list(bound.writes) == [MODPROBE, *(override(a, "vfio-pci") for a in A4000)]
+    assert "0000:39:00.0: on vfio-pci, override set" in bound.stdout
+    result = sim.run(script, "revert")
+    assert result.rc == 0, result.stderr
+    assert list(result.writes) == [override(a, "") for a in A4000]
+    assert all(sim.state()[a] == ("vfio-pci", None) for a in A4000)
+    assert "0000:39:00.0: on vfio-pci without override, as before the split" in result.stdout
+    assert_clean(sim)
+
+
+def test_workstation_revert_probes_an_unbound_function_back_to_vfio_pci(
+    host: Callable[..., KernelSim], example_script: Callable[..., tuple[Plan, Path]]
+) -> None:
+    """Left unbound with its pin (an unbind finished late), the A4000 is probed and lands
+    on vfio-pci again, where ids= takes it."""
+    plan, script = example_script("workstation")
+
+    def split_then_unbound(root: Path) -> None:
+        for address in A4000:
+            set_attr(root, address, "driver_override", "vfio-pci")
+        (root / "sys/bus/pci/devices/0000:39:00.0/driver").unlink()
+        (root / "sys/bus/pci/drivers/vfio-pci/0000:39:00.0").unlink()
+
+    sim = host("workstation", edit=split_then_unbound, plan=plan)
+    result = sim.run(script, "revert")
+    assert result.rc == 0, result.stderr
+    assert list(result.writes) == [
+        override(A4000[0], ""),
+        Write("drivers_probe", f"{A4000[0]}\n"),
+        override(A4000[1], ""),
+    ]
+    assert all(sim.state()[a] == ("vfio-pci", None) for a in A4000)
+    assert_clean(sim)
+
+
+def test_workstation_revert_to_vendor_driver_fails(
+    host: Callable[..., KernelSim], example_script: Callable[..., tuple[Plan, Path]]
+) -> None:
+    """Control: naming nvidia as the A4000's revert target (the old data) unbinds it, the
+    probe puts it back on vfio-pci by ids=, and the script exits 5."""
+    plan, script = example_script(
+        "workstation", lambda text: text.replace(" -1 6 vfio-pci\n", " -1 6 nvidia\n", 1)
+    )
+    sim = host("workstation", plan=plan)
+    assert sim.run(script, "bind").rc == 0
+    result = sim.run(script, "revert")
+    assert result.rc == 5
+    assert "0000:39:00.0: did not come back to nvidia (driver now: vfio-pci)" in result.stderr
+
+
+def test_mixed_moves_the_radeon_from_amdgpu_and_back(
+    host: Callable[..., KernelSim], example_script: Callable[..., tuple[Plan, Path]]
+) -> None:
+    """mixed: the Radeon's data names amdgpu; bind unbinds it from amdgpu, revert returns
+    it there and its audio to snd_hda_intel."""
+    plan, script = example_script("mixed")
+    assert "\n0000:04:00.0 1002:744c 0 7 amdgpu\n0000:04:00.1 1002:ab30 0 7 snd_hda_intel\n" in (
+        script.read_text()
+    )
+    sim = host("mixed", plan=plan)
+    bound = sim.run(script, "bind")
+    assert bound.rc == 0, bound.stderr
+    assert Write("drivers/amdgpu/unbind", "0000:04:00.0\n") in bound.writes
+    assert "0000:04:00.0: amdgpu -> vfio-pci" in bound.stdout
+    result = sim.run(script, "revert")
+    assert result.rc == 0, result.stderr
+    assert "0000:04:00.0: vfio-pci -> amdgpu" in result.stdout
+    assert sim.state()["0000:04:00.0"] == ("amdgpu", None)
+    assert sim.state()["0000:04:00.1"] == ("snd_hda_intel", None)
 
 
 CHANGED_HOSTS: dict[str, tuple[Callable[[Path], None], str]] = {

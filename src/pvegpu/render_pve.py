@@ -15,7 +15,7 @@ import attrs
 
 from pvegpu.artifact import REVIEW, Artifact
 from pvegpu.errors import Problem, RenderError
-from pvegpu.facts import HostFacts
+from pvegpu.facts import HostFacts, NumaNode
 from pvegpu.model import PciMapping, Plan, Pool
 from pvegpu.pvefiles import lxcconf, pcicfg, qemuconf
 from pvegpu.pvefiles.guestconf import split_sections
@@ -59,6 +59,20 @@ def _count_gpu_lines(text: str, majors: frozenset[int]) -> int:
     return sum(lxcconf.is_gpu_line(line, majors) for line in main.lines)
 
 
+def _serving_cpus(facts: HostFacts, pool: Pool) -> NumaNode | None:
+    """The NUMA node whose CPUs the container's serving unit is pinned to, if any.
+
+    The same rule as the unit's CPUAffinity: a serving section and all GPUs on one node
+    that the facts know CPUs of. Then the container's cpuset must hold those CPUs, or
+    systemd cannot apply the affinity inside it.
+    """
+    nodes = set(pool.numa_nodes)
+    if pool.serving is None or len(nodes) != 1 or None in nodes:
+        return None
+    node = next((n for n in facts.numa_nodes if n.id in nodes), None)
+    return node if node is not None and node.cpus else None
+
+
 def render_lxc_configs(plan: Plan) -> tuple[Artifact, ...]:
     """One patched etc/pve/lxc/<vmid>.conf per container pool."""
     facts = plan.facts
@@ -85,17 +99,33 @@ def render_lxc_configs(plan: Plan) -> tuple[Artifact, ...]:
             uvm_major=uvm_major,
             subject=container.config_path,
         )
+        numa = _serving_cpus(facts, pool)
+        cpuset = numa.cpus if numa is not None else None
         base = container.config.content
-        content = lxcconf.patch_gpu_lines(base, lines, majors)
+        content = lxcconf.patch_gpu_lines(base, lines, majors, cpuset=cpuset)
         nodes = ", ".join(f"nvidia{g.nvidia_minor}" for g in pool.gpus)
         if content == base:
             reason = f"LXC {container.vmid} already has exactly these GPU lines ({nodes})"
+            if numa is not None:
+                reason += f" and CPU set (NUMA node {numa.id})"
         else:
             style = "devN entries" if container.devices is DeviceStyle.DEV else "raw lxc.* lines"
             old = _count_gpu_lines(base, majors)
             reason = (
-                f"LXC {container.vmid}: GPUs {nodes} + nvidiactl, nvidia-uvm, nvidia-uvm-tools as {style}, "
-                f"replacing {old} old GPU line(s); other lines and snapshots kept"
+                f"LXC {container.vmid}: GPUs {nodes} + nvidiactl, nvidia-uvm, nvidia-uvm-tools "
+                f"as {style}, replacing {old} old GPU line(s)"
+            )
+            if numa is not None:
+                reason += (
+                    f"; {lxcconf.CPUSET}: {numa.cpus} pins the container to NUMA node "
+                    f"{numa.id}, the serving unit's CPUAffinity"
+                )
+            reason += "; other lines and snapshots kept"
+        cores = lxcconf.cores(content)
+        if numa is not None and cores is not None and cores > len(numa.cpus):
+            # The pinned cpuset caps the container at the node's CPUs whatever `cores` says.
+            reason += (
+                f"; cores: {cores} > {len(numa.cpus)} CPUs of NUMA node {numa.id}: lower cores"
             )
         if container.devices is DeviceStyle.DEV and uvm_major is None:
             # Proxmox stats each devN node at start; a missing /dev/nvidia-uvm fails it.
@@ -195,11 +225,27 @@ def render_vm_configs(plan: Plan) -> tuple[Artifact, ...]:
                 f"VM {vm.vmid} does not exist: lines to add once it is created (q35)",
                 target=REVIEW,
             )
+        mapping = _pool_mapping(facts, pool)
+        assert mapping is not None  # pool.mapping is set, checked above; for mypy
+        # What the mapping hands over on this node, exactly as pci.cfg will say it: a raw
+        # hostpci line for one of these devices is the same device a second time.
+        mapped = [m.path for m in mapping.maps if m.node == facts.node]
         patched = qemuconf.patch_hostpci(
-            vm.config.content, pool.mapping.id, pool.size, numa=pin, subject=vm.config_path
+            vm.config.content,
+            pool.mapping.id,
+            pool.size,
+            numa=pin,
+            mapped=mapped,
+            subject=vm.config_path,
         )
         reason = f"VM {vm.vmid}: {_span(patched.indices)} use mapping {pool.mapping.id}"
         reason += ", pcie=1" if patched.pcie else ""
+        if patched.converted:
+            # A raw hostpci line disappears from the diff: say that it became the mapping.
+            reason += (
+                f"; raw host address of the pool's GPU on {_span(patched.converted)} "
+                "replaced by the mapping, options kept"
+            )
         if pin is not None:
             reason += f"; pinned to NUMA node {pin.hostnode} (numa0, affinity {pin.cpus})"
         if not patched.pcie:

@@ -4,6 +4,10 @@ Only the script touches sysfs; the unit and the modprobe.d file decide when it r
 What the script checks before its first write (address, vendor:device, NUMA node, IOMMU
 group and its members) is baked into it as data, so it refuses a host that no longer
 looks like the one it was generated for (a BIOS update or a moved card renumbers slots).
+So is where `revert` takes each VM function: the driver it was on before the split.
+
+Rendering again over a host that holds these files (discovery reads them) patches them:
+each artifact's `base` is the installed file, so the revert bundle restores it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import attrs
 from pvegpu.artifact import HOST, Artifact
 from pvegpu.errors import Problem, RenderError
 from pvegpu.facts import HostFacts, PciFunction
-from pvegpu.model import Plan, Pool
+from pvegpu.model import VFIO_DRIVER, Plan, Pool
 from pvegpu.pci import PciAddress
 from pvegpu.plan import host_driver
 from pvegpu.templating import render_template
@@ -48,6 +52,9 @@ class _Group:
     gpu: PciAddress | None
     members: tuple[PciFunction, ...]
     host_drivers: tuple[str | None, ...]
+    """Per member, the driver that claims it when nothing overrides it (the softdeps)."""
+    revert_drivers: tuple[str | None, ...]
+    """Per member, the driver `revert` returns it to (revert_driver)."""
 
 
 @attrs.frozen
@@ -69,6 +76,10 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
     _refuse_overlap(groups, plan.lxc_pools)
 
     node = _comment(facts.node)
+    vm_drivers = sorted({d for g in groups for d in g.host_drivers if d is not None})
+    # nvidia-persistenced loads nvidia, which binds every NVIDIA GPU it finds free: only
+    # worth naming (and ordering the unit against) where the host has an NVIDIA GPU.
+    nvidia = any(gpu.is_nvidia for gpu in facts.gpus)
     script = render_template(
         "split.sh.j2",
         node=node,
@@ -79,7 +90,7 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
                 "group": g.id,
                 "rows": [
                     f"{f.address} {f.vendor_device} {_numa(f)} {g.id} {drv or '-'}"
-                    for f, drv in zip(g.members, g.host_drivers, strict=True)
+                    for f, drv in zip(g.members, g.revert_drivers, strict=True)
                 ],
             }
             for g in groups
@@ -87,9 +98,9 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
         host_pools=host_pools,
     )
     script_abs = "/" + SCRIPT_PATH
-    unit = render_template("split.service.j2", node=node, script=script_abs)
-
-    vm_drivers = sorted({d for g in groups for d in g.host_drivers if d is not None})
+    unit = render_template(
+        "split.service.j2", node=node, script=script_abs, drivers=vm_drivers, nvidia=nvidia
+    )
     modprobe = render_template(
         "split-modprobe.conf.j2",
         node=node,
@@ -106,6 +117,7 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
     n_gpus = sum(p.size for p in plan.vfio_pools)
     n_functions = sum(len(g.members) for g in groups)
     n_pins = sum(len(p.rows) for p in host_pools)
+    loaders = ["modules-load", "udev coldplug", *(["nvidia-persistenced"] if nvidia else [])]
     return (
         Artifact(
             path=SCRIPT_PATH,
@@ -117,15 +129,17 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
             ),
             mode=0o755,
             target=HOST,
+            base=facts.file(SCRIPT_PATH),
         ),
         Artifact(
             path=UNIT_PATH,
             content=unit,
             reason=(
-                "runs pvegpu-vfio-split override at sysinit, before modules-load, udev "
-                "coldplug and nvidia-persistenced, so the split survives a reboot"
+                f"runs pvegpu-vfio-split override at sysinit, before {_and(loaders)}, so "
+                "the split survives a reboot"
             ),
             target=HOST,
+            base=facts.file(UNIT_PATH),
         ),
         Artifact(
             path=MODPROBE_PATH,
@@ -135,8 +149,33 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
                 "writes the overrides first; never vfio-pci ids="
             ),
             target=HOST,
+            base=facts.file(MODPROBE_PATH),
         ),
     )
+
+
+def revert_driver(facts: HostFacts, function: PciFunction) -> str | None:
+    """The driver `revert` returns a VM function to: the one it had before the split.
+
+    Bound to vfio-pci without a vfio-pci override, the function was there before the
+    split (`vfio-pci.ids=`, `options vfio-pci ids=`, or Proxmox's `new_id` at VM start):
+    revert leaves it on vfio-pci. Unbound, or held on vfio-pci by an override (this
+    split, rendered again after it was applied), discovery did not see the driver it
+    came from: the one a probe gives it, vfio-pci where an ids= setting claims its
+    vendor:device, else its host driver (`host_driver`). None: not known.
+    """
+    if function.driver == VFIO_DRIVER and function.driver_override != VFIO_DRIVER:
+        return VFIO_DRIVER
+    if function.driver not in (None, VFIO_DRIVER):
+        return function.driver
+    if any(function.vendor_device in setting.ids for setting in facts.vfio_ids):
+        return VFIO_DRIVER
+    return host_driver(function)
+
+
+def _and(words: list[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return " and ".join(filter(None, (", ".join(words[:-1]), words[-1])))
 
 
 def _numa(function: PciFunction) -> str:
@@ -183,9 +222,12 @@ def _vfio_groups(plan: Plan) -> list[_Group]:
                 gpu=gpu,
                 members=members,
                 host_drivers=tuple(host_driver(f) for f in members),
+                revert_drivers=tuple(revert_driver(plan.facts, f) for f in members),
             )
         )
-    problems.extend(_bad_driver_names(d for g in groups for d in g.host_drivers))
+    problems.extend(
+        _bad_driver_names(d for g in groups for d in (*g.host_drivers, *g.revert_drivers))
+    )
     if problems:
         raise RenderError(problems)
     return sorted(groups, key=lambda g: g.members[0].address)

@@ -64,6 +64,12 @@ class ServingSpec:
     """Container root filesystem relative to the host root, for version and unit checks."""
     extra_args: tuple[str, ...] = ()
     environment: tuple[tuple[str, str], ...] = ()
+    user: str | None = None
+    """`User=` of the unit (also sets HOME, which SGLang's JIT and model caches use)."""
+    working_directory: str | None = None
+    """`WorkingDirectory=` of the unit: an absolute path inside the container."""
+    limit_nofile: int | None = None
+    """`LimitNOFILE=` of the unit (systemd's default soft limit is 1024 open files)."""
 
 
 @attrs.frozen

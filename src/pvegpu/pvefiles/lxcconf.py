@@ -14,6 +14,7 @@ import attrs
 
 from pvegpu.errors import Problem, RenderError
 from pvegpu.facts import GPU
+from pvegpu.pci import CpuList
 from pvegpu.pvefiles.guestconf import (
     ConfLine,
     LineKind,
@@ -34,6 +35,8 @@ MAX_DEV_INDEX = 255
 
 CGROUP_ALLOW = "lxc.cgroup2.devices.allow"
 MOUNT_ENTRY = "lxc.mount.entry"
+CPUSET = "lxc.cgroup2.cpuset.cpus"
+"""Pins the container's CPU set; without it pvestatd picks `cores` CPUs and moves them."""
 # Every node the NVIDIA driver stack creates under /dev: GPUs, control, UVM, modeset, MIG caps.
 _NVIDIA_NODE = re.compile(r"^/dev/nvidia(?:\d+|ctl|-uvm|-uvm-tools|-modeset|-caps(?:/.*)?)$")
 _DEV_KEY = re.compile(r"^dev(\d+)$")
@@ -139,16 +142,37 @@ def is_gpu_line(line: ConfLine, majors: Collection[int] = (NVIDIA_MAJOR,)) -> bo
     return False
 
 
+def is_cpuset_line(line: ConfLine) -> bool:
+    """`lxc.cgroup2.cpuset.cpus` (`:` or `=`); the cgroup v1 key is inert on PVE and left."""
+    return line.kind is LineKind.RAW and line.key == CPUSET
+
+
+def cores(text: str) -> int | None:
+    """The main section's `cores:` (None when unset: then the container may use all CPUs)."""
+    main = split_sections(text)[0]
+    value = next(
+        (ln.value for ln in main.lines if ln.kind is LineKind.KEY and ln.key == "cores"), ""
+    )
+    return int(value) if value.isdigit() else None
+
+
 def patch_gpu_lines(
-    text: str, new: GpuLines, nvidia_majors: Collection[int] = (NVIDIA_MAJOR,)
+    text: str,
+    new: GpuLines,
+    nvidia_majors: Collection[int] = (NVIDIA_MAJOR,),
+    *,
+    cpuset: CpuList | None = None,
 ) -> str:
     """The config with its GPU lines (main section only) replaced by `new`.
 
     `nvidia_majors`: every char major of the NVIDIA stack on this host (195 and the
     dynamic nvidia-uvm / nvidia-caps majors), to recognise old cgroup rules.
+    `cpuset`: also own `lxc.cgroup2.cpuset.cpus`, replacing any such line with this one,
+    written first among the raw lines; None leaves existing cpuset lines alone.
     devN entries take the place of the first old GPU devN (else their sorted place),
     numbered from the lowest index no other device uses; raw lines take the place of
-    the first old raw GPU line (else the end of the section, after all normal keys).
+    the first old raw GPU (or owned cpuset) line (else the end of the section, after all
+    normal keys).
     """
     # The majors of the new rules count too, so a second patch recognises the first one's
     # lines even when the caller's majors are incomplete.
@@ -161,7 +185,7 @@ def patch_gpu_lines(
     raw_at: int | None = None
     taken = used_indices(section_named(text, "pve:pending"), "dev")
     for line in parse_lines(main.text):
-        if is_gpu_line(line, majors):
+        if is_gpu_line(line, majors) or (cpuset is not None and is_cpuset_line(line)):
             if line.kind is LineKind.KEY:
                 dev_at = len(kept) if dev_at is None else dev_at
             else:
@@ -182,6 +206,8 @@ def patch_gpu_lines(
         )
     dev_block = [ConfLine.new(f"dev{i}", v) for i, v in zip(free, new.devices, strict=False)]
     raw_block = [ConfLine.new(k, v) for k, v in new.raw]
+    if cpuset is not None:
+        raw_block.insert(0, ConfLine.new(CPUSET, str(cpuset)))
     if dev_at is None and dev_block:
         dev_at = key_position(kept, dev_block[0].key)
     if raw_at is None:

@@ -9,6 +9,7 @@ the main section is edited, and new keys go where that writer would put them. Ru
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 import attrs
 
@@ -32,6 +33,42 @@ _HOSTPCI_KEY = re.compile(r"^hostpci(\d+)$")
 _NUMA_NODE_KEY = re.compile(r"^numa\d+$")
 # The options pvegpu owns on its hostpci lines; any other (rombar, x-vga, driver) is kept.
 _OWN_OPTIONS = ("mapping", "pcie", "host")
+# qemu-server's host id: domain and function optional (`01:00` is all functions of
+# 0000:01:00); several are joined by `;`.
+_HOST_ID = re.compile(
+    r"^(?:([0-9a-f]{4,}):)?([0-9a-f]{2}):([0-9a-f]{2})(?:\.([0-7]))?$", re.IGNORECASE
+)
+
+
+@attrs.frozen
+class HostId:
+    """A host device as hostpci and pci.cfg name it: a slot, or one function of it."""
+
+    domain: int
+    bus: int
+    device: int
+    function: int | None
+    """None: every function of the slot."""
+
+    @classmethod
+    def parse(cls, text: str) -> HostId | None:
+        """`0000:39:00.0`, `0000:39:00`, `39:00.0` or `39:00`; None if it is none of them."""
+        match = _HOST_ID.match(text.strip())
+        if match is None:
+            return None
+        domain, bus, device, function = match.groups()
+        return cls(
+            int(domain or "0", 16),
+            int(bus, 16),
+            int(device, 16),
+            None if function is None else int(function),
+        )
+
+    def overlaps(self, other: HostId) -> bool:
+        """Whether both hand over some function in common (a slot covers all of its own)."""
+        if (self.domain, self.bus, self.device) != (other.domain, other.bus, other.device):
+            return False
+        return self.function is None or other.function is None or self.function == other.function
 
 
 @attrs.frozen
@@ -50,6 +87,8 @@ class QemuPatch:
     """Whether `pcie=1` was written: only a q35 machine has PCIe root ports for it."""
     indices: tuple[int, ...]
     """The hostpciN indices the mapping now occupies."""
+    converted: tuple[int, ...] = ()
+    """Indices of raw-address lines that named the mapping's devices and were replaced."""
 
 
 def _options(value: str) -> list[tuple[str, str]]:
@@ -63,6 +102,52 @@ def _options(value: str) -> list[tuple[str, str]]:
 
 def _uses_mapping(line: ConfLine, mapping_id: str) -> bool:
     return bool(_HOSTPCI_KEY.match(line.key)) and ("mapping", mapping_id) in _options(line.value)
+
+
+def host_ids(paths: Iterable[str]) -> tuple[HostId, ...]:
+    """The devices of pci.cfg `path` values (`;` lists allowed), unparsable parts left out."""
+    return tuple(host for path in paths for part in path.split(";") if (host := HostId.parse(part)))
+
+
+def _raw_hosts(line: ConfLine) -> list[str] | None:
+    """The host ids a raw-address hostpci line names; None for a mapping or another key."""
+    if not _HOSTPCI_KEY.match(line.key):
+        return None
+    options = _options(line.value)
+    if any(key == "mapping" for key, _ in options):
+        return None
+    host = next((item for key, item in options if key in ("", "host")), None)
+    return None if host is None else host.split(";")
+
+
+def _claims(
+    line: ConfLine, mapping_id: str, owned: tuple[HostId, ...], subject: str, number: int
+) -> bool:
+    """Whether a main-section line is the mapping's: it uses the mapping, or names by raw
+    address only devices the mapping hands over. A raw line mixing those with others
+    cannot be split by pvegpu and is refused."""
+    if line.kind is not LineKind.KEY:
+        return False
+    if _uses_mapping(line, mapping_id):
+        return True
+    hosts = _raw_hosts(line)
+    if not hosts or not owned:
+        return False
+    ours = [h for h in hosts if (p := HostId.parse(h)) and any(p.overlaps(o) for o in owned)]
+    if not ours:
+        return False
+    if len(ours) == len(hosts):
+        return True
+    others = [h for h in hosts if h not in ours]
+    raise RenderError.one(
+        "vm-hostpci-mixed",
+        f"{subject} line {number}",
+        f"`{line.raw.rstrip()}` passes {';'.join(ours)} (given to the VM by mapping "
+        f"{mapping_id} now) together with {';'.join(others)} (not the pool's): the "
+        "mapping line would leave out the others, the raw line would pass the GPU twice",
+        f"move {';'.join(others)} to a hostpci line of its own (qm set <vmid> --hostpciN "
+        f"{';'.join(others)}) and run pvegpu again",
+    )
 
 
 def is_q35(text: str) -> bool:
@@ -130,50 +215,65 @@ def patch_hostpci(
     *,
     pcie: bool = True,
     numa: NumaPin | None = None,
+    mapped: Iterable[str] = (),
     subject: str = "VM config",
 ) -> QemuPatch:
     """`count` hostpciN lines over `mapping_id`, replacing those that already use it.
 
-    Several hostpciN naming one mapping each take the next free device of it. Lines of
-    other mappings or raw host addresses stay; options such as rombar or x-vga on a
-    replaced line carry over to the new line at the same position.
+    Several hostpciN naming one mapping each take the next free device of it. `mapped`:
+    the pci.cfg paths the mapping hands over on this node; a line passing one of those
+    devices by raw host address becomes a mapping line too, or the VM would get the device
+    twice and not start. Lines of other mappings or other raw addresses stay. A replaced
+    line keeps its index and options (rombar, x-vga); lines beyond `count` go.
     """
     main, *others = split_sections(text)
     rest = "".join(s.text for s in others)
     use_pcie = pcie and is_q35(text)
+    owned = host_ids(mapped)
     kept: list[ConfLine] = []
-    replaced: list[tuple[int, str]] = []
+    replaced: dict[int, str] = {}
+    raw: set[int] = set()
     taken = used_indices(section_named(text, "PENDING"), "hostpci")
-    for line in parse_lines(main.text):
-        if line.kind is LineKind.KEY and _uses_mapping(line, mapping_id):
+    for number, line in enumerate(parse_lines(main.text), start=1):
+        if _claims(line, mapping_id, owned, subject, number):
             own = ("", *_OWN_OPTIONS)
             extra = ",".join(f"{k}={v}" for k, v in _options(line.value) if k not in own)
-            replaced.append((int(line.key.removeprefix("hostpci")), extra))
+            index = int(line.key.removeprefix("hostpci"))
+            replaced.setdefault(index, extra)
+            if not _uses_mapping(line, mapping_id):
+                raw.add(index)
             continue
         if line.kind is LineKind.KEY and (match := _HOSTPCI_KEY.match(line.key)):
             taken.add(int(match[1]))
         kept.append(line)
 
-    free = [i for i in range(MAX_HOSTPCI_INDEX + 1) if i not in taken][:count]
-    if len(free) < count:
+    # A replaced line keeps its index: the guest sees the device at the same PCI address
+    # (Windows ties the GPU driver to it). A pending change on that index overrides it,
+    # so such an index is not reused.
+    reused = sorted(i for i in replaced if i not in taken)[:count]
+    fresh = [i for i in range(MAX_HOSTPCI_INDEX + 1) if i not in taken and i not in reused]
+    fresh = fresh[: count - len(reused)]
+    if len(reused) + len(fresh) < count:
         raise RenderError.one(
             "vm-hostpci-full",
             subject,
-            f"needs {count} hostpci slots for mapping {mapping_id!r} but only {len(free)} of "
-            f"hostpci0..hostpci{MAX_HOSTPCI_INDEX} are free",
+            f"needs {count} hostpci slots for mapping {mapping_id!r} but only "
+            f"{len(reused) + len(fresh)} of hostpci0..hostpci{MAX_HOSTPCI_INDEX} are free",
             "remove hostpci entries the VM no longer needs",
         )
-    # Pair by numeric index, not file order: the file sorts `hostpci10` before `hostpci5`.
-    extras = [extra for _, extra in sorted(replaced)]
-    for ordinal, index in enumerate(free):
-        extra = extras[ordinal] if ordinal < len(extras) else ""
-        _set(kept, f"hostpci{index}", hostpci_value(mapping_id, use_pcie, extra))
+    # Options of replaced lines whose index could not be reused go to the new indices,
+    # in index order (not file order: the file sorts `hostpci10` before `hostpci5`).
+    leftover = [replaced[i] for i in sorted(replaced) if i not in reused][: len(fresh)]
+    values = {i: replaced[i] for i in reused}
+    values |= dict(zip(fresh, leftover + [""] * (len(fresh) - len(leftover)), strict=True))
+    for index in sorted(values):
+        _set(kept, f"hostpci{index}", hostpci_value(mapping_id, use_pcie, values[index]))
     if numa is not None:
         for key, value in numa_values(kept, numa, subject):
             _set(kept, key, value)
         # Only numa0 may remain: the numaN memory values must add up to `memory`.
         kept = [ln for ln in kept if not (_NUMA_NODE_KEY.match(ln.key) and ln.key != "numa0")]
-    return QemuPatch(join(kept) + rest, use_pcie, tuple(free))
+    return QemuPatch(join(kept) + rest, use_pcie, tuple(sorted(values)), tuple(sorted(raw)))
 
 
 def snippet(
