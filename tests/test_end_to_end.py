@@ -245,8 +245,12 @@ def test_kpro6_lxc_keeps_exactly_the_numa0_gpus() -> None:
         "dev5: /dev/nvidia-uvm,mode=0666",
         "dev6: /dev/nvidia-uvm-tools,mode=0666",
     ]
+    # Besides the devN lines, the only new line pins the container to NUMA 0's CPUs.
     non_gpu = [line for line in main if not line.startswith("dev")]
-    assert non_gpu == [line for line in base_main if not line.startswith("dev")]
+    assert non_gpu == [
+        *(line for line in base_main if not line.startswith("dev")),
+        "lxc.cgroup2.cpuset.cpus: 0-31,64-95",
+    ]
     # The fixture's container had all eight: the four of NUMA 1 are what goes.
     assert _gpu_nodes(base_main) == [f"/dev/nvidia{i}" for i in range(8)]
 
@@ -312,7 +316,9 @@ def test_kpro6_raw_lxc_lines_are_per_minor() -> None:
     """kpro6-raw: cgroup rules per GPU minor (never c 195:*), uvm's major from /proc/devices."""
     conf = rendered("kpro6-raw").artifact("etc/pve/lxc/129.conf")
     main, _ = _main_and_rest(conf.content, "pre-split")
-    allow = [line.split(": ", 1)[1] for line in main if line.startswith("lxc.cgroup2.")]
+    allow = [
+        line.split(": ", 1)[1] for line in main if line.startswith("lxc.cgroup2.devices.allow")
+    ]
     uvm = rendered("kpro6-raw").facts.char_major("nvidia-uvm")
     assert allow == [
         *(f"c 195:{minor} rwm" for minor in (0, 1, 2, 3, 255)),
@@ -517,11 +523,6 @@ def test_kpro6_split_host_renders_the_same_host_files() -> None:
 # --- what the rendered files get wrong today (strict xfail: they flip when fixed)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="qemuconf.patch_hostpci keeps `hostpci0: 0000:39:00,...` (the A4000 by raw "
-    "address) and adds `hostpci1: mapping=a4000`: the same device twice in VM 110",
-)
 def test_workstation_vm_gets_the_a4000_once() -> None:
     """VM 110's raw-address hostpci0 for the A4000 becomes the mapping (x-vga kept), once."""
     conf = rendered("workstation").files["etc/pve/qemu-server/110.conf"]

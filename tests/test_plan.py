@@ -177,3 +177,14 @@ def test_hand_made_binder_unit_is_flagged(kpro6: HostFacts) -> None:
     flagged = [f for f in findings if f.code == "other-gpu-binder"]
     assert [f.subject for f in flagged] == ["etc/systemd/system/gpu-vfio-split.service"]
     assert "systemctl disable --now gpu-vfio-split.service" in flagged[0].message
+
+
+def test_earlier_softdep_for_a_vm_driver_is_flagged(kpro6: HostFacts) -> None:
+    """An earlier modprobe.d softdep for nvidia (kmod keeps only the first) is warned about."""
+    shadow = ConfigFile("etc/modprobe.d/nvidia.conf", "softdep nvidia post: nvidia-uvm\n")
+    harmless = ConfigFile("etc/modprobe.d/a-vfio.conf", "softdep nvidia pre: vfio-pci\n")
+    later = ConfigFile("etc/modprobe.d/zz.conf", "softdep nvidia post: nvidia-drm\n")
+    facts = attrs.evolve(kpro6, files=(*kpro6.files, shadow, harmless, later))
+    findings = plan(facts, load_spec(REPO / "examples" / "kpro6.toml")).findings
+    flagged = [f.subject for f in findings if f.code == "softdep-shadowed"]
+    assert flagged == ["etc/modprobe.d/nvidia.conf"]

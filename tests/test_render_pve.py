@@ -12,7 +12,16 @@ from pvegpu.facts import HostFacts
 from pvegpu.model import LxcContainer, PciMapping, Plan, Pool, PoolKind, VmGuest
 from pvegpu.pvefiles import pcicfg
 from pvegpu.render_pve import render_lxc_configs, render_pci_cfg, render_vm_configs
-from pvegpu.spec import DeviceStyle, LxcSpec, MappingSpec, PoolSpec, Spec, VfioSpec, VmSpec
+from pvegpu.spec import (
+    DeviceStyle,
+    LxcSpec,
+    MappingSpec,
+    PoolSpec,
+    ServingSpec,
+    Spec,
+    VfioSpec,
+    VmSpec,
+)
 from strategies import KPRO6_LXC_129, KPRO6_PCI_CFG, KPRO6_VM_140, kpro6
 
 Golden = Callable[[str], SnapshotAssertion]
@@ -93,8 +102,9 @@ def test_lxc_config_dev_style(golden: Golden) -> None:
     assert (artifact.path, artifact.mode, artifact.target) == (LXC_PATH, 0o640, HOST)
     assert artifact.base == plan.facts.file(LXC_PATH)
     assert artifact.reason == (
-        "LXC 129: GPUs nvidia0, nvidia1, nvidia2, nvidia3 + nvidiactl, nvidia-uvm as devN "
-        "entries, replacing 13 old GPU line(s); other lines and snapshots kept"
+        "LXC 129: GPUs nvidia0, nvidia1, nvidia2, nvidia3 + nvidiactl, nvidia-uvm, "
+        "nvidia-uvm-tools as devN entries, replacing 13 old GPU line(s); other lines and "
+        "snapshots kept"
     )
     assert artifact.content == golden("conf")
 
@@ -153,6 +163,80 @@ def test_lxc_dev_style_without_uvm_warns_in_the_reason() -> None:
     assert artifact.reason.endswith(
         "nvidia-uvm is not loaded: load it before starting the container"
     )
+
+
+SERVING = ServingSpec("0.5.23", "/models/qwen")
+
+
+def serving_plan(lxc_conf: str = KPRO6_LXC_129) -> Plan:
+    """kpro6_plan with SGLang served from LXC 129 (so its unit is pinned to NUMA node 0)."""
+    plan = kpro6_plan(files={LXC_PATH: lxc_conf})
+    return attrs.evolve(plan, pools=(attrs.evolve(plan.pools[0], serving=SERVING),))
+
+
+def _main(text: str) -> list[str]:
+    return text.split("\n[pre-split]\n")[0].splitlines()
+
+
+def test_lxc_serving_pool_pins_the_container_cpuset() -> None:
+    """A serving pool on one node owns lxc.cgroup2.cpuset.cpus: that node's CPUs, so the
+    unit's CPUAffinity is inside the container's CPU set; the reason says so."""
+    artifact = only(render_lxc_configs(serving_plan()))
+    main = _main(artifact.content)
+    assert [line for line in main if "cpuset" in line] == ["lxc.cgroup2.cpuset.cpus: 0-31,64-95"]
+    assert (
+        main.index("lxc.cgroup2.cpuset.cpus: 0-31,64-95")
+        == main.index("lxc.apparmor.profile: unconfined") + 1
+    )
+    assert (
+        "; lxc.cgroup2.cpuset.cpus: 0-31,64-95 pins the container to NUMA node 0, the serving "
+        "unit's CPUAffinity; other lines and snapshots kept"
+    ) in artifact.reason
+    assert "lower cores" not in artifact.reason
+
+
+def test_lxc_serving_cpuset_replaces_an_old_pin_and_is_a_no_op_twice() -> None:
+    """An old cpuset line gives way to the node's; rendering the result again changes
+    nothing and says so."""
+    old = KPRO6_LXC_129.replace(
+        "lxc.apparmor.profile: unconfined\n",
+        "lxc.apparmor.profile: unconfined\nlxc.cgroup2.cpuset.cpus: 32-47\n",
+        1,
+    )
+    first = only(render_lxc_configs(serving_plan(old)))
+    assert "32-47" not in first.content
+    again = only(render_lxc_configs(serving_plan(first.content)))
+    assert again.content == first.content
+    assert again.reason == (
+        "LXC 129 already has exactly these GPU lines (nvidia0, nvidia1, nvidia2, nvidia3) "
+        "and CPU set (NUMA node 0)"
+    )
+
+
+def test_lxc_cores_beyond_the_node_are_warned_about() -> None:
+    """More cores than the node has CPUs cannot be honoured inside the pinned cpuset."""
+    plan = serving_plan(KPRO6_LXC_129.replace("cores: 64\n", "cores: 96\n", 1))
+    artifact = only(render_lxc_configs(plan))
+    assert artifact.reason.endswith("; cores: 96 > 64 CPUs of NUMA node 0: lower cores")
+
+
+def test_lxc_without_a_single_serving_node_leaves_the_cpuset_alone() -> None:
+    """No serving section, or GPUs over two nodes (the unit is not pinned): no cpuset line,
+    and an existing one stays as it was."""
+    old = KPRO6_LXC_129.replace(
+        "lxc.apparmor.profile: unconfined\n",
+        "lxc.apparmor.profile: unconfined\nlxc.cgroup2.cpuset.cpus: 32-47\n",
+        1,
+    )
+    plain = kpro6_plan(files={LXC_PATH: old})
+    spread = serving_plan(old)
+    spread = attrs.evolve(spread, pools=(attrs.evolve(spread.pools[0], numa_nodes=(0, 1)),))
+    for plan in (plain, spread):
+        artifact = only(render_lxc_configs(plan))
+        assert [line for line in _main(artifact.content) if "cpuset" in line] == [
+            "lxc.cgroup2.cpuset.cpus: 32-47"
+        ]
+        assert "cpuset" not in artifact.reason
 
 
 def test_pci_cfg(golden: Golden) -> None:
@@ -261,6 +345,46 @@ def test_vm_missing_gets_a_review_snippet(golden: Golden) -> None:
         None,
     )
     assert artifact.content == golden("conf")
+
+
+def vm_with(line: str) -> dict[str, str]:
+    """VM 140's config with one more line, where qemu-server sorts it (before `machine`)."""
+    return {VM_PATH: KPRO6_VM_140.replace("machine: q35\n", f"{line}\nmachine: q35\n")}
+
+
+def test_vm_raw_address_of_a_pool_gpu_becomes_the_mapping() -> None:
+    """A raw hostpci line for one of the pool's GPUs is converted in place, not doubled."""
+    plan = kpro6_plan(files=vm_with("hostpci2: 0000:91:00,x-vga=1"), numa=False)
+    artifact = only(render_vm_configs(plan))
+    hostpci = [line for line in artifact.content.splitlines() if line.startswith("hostpci")]
+    assert hostpci == [
+        "hostpci0: mapping=pro6000-vm,pcie=1",
+        "hostpci1: mapping=pro6000-vm,pcie=1",
+        "hostpci2: mapping=pro6000-vm,pcie=1,x-vga=1",
+        "hostpci3: mapping=pro6000-vm,pcie=1",
+    ]
+    assert artifact.reason == (
+        "VM 140: hostpci0, hostpci1, hostpci2, hostpci3 use mapping pro6000-vm, pcie=1; "
+        "raw host address of the pool's GPU on hostpci2 replaced by the mapping, options kept"
+    )
+
+
+def test_vm_raw_address_of_another_gpu_stays() -> None:
+    """A raw line for a GPU outside the pool (NUMA 0's, on nvidia) is not the pool's."""
+    artifact = only(
+        render_vm_configs(kpro6_plan(files=vm_with("hostpci0: 0000:01:00"), numa=False))
+    )
+    assert "hostpci0: 0000:01:00\n" in artifact.content
+    assert "raw host address" not in artifact.reason
+
+
+def test_vm_raw_line_mixing_pool_and_other_devices_is_refused() -> None:
+    """A `;` list of a pool GPU and another device cannot be split: refused, naming the line."""
+    files = vm_with("hostpci0: 0000:81:00;0000:01:00")
+    number = files[VM_PATH].splitlines().index("hostpci0: 0000:81:00;0000:01:00") + 1
+    assert problems(render_vm_configs, kpro6_plan(files=files, numa=False)) == [
+        ("vm-hostpci-mixed", f"{VM_PATH} line {number}")
+    ]
 
 
 def test_vm_without_mapping_is_refused() -> None:

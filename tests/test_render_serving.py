@@ -169,6 +169,28 @@ def test_hostile_values_still_verify(tmp_path: Path) -> None:
     assert r'"/models/My \"Model\" 100%% $$HOME\\x"' in exec_start(artifact.content)
 
 
+def test_unit_settings_are_rendered_when_given() -> None:
+    """user, working_directory and limit_nofile become User=, WorkingDirectory=, LimitNOFILE=."""
+    spec = qwen_serving(user="root", working_directory="/root", limit_nofile=1048576)
+    lines = unit(kpro6_plan(spec)).content.splitlines()
+    service = lines[lines.index("[Service]") : lines.index("[Install]")]
+    assert service[:4] == ["[Service]", "Type=exec", "User=root", "WorkingDirectory=/root"]
+    assert "LimitNOFILE=1048576" in service
+    bare = unit(kpro6_plan()).content
+    assert "User=" not in bare and "WorkingDirectory=" not in bare and "LimitNOFILE=" not in bare
+
+
+@needs_systemd
+def test_unit_settings_verify(tmp_path: Path) -> None:
+    """systemd accepts the three settings, a % in the directory escaped as a specifier."""
+    spec = qwen_serving(user="root", working_directory="/srv/100% dir", limit_nofile=65536)
+    artifact = unit(kpro6_plan(spec))
+    assert "WorkingDirectory=/srv/100%% dir" in artifact.content
+    result = verify(tmp_path, artifact, python="/root/ml-env/bin/python3")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+
+
 def test_exec_word_escaping() -> None:
     """ExecStart words: %->%%, $->$$ (variables expand there), quotes and \\ escaped."""
     assert exec_word("/plain/path-1.0") == "/plain/path-1.0"
@@ -222,3 +244,19 @@ def test_kpro6_fixture_host_end_to_end(fixture_root: Callable[[str], Path]) -> N
     assert words[words.index("--tp-size") + 1] == "4"
     assert 'Environment="CUDA_VISIBLE_DEVICES=0,1,2,3"' in artifact.content
     assert 'Environment="NCCL_P2P_DISABLE=1"' in artifact.content
+
+
+def test_kpro6_example_carries_the_old_unit_over(fixture_root: Callable[[str], Path]) -> None:
+    """examples/kpro6.toml keeps every setting of LXC 129's current unit: no drops warning."""
+    root = fixture_root("kpro6")
+    spec = load_spec(REPO / "examples" / "kpro6.toml")
+    planned = plan(with_serving_files(discover(root), root, spec), spec)
+    assert "serving-drops-settings" not in [f.code for f in planned.findings]
+    (artifact,) = render_serving(planned)
+    assert artifact.base is not None
+    for line in ("User=root", "WorkingDirectory=/root", "LimitNOFILE=1048576"):
+        assert line in artifact.base.content.splitlines()
+        assert line in artifact.content.splitlines()
+    words = exec_start(artifact.content).split()
+    assert "--trust-remote-code" in words
+    assert words[words.index("--reasoning-parser") + 1] == "qwen3"

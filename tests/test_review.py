@@ -331,6 +331,52 @@ def test_vm_not_created_yet_gets_lines_and_snippet(fixture_root: Callable[[str],
     assert "qm start 300" not in _commands(runbook(planned, artifacts))
 
 
+# ---------------------------------------------------------------------------- revert check
+
+
+def _mixed(fixture_root: Callable[[str], Path]) -> Plan:
+    spec = load_spec(REPO / "examples" / "mixed.toml")
+    return plan(discover_for(spec, fixture_root("mixed")), spec)
+
+
+def test_revert_checks_nvidia_smi_when_gpus_return_to_nvidia(
+    kpro6: Plan, kpro6_artifacts: tuple[Artifact, ...]
+) -> None:
+    """kpro6's VM GPUs go back to nvidia: nvidia-smi lists all eight host GPUs again."""
+    steps = revert_steps(kpro6, kpro6_artifacts)
+    check = steps[_index(steps, "nvidia-smi -L")]
+    assert check.expect == "Lists 8 GPUs, as before the change."
+
+
+@pytest.mark.parametrize("host", ["mixed", "workstation"])
+def test_revert_skips_nvidia_smi_when_no_gpu_returns_to_nvidia(
+    host: str, workstation: Plan, fixture_root: Callable[[str], Path]
+) -> None:
+    """A Radeon back to amdgpu, a GPU that was on vfio-pci before: only the sysfs readout."""
+    planned = workstation if host == "workstation" else _mixed(fixture_root)
+    artifacts = _artifacts(planned)
+    steps = revert_steps(planned, artifacts)
+    assert not [c for c in _commands(steps) if "nvidia-smi" in c]
+    readout = steps[_index(steps, f"{SPLIT_SCRIPT} revert")]
+    expected = "amdgpu" if host == "mixed" else "vfio-pci"
+    assert f"{planned.pools[0].gpus[0].address} {expected}" in readout.output
+    assert "nvidia-smi" not in render_summary(planned, artifacts).content.split("## Revert")[1]
+
+
+def test_counts_agree_with_their_nouns(
+    kpro6: Plan, kpro6_artifacts: tuple[Artifact, ...], fixture_root: Callable[[str], Path]
+) -> None:
+    """One GPU `moves` and is `1 GPU`; the facts line counts GPUs and nodes the same way."""
+    mixed = _mixed(fixture_root)
+    text = render_summary(mixed, _artifacts(mixed)).content
+    assert "- **radeon**: 1 GPU on NUMA 0 (04:00.0) moves to vfio-pci," in text
+    assert "· 2 GPUs on 1 NUMA node\n" in text
+    kpro6_text = render_summary(kpro6, kpro6_artifacts).content
+    assert "4 GPUs on NUMA 1 (81:00.0, 91:00.0, e1:00.0, f1:00.0) move to vfio-pci" in kpro6_text
+    assert "4 GPUs on NUMA 0 (01:00.0, 11:00.0, 61:00.0, 71:00.0) stay on nvidia" in kpro6_text
+    assert "· 8 GPUs on 2 NUMA nodes\n" in kpro6_text
+
+
 # ---------------------------------------------------------------------------- commands
 
 
@@ -488,7 +534,14 @@ def test_replaced_file_is_saved_and_restored(kpro6: Plan) -> None:
         files=(*kpro6.facts.files, ConfigFile("etc/modprobe.d/pvegpu-vfio.conf", "old\n")),
     )
     planned = attrs.evolve(kpro6, facts=facts)
-    artifacts = _artifacts(planned)
+    # render_split now patches an installed file (base = discovery's copy); a renderer
+    # that writes without reading is what REPLACED is for, so the base is dropped here.
+    applied = tuple(
+        attrs.evolve(a, base=None) if a.path == "etc/modprobe.d/pvegpu-vfio.conf" else a
+        for renderer in RENDERERS
+        for a in renderer(planned)
+    )
+    artifacts = (*applied, *render_revert(planned, applied))
     steps = runbook(planned, artifacts)
     save = next(s for s in steps if s.title.startswith("Save"))
     assert save.commands == (

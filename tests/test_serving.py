@@ -23,16 +23,21 @@ from pvegpu.modelcfg import (
 )
 from pvegpu.serving import (
     KNOWN_GPU_MEMORY,
+    DroppedSetting,
     P2PSource,
     SglangServing,
+    compare_units,
     container_driver_problems,
     container_driver_state,
     read_serving_files,
     serving_findings,
     servings,
+    unit_content,
     visible_indices,
     with_serving_files,
 )
+from pvegpu.serving.unitfile import environment_pairs, exec_words, launch_options, parse_unit
+from pvegpu.sglang import load_table
 from pvegpu.spec import LxcSpec, P2PSetting, PoolSpec, Spec
 from strategies_serving import (
     HOST_DRIVER,
@@ -55,6 +60,11 @@ from strategies_serving import (
 )
 
 QWEN_PATH = f"{MODEL_DIR}/config.json"
+REPO = Path(__file__).resolve().parent.parent
+# The unit LXC 129 runs on the kpro6 fixture host: hand-tuned, TP=8, before the split.
+KPRO6_UNIT = (
+    REPO / "fixtures/sysfs/kpro6" / ROOTFS / "etc/systemd/system/sglang-qwen.service"
+).read_text(encoding="utf-8")
 
 
 def qwen() -> ModelConfig:
@@ -759,3 +769,209 @@ def test_two_servers_cannot_share_a_unit() -> None:
     err = refused(plan_of(facts, a, b))
     assert codes_of(err) == ["serving-unit-clash"]
     assert err.problems[0].subject == "ct:129/etc/systemd/system/sglang-qwen.service"
+
+
+# ------------------------------------------------------------------ old unit
+
+
+def test_unit_file_parser_joins_continuations_and_skips_comments() -> None:
+    """Backslash continuations join (comment lines inside them skipped); sections kept."""
+    unit = parse_unit(
+        "[Unit]\nDescription=x\n# comment\n[Service]\nExecStart=/py -m sglang.launch_server \\\n"
+        "    # a comment inside the continuation\n    --tp 8 \\\n    --trust-remote-code\n"
+        "; another comment\nNice=5\n"
+    )
+    assert unit.values("Unit", "Description") == ("x",)
+    (line,) = unit.values("Service", "ExecStart")
+    assert launch_options(exec_words(line)) == ("--tp", "8", "--trust-remote-code")
+    assert unit.values("Service", "Nice") == ("5",)
+
+
+def test_unit_file_parser_empty_assignment_resets_the_list() -> None:
+    """`Environment=` forgets earlier assignments, as systemd does; later names win."""
+    unit = parse_unit(
+        '[Service]\nEnvironment=A=1\nEnvironment=\nEnvironment="B=x y" C=2\nEnvironment=C=3\n'
+    )
+    assert environment_pairs(unit.values("Service", "Environment")) == (("B", "x y"), ("C", "3"))
+
+
+def test_exec_words_undo_the_renderers_escaping() -> None:
+    """Prefixes dropped, quotes removed, `%%`/`$$` back to `%`/`$`: the argv systemd runs."""
+    words = exec_words('-/usr/bin/python3 -m sglang.launch_server --x "a b%%" $$HOME')
+    assert words == ("/usr/bin/python3", "-m", "sglang.launch_server", "--x", "a b%", "$HOME")
+
+
+def test_kpro6_old_unit_against_the_default_spec() -> None:
+    """Without carrying anything over, every hand-tuned setting of the kpro6 unit is named."""
+    new = unit_content(only(kpro6_plan()))
+    comparison = compare_units(KPRO6_UNIT, new, load_table("0.5.23"))
+    path = "/root/ml-env/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    assert comparison.dropped == (
+        DroppedSetting("--reasoning-parser qwen3", "serving.extra_args"),
+        DroppedSetting("--trust-remote-code", "serving.extra_args"),
+        DroppedSetting("CUDA_HOME=/usr/local/cuda-13.0", "serving.environment"),
+        DroppedSetting(f"PATH=/usr/local/cuda-13.0/bin:{path}", "serving.environment"),
+        DroppedSetting("NCCL_DEBUG=WARN", "serving.environment"),
+        DroppedSetting("User=root", "serving.user"),
+        DroppedSetting("WorkingDirectory=/root", "serving.working_directory"),
+        DroppedSetting("LimitNOFILE=1048576", "serving.limit_nofile"),
+    )
+    # Intended changes, never reported as dropped: TP and the mamba option's new name.
+    assert comparison.replaced == (
+        ("--tp", "--tp-size"),
+        ("--mamba-scheduler-strategy", "--mamba-radix-cache-strategy"),
+    )
+    assert [item for item, _ in comparison.retired] == ["SGLANG_ENABLE_SPEC_V2=1"]
+
+
+def test_carrying_everything_over_leaves_nothing_dropped() -> None:
+    """extra_args, environment, user, working_directory and limit_nofile bring it all back."""
+    spec = qwen_serving(
+        extra_args=("--reasoning-parser", "qwen3", "--trust-remote-code"),
+        environment=tuple(
+            (n, v)
+            for n, v in environment_pairs(parse_unit(KPRO6_UNIT).values("Service", "Environment"))
+            if n != "SGLANG_ENABLE_SPEC_V2"
+        ),
+        user="root",
+        working_directory="/root",
+        limit_nofile=1048576,
+    )
+    new = unit_content(only(kpro6_plan(spec)))
+    assert compare_units(KPRO6_UNIT, new, load_table("0.5.23")).dropped == ()
+
+
+def old_unit_plan(old: str, **overrides: Any) -> Plan:
+    """kpro6 serving with `old` as the container's current unit (named `old`)."""
+    extra = (ConfigFile(f"{ROOTFS}/etc/systemd/system/old.service", old),)
+    return kpro6_plan(qwen_serving(unit="old", **overrides), extra=extra)
+
+
+def test_dropped_settings_are_one_warning_naming_each_and_the_fix() -> None:
+    """One serving-drops-settings warning lists the items and where the spec carries them."""
+    serving = only(old_unit_plan(KPRO6_UNIT))
+    (finding,) = [f for f in serving.findings if f.code == "serving-drops-settings"]
+    assert finding.severity is Severity.WARNING
+    assert finding.subject == "pool sglang"
+    for item in ("--reasoning-parser qwen3", "--trust-remote-code", "NCCL_DEBUG=WARN"):
+        assert f"`{item}`" in finding.message
+    assert "`User=root` (serving.user)" in finding.message
+    assert "/etc/systemd/system/old.service" in finding.message
+    assert "add them to serving.extra_args / serving.environment" in finding.message
+    assert "drop them knowingly" in finding.message
+    assert "--tp" not in finding.message and "SGLANG_ENABLE_SPEC_V2" not in finding.message
+
+
+def test_the_seed_unit_of_the_fixtures_drops_nothing() -> None:
+    """The test helpers' old unit (`--model`, `--tp 8`) only has settings pvegpu rewrites."""
+    assert "serving-drops-settings" not in finding_codes(only(kpro6_plan()))
+
+
+def test_a_new_unit_is_compared_with_nothing() -> None:
+    """No unit in the container: nothing to drop, no warning."""
+    serving = only(kpro6_plan(qwen_serving(unit="sglang-new")))
+    assert serving.base is None
+    assert "serving-drops-settings" not in finding_codes(serving)
+
+
+OLD_OPTIONS = """[Service]
+ExecStart=/py -m sglang.launch_server --model-path /m --tp 8 \\
+    --context-length 131072 --numa-node 0 0 0 0 \\
+    --mamba-scheduler-strategy extra_buffer --enable-magic --kv-cache-dtype=fp8_e4m3
+"""
+
+
+def test_old_options_are_classified() -> None:
+    """Spec-owned, derived, renamed and unknown options each get their own verdict."""
+    spec = qwen_serving(context_length=None, mtp=False)
+    new = unit_content(only(kpro6_plan(spec)))
+    comparison = compare_units(OLD_OPTIONS, new, load_table("0.5.23"))
+    assert comparison.dropped == (
+        DroppedSetting("--context-length 131072", "serving.context_length"),
+        DroppedSetting(
+            "--mamba-scheduler-strategy extra_buffer",
+            "serving.extra_args as `--mamba-radix-cache-strategy`",
+        ),
+        DroppedSetting("--enable-magic", "not an option of sglang 0.5.23"),
+        DroppedSetting("--kv-cache-dtype=fp8_e4m3", "serving.extra_args"),
+    )
+    assert comparison.retired == (
+        ("--numa-node 0 0 0 0", "systemd pins the service to the pool's NUMA node"),
+    )
+    assert comparison.replaced == (("--tp", "--tp-size"),)
+
+
+def test_old_environment_and_settings_are_classified() -> None:
+    """Retired variables are not drops; list settings compare by name; other keys by presence."""
+    old = (
+        "[Unit]\nAfter=network-online.target nfs-client.target\nDescription=old\n"
+        "[Service]\nType=simple\nNice=5\nEnvironmentFile=/etc/default/sglang\n"
+        "Environment=NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 HF_HOME=/hf\n"
+        "ExecStart=/py -m sglang.launch_server --model-path /m\n"
+    )
+    new = unit_content(only(kpro6_plan()))
+    comparison = compare_units(old, new, load_table("0.5.23"))
+    assert comparison.dropped == (
+        DroppedSetting("HF_HOME=/hf", "serving.environment"),
+        DroppedSetting("After=nfs-client.target", "pvegpu does not render it"),
+        DroppedSetting("Nice=5", "pvegpu does not render it"),
+        DroppedSetting("EnvironmentFile=/etc/default/sglang", "serving.environment, its variables"),
+    )
+    # NCCL_P2P_DISABLE=1 is kept (P2P is off on kpro6); NCCL_SHM_DISABLE is refused.
+    assert [item for item, _ in comparison.retired] == ["NCCL_SHM_DISABLE=1"]
+
+
+def test_old_unit_that_is_not_launch_server_is_named() -> None:
+    """A wrapper script is not compared option by option; the warning says so."""
+    old = "[Service]\nExecStart=/root/start-sglang.sh --big\n"
+    new = unit_content(only(kpro6_plan()))
+    (item,) = compare_units(old, new, load_table("0.5.23")).dropped
+    assert item.text == "ExecStart=/root/start-sglang.sh --big"
+    assert "not compared" in item.carry
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("user", "bad user"), ("working_directory", "relative/dir"), ("limit_nofile", 0)],
+)
+def test_unit_settings_are_checked(field: str, value: object) -> None:
+    """A user name with a space, a relative working directory or no files: refused."""
+    err = refused(kpro6_plan(qwen_serving(**{field: value})))
+    assert codes_of(err) == ["serving-invalid-value"]
+    assert field in err.problems[0].message
+
+
+def test_shell_variable_in_environment_is_a_warning() -> None:
+    """`$PATH` in Environment= stays literal text; the spec should spell the value out."""
+    serving = only(kpro6_plan(qwen_serving(environment=(("PATH", "/opt/cuda/bin:$PATH"),))))
+    assert "serving-env-unexpanded" in finding_codes(serving)
+    literal = only(kpro6_plan(qwen_serving(environment=(("PATH", "/opt/cuda/bin:/usr/bin"),))))
+    assert "serving-env-unexpanded" not in finding_codes(literal)
+
+
+def test_p2p_reason_counts_translating_groups() -> None:
+    """One translating group `translates`, four `translate`: the reason's grammar follows."""
+    four = only(kpro6_plan(qwen_serving(model_config=None, mtp=False)))
+    assert "IOMMU groups " in four.p2p.reason and " translate GPU DMA" in four.p2p.reason
+    gpus = kpro6_gpus()
+    facts = host(gpus, sev_snp=False, nvidia=None)
+    spec = qwen_serving(model_config=None, mtp=False, container_rootfs=None)
+    single = only(plan_of(facts, lxc_pool(gpus[:1], spec)))
+    assert "IOMMU group " in single.p2p.reason and " translates GPU DMA" in single.p2p.reason
+
+
+_VALUE = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zl", "Zp")),
+    min_size=1,
+    max_size=30,
+).filter(lambda v: not v.startswith("-") and v.strip() not in ("", ";"))
+
+
+@given(_VALUE, _VALUE)
+def test_rendered_unit_reads_back_to_what_was_rendered(path: str, value: str) -> None:
+    """Quotes, backslashes, % and $ survive render then read: the comparison sees the values."""
+    serving = only(kpro6_plan(qwen_serving(model_path=path, environment=(("X", value),))))
+    unit = parse_unit(unit_content(serving))
+    (line,) = unit.values("Service", "ExecStart")
+    assert exec_words(line) == serving.argv
+    assert environment_pairs(unit.values("Service", "Environment")) == serving.environment

@@ -17,13 +17,20 @@ from syrupy.assertion import SnapshotAssertion
 
 from pvegpu.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.errors import RenderError
-from pvegpu.facts import ConfigFile, PciFunction
+from pvegpu.facts import ConfigFile, PciFunction, VfioIdsSetting
 from pvegpu.model import Plan, PoolKind
 from pvegpu.pci import PciAddress
 from pvegpu.render import render
-from pvegpu.render_split import MODPROBE_PATH, SCRIPT_PATH, UNIT_PATH, render_split
+from pvegpu.render_split import (
+    MODPROBE_PATH,
+    SCRIPT_PATH,
+    UNIT_PATH,
+    render_split,
+    revert_driver,
+)
 from sysfs_sim import (
     FIXTURES,
+    REPO,
     KernelSim,
     copy_host,
     example_plan,
@@ -195,10 +202,39 @@ def test_render_after_the_split_keeps_vfio_pci_revert_target(tmp_path: Path) -> 
     shutil.copytree(FIXTURES / "workstation", root, symlinks=True)
     for address in ("0000:39:00.0", "0000:39:00.1"):
         set_attr(root, address, "driver_override", "vfio-pci")
-    spec = (FIXTURES.parent.parent / "examples/workstation.toml").read_text()
+    spec = (REPO / "examples/workstation.toml").read_text()
     after = render_split(root_plan(root, spec, "workstation"))
     assert after == render_split(example_plan("workstation"))
     assert "\n0000:39:00.0 10de:24b0 -1 6 vfio-pci\n" in after[0].content
+
+
+@pytest.mark.parametrize(
+    ("driver", "override", "ids", "expected"),
+    [
+        ("vfio-pci", None, (), "vfio-pci"),  # bound by ids= or new_id before the split
+        ("nvidia", None, (), "nvidia"),
+        ("nvidia", None, ("10de:24b0",), "nvidia"),  # discovery saw it: that wins
+        ("vfio-pci", "vfio-pci", (), "nvidia"),  # the split itself: vendor table
+        ("vfio-pci", "vfio-pci", ("10de:24b0",), "vfio-pci"),
+        ("vfio-pci", "vfio-pci", ("10de:24b0:10de:14ad",), "vfio-pci"),
+        ("vfio-pci", "vfio-pci", ("10de:24b0:ffffffff:ffffffff:030000:ff0000",), "vfio-pci"),
+        ("vfio-pci", "vfio-pci", ("10de:24b0:1028:14ad",), "nvidia"),  # other subvendor
+        ("vfio-pci", "vfio-pci", ("10de:24b0:10de:14ad:040300:ffffff",), "nvidia"),  # class
+        ("vfio-pci", "vfio-pci", ("10de:24b1",), "nvidia"),
+        (None, None, ("10de:24b0",), "vfio-pci"),  # unbound: where a probe takes it
+        (None, None, (), "nvidia"),
+    ],
+)
+def test_revert_driver(
+    driver: str | None, override: str | None, ids: tuple[str, ...], expected: str
+) -> None:
+    """revert_driver: discovery's driver, vfio-pci only if it was there or ids= claims it."""
+    plan = example_plan("workstation")
+    a4000 = plan.facts.function(PciAddress.parse("0000:39:00.0"))
+    assert a4000 is not None and a4000.subsystem_id == "10de:14ad"
+    function = attrs.evolve(a4000, driver=driver, driver_override=override)
+    facts = attrs.evolve(plan.facts, vfio_ids=(VfioIdsSetting("proc/cmdline", ids),))
+    assert revert_driver(facts, function) == expected
 
 
 def _with_group_member(plan: Plan, group_id: int, address: str) -> Plan:

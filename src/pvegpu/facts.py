@@ -172,12 +172,34 @@ class CharMajor:
     name: str
 
 
+PCI_ANY_ID = 0xFFFFFFFF
+"""The kernel's wildcard for an id field (`~0`)."""
+
+
+def vfio_id_claims(vfio_id: str, function: PciFunction) -> bool:
+    """Does a vfio-pci id (`vendor:device[:subvendor[:subdevice[:class[:class_mask]]]]`,
+    as vfio-pci parses it: missing subsystem fields match any, class mask 0 any) match?"""
+    fields = [int(f, 16) for f in vfio_id.split(":")]
+    fields += [PCI_ANY_ID, PCI_ANY_ID, 0, 0][len(fields) - 2 :]
+    vendor, device, subvendor, subdevice, pci_class, class_mask = fields
+    return (
+        (vendor, device) == (function.vendor, function.device)
+        and subvendor in (PCI_ANY_ID, function.subsystem_vendor)
+        and subdevice in (PCI_ANY_ID, function.subsystem_device)
+        and (pci_class ^ function.pci_class) & class_mask == 0
+    )
+
+
 @attrs.frozen
 class VfioIdsSetting:
     """A `vfio-pci.ids=` / `options vfio-pci ids=` found on the host, and where."""
 
     source: str
     ids: tuple[str, ...]
+
+    def claimed(self, function: PciFunction) -> tuple[str, ...]:
+        """The ids of this setting that make vfio-pci take `function`."""
+        return tuple(i for i in self.ids if vfio_id_claims(i, function))
 
 
 @attrs.frozen

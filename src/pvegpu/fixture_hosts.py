@@ -302,7 +302,9 @@ def _ct129_conf(split: bool) -> str:
     before = _ct129_section(8)
     main = _ct129_section(4 if split else 8) | {"parent": "pre-split"}
     tp = 4 if split else 8
-    text = _lxc_section(f"SGLang Qwen3.5-122B-A10B, TP={tp} on {tp}x RTX PRO 6000", main, raw)
+    # After the split the container is pinned to NUMA node 0's CPUs, like its GPUs.
+    main_raw = [*raw, "lxc.cgroup2.cpuset.cpus: 0-31,64-95"] if split else raw
+    text = _lxc_section(f"SGLang Qwen3.5-122B-A10B, TP={tp} on {tp}x RTX PRO 6000", main, main_raw)
     text += "\n[pre-split]\n"
     text += _lxc_section(
         "SGLang Qwen3.5-122B-A10B, TP=8 on 8x RTX PRO 6000",

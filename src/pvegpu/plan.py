@@ -292,8 +292,7 @@ def _vfio_ids_problems(facts: HostFacts, pools: list[Pool]) -> Iterator[Problem]
     host_side = [g for p in pools if p.kind is PoolKind.LXC for g in p.gpus]
     for setting in facts.vfio_ids:
         for gpu in host_side:
-            ids = {f.vendor_device for f in gpu.functions}
-            hit = sorted(ids.intersection(setting.ids))
+            hit = sorted({i for f in gpu.functions for i in setting.claimed(f)})
             if hit:
                 yield Problem(
                     "vfio-ids-grab-host-gpu",
@@ -340,6 +339,7 @@ def _findings(facts: HostFacts, pools: list[Pool]) -> Iterator[Finding]:
                 + ", ".join(f"{f.address} ({f.vendor_device})" for f in extra),
             )
     yield from _other_binders(facts)
+    yield from _shadowing_softdeps(facts, pools)
     if facts.sev_snp:
         yield Finding(
             Severity.INFO,
@@ -371,6 +371,42 @@ def _other_binders(facts: HostFacts) -> Iterator[Finding]:
                 "binders race at boot and the last one wins: once pvegpu-vfio-split.service "
                 f"is installed, run `systemctl disable --now {unit}` and remove it",
             )
+
+
+MODPROBE_PATH = "etc/modprobe.d/pvegpu-vfio.conf"
+
+
+def _shadowing_softdeps(facts: HostFacts, pools: list[Pool]) -> Iterator[Finding]:
+    """kmod honours only the first `softdep` line for a module, in file-name order.
+
+    pvegpu-vfio.conf makes each VM function's host driver load vfio-pci first; an
+    earlier file with its own softdep for that driver silently wins.
+    """
+    drivers = {
+        d
+        for p in pools
+        if p.kind is PoolKind.VFIO
+        for f in p.functions
+        if (d := host_driver(f)) is not None and d != VFIO_DRIVER
+    }
+    ours = MODPROBE_PATH.rsplit("/", 1)[1]
+    for file in facts.files:
+        directory, _, name = file.path.rpartition("/")
+        if directory != "etc/modprobe.d" or name >= ours:
+            continue
+        for line in file.content.splitlines():
+            words = line.split()
+            if len(words) >= 2 and words[0] == "softdep" and words[1] in drivers:
+                if "vfio-pci" in words or "vfio_pci" in words:
+                    continue
+                yield Finding(
+                    Severity.WARNING,
+                    "softdep-shadowed",
+                    file.path,
+                    f"`{line.strip()}` comes before {ours}, and kmod uses only the first "
+                    f"softdep of a module, so `softdep {words[1]} pre: vfio-pci` would be "
+                    f"ignored: add `pre: vfio-pci` to this line",
+                )
 
 
 def with_findings(plan_: Plan, findings: Iterable[Finding]) -> Plan:

@@ -66,8 +66,10 @@ def _pool_line(pool: Pool) -> str:
     known = [str(n) for n in pool.numa_nodes if n is not None]
     nodes = f"on NUMA {', '.join(known)}" if known else "with no NUMA node"
     where = f"{plural(pool.size, 'GPU')} {nodes} ({gpus})"
+    # The verb agrees with the count: "1 GPU ... moves", "4 GPUs ... move".
+    ending = "s" if pool.size == 1 else ""
     if pool.kind is PoolKind.VFIO:
-        line = f"**{pool.name}**: {where} move to vfio-pci"
+        line = f"**{pool.name}**: {where} move{ending} to vfio-pci"
         if pool.mapping is not None:
             line += f", PCI mapping `{pool.mapping.id}`"
         if pool.vm is not None:
@@ -77,7 +79,7 @@ def _pool_line(pool: Pool) -> str:
         else:
             line += ", no VM attached yet"
         return line + "."
-    line = f"**{pool.name}**: {where} stay on {pool.driver}"
+    line = f"**{pool.name}**: {where} stay{ending} on {pool.driver}"
     if pool.lxc is not None:
         style = "devN entries" if pool.lxc.devices is DeviceStyle.DEV else "raw lxc.* lines"
         line += f" for LXC {pool.lxc.vmid} (device nodes as {style})"

@@ -168,7 +168,7 @@ def revert_driver(facts: HostFacts, function: PciFunction) -> str | None:
         return VFIO_DRIVER
     if function.driver not in (None, VFIO_DRIVER):
         return function.driver
-    if any(function.vendor_device in setting.ids for setting in facts.vfio_ids):
+    if any(setting.claimed(function) for setting in facts.vfio_ids):
         return VFIO_DRIVER
     return host_driver(function)
 

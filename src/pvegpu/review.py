@@ -205,8 +205,8 @@ def host_facts_line(facts: HostFacts) -> str:
     nodes = sorted({g.numa_node for g in facts.gpus if g.numa_node is not None})
     return (
         f"IOMMU: {iommu} · SEV-SNP: {'on' if facts.sev_snp else 'off'} · "
-        f"NVIDIA driver: {nvidia} · {len(facts.gpus)} GPUs on "
-        f"{len(nodes)} NUMA node{'s' if len(nodes) != 1 else ''}"
+        f"NVIDIA driver: {nvidia} · {plural(len(facts.gpus), 'GPU')} on "
+        f"{plural(len(nodes), 'NUMA node')}"
     )
 
 
@@ -629,9 +629,12 @@ def _revert(
             ),
         )
 
-    # Back to what discovery saw: GPUs on vfio-pci before the change stay there.
+    # nvidia-smi sees only GPUs on nvidia, so it checks the revert only when a VM GPU goes
+    # back to nvidia; one going back to amdgpu (or staying on vfio-pci, as discovery saw
+    # it) is checked by the sysfs readout of the step above.
+    returning = [g for p in plan.vfio_pools for g in p.gpus if g.driver == "nvidia"]
     on_nvidia = [g for g in plan.facts.gpus if g.driver == "nvidia"]
-    if plan.vfio_pools and on_nvidia:
+    if returning:
         yield Step(
             "Check the host sees its NVIDIA GPUs again",
             ("nvidia-smi -L",),

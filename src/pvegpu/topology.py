@@ -126,7 +126,7 @@ def _consumers(pool: Pool, index: int) -> tuple[tuple[Box, ...], bool]:
         if pool.serving is not None:
             lines.append(f"{pool.serving.engine} {pool.serving.version} · TP={pool.size}")
             lines.append(f"{pool.serving.unit}.service :{pool.serving.port}")
-        lines.append(_minors(pool.gpus) or f"{pool.size} GPUs")
+        lines.append(_minors(pool.gpus) or plural(pool.size, "GPU"))
         boxes.append(Box(f"ct{pool.lxc.vmid}", tuple(lines), tooltip=pool.lxc.config_path))
     if pool.mapping is not None:
         lines = [f"mapping {pool.mapping.id}", f"pci.cfg · {plural(pool.size, 'map line')}"]
@@ -163,7 +163,7 @@ def _picture(plan: Plan) -> Picture:
         driver = pool.driver
         count = plural(pool.size, "GPU")
         if pool.kind is PoolKind.VFIO and moving != pool.size:
-            count += f", {moving} functions"
+            count += f", {plural(moving, 'function')}"
         known = [str(n) for n in pool.numa_nodes if n is not None]
         nodes = f"NUMA {', '.join(known)}" if known else "no NUMA node"
         if known and None in pool.numa_nodes:

@@ -247,9 +247,9 @@ def patch_hostpci(
             taken.add(int(match[1]))
         kept.append(line)
 
-    # A replaced line keeps its index: the guest sees the device at the same PCI address
-    # (Windows ties the GPU driver to it). A pending change on that index overrides it,
-    # so such an index is not reused.
+    # A replaced line keeps its index: the index decides the device's PCI address in the
+    # guest, and Windows takes a device at a new address for a new one. A pending change
+    # on that index would win at the next start, so such an index is not reused.
     reused = sorted(i for i in replaced if i not in taken)[:count]
     fresh = [i for i in range(MAX_HOSTPCI_INDEX + 1) if i not in taken and i not in reused]
     fresh = fresh[: count - len(reused)]

@@ -13,14 +13,16 @@ the thin reader that puts them there (`with_serving_files` for a whole HostFacts
 
 One module per concern: `model` (the values), `build` (from a pool, and for a plan),
 `command`, `environment`, `p2p`, `numa`, `fit`, `container` (the decisions and checks,
-each recording into `checks.Checks`), `systemd` (quoting for the unit), `layout` (paths)
-and `reader` (the only I/O).
+each recording into `checks.Checks`), `systemd` (quoting for the unit), `unit` (the unit
+text), `unitfile` and `drops` (reading the container's current unit back, and what the
+new one would drop of it), `layout` (paths) and `reader` (the only I/O).
 """
 
 from __future__ import annotations
 
 from pvegpu.serving.build import serving_findings, servings
 from pvegpu.serving.container import container_driver_problems, container_driver_state
+from pvegpu.serving.drops import DroppedSetting, UnitComparison, compare_units
 from pvegpu.serving.environment import visible_indices
 from pvegpu.serving.fit import DEFAULT_MEM_FRACTION, KNOWN_GPU_MEMORY
 from pvegpu.serving.model import (
@@ -34,17 +36,21 @@ from pvegpu.serving.model import (
 )
 from pvegpu.serving.reader import read_serving_files, with_serving_files
 from pvegpu.serving.systemd import environment_assignment, exec_word, unit_text
+from pvegpu.serving.unit import unit_content
 
 __all__ = [
     "DEFAULT_MEM_FRACTION",
     "KNOWN_GPU_MEMORY",
     "ContainerDriver",
+    "DroppedSetting",
     "MemoryFit",
     "NumaPinning",
     "P2PDecision",
     "P2PSource",
     "ServingFiles",
     "SglangServing",
+    "UnitComparison",
+    "compare_units",
     "container_driver_problems",
     "container_driver_state",
     "environment_assignment",
@@ -52,6 +58,7 @@ __all__ = [
     "read_serving_files",
     "serving_findings",
     "servings",
+    "unit_content",
     "unit_text",
     "visible_indices",
     "with_serving_files",

@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import re
 
+import attrs
+
 from pvegpu.errors import PlanError, Problem, PvegpuError, RenderError
 from pvegpu.facts import HostFacts
 from pvegpu.model import Finding, Plan, Pool, Severity
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.command import extra_args, launch_options, option_table
 from pvegpu.serving.container import container_driver, unit_base
+from pvegpu.serving.drops import compare_units, drops_message
 from pvegpu.serving.environment import P2P_ENV, container_indices, service_environment
 from pvegpu.serving.fit import checked_model, kv_cache_bits, memory_fit
 from pvegpu.serving.model import _FROM_POOL, P2PSource, SglangServing
 from pvegpu.serving.numa import numa_pinning
 from pvegpu.serving.p2p import decide_p2p
+from pvegpu.serving.unit import unit_content
+from pvegpu.sglang import OptionTable
 
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\-]+$")
+# A user name or numeric UID as systemd's User= takes it (no specifiers, no spaces).
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
 def build(plan_or_facts: Plan | HostFacts, pool: Pool) -> SglangServing | PvegpuError:
@@ -76,7 +83,7 @@ def build(plan_or_facts: Plan | HostFacts, pool: Pool) -> SglangServing | Pvegpu
         return PlanError([*checks.plan_problems, *checks.render_problems])
     if checks.render_problems:
         return RenderError(checks.render_problems)
-    return SglangServing(
+    serving = SglangServing(
         pool=pool.name,
         vmid=pool.lxc.vmid,
         version=spec.version,
@@ -95,9 +102,27 @@ def build(plan_or_facts: Plan | HostFacts, pool: Pool) -> SglangServing | Pvegpu
         model=model,
         container_driver=driver,
         base=base,
+        user=spec.user,
+        working_directory=spec.working_directory,
+        limit_nofile=spec.limit_nofile,
         findings=tuple(checks.findings),
         _key=_FROM_POOL,
     )
+    if base is not None and table is not None:
+        # Compared with the unit text itself, so every setting the template writes
+        # counts, and the warning lands with the serving's other findings.
+        _report_drops(checks, serving, table)
+        serving = attrs.evolve(serving, findings=tuple(checks.findings))
+    return serving
+
+
+def _report_drops(checks: Checks, serving: SglangServing, table: OptionTable) -> None:
+    """Warn about what the container's current unit sets and the new one does not."""
+    assert serving.base is not None
+    comparison = compare_units(serving.base.content, unit_content(serving), table)
+    message = drops_message(comparison, serving.unit_path)
+    if message is not None:
+        checks.finding(Severity.WARNING, "serving-drops-settings", message)
 
 
 def _check_scalars(checks: Checks) -> None:
@@ -130,6 +155,22 @@ def _check_scalars(checks: Checks) -> None:
         )
     if not 0 < spec.port < 65536:
         checks.problem("serving-invalid-value", f"port {spec.port} is not a TCP port")
+    if spec.user is not None and not _USER.match(spec.user):
+        checks.problem(
+            "serving-invalid-value",
+            f"user {spec.user!r} is not a user name or UID",
+            'e.g. user = "root"',
+        )
+    if spec.working_directory is not None:
+        checks.printable("working_directory", spec.working_directory)
+        if not spec.working_directory.startswith("/"):
+            checks.problem(
+                "serving-invalid-value",
+                f"working_directory {spec.working_directory!r} is not an absolute path",
+                'e.g. working_directory = "/root"',
+            )
+    if spec.limit_nofile is not None and spec.limit_nofile < 1:
+        checks.problem("serving-invalid-value", f"limit_nofile {spec.limit_nofile} < 1")
 
 
 def servings(plan: Plan) -> tuple[SglangServing, ...]:

@@ -49,6 +49,21 @@ OWNED: tuple[tuple[tuple[str, ...], str], ...] = (
     (SPECULATIVE_ALGORITHM, "mtp = true"),
 )
 
+# Owned options whose value pvegpu decides from the facts, never from the spec: an old
+# unit's value for them is replaced by the decision, not dropped.
+DERIVED: tuple[tuple[tuple[str, ...], str], ...] = (
+    (TP_SIZE, "TP is the pool's GPU count"),
+    (NUMA_NODE, "systemd pins the service to the pool's NUMA node"),
+)
+
+# Every spelling SGLang has used for one option, across versions: an old unit's spelling
+# of an option the version's table no longer knows by that name.
+RENAMED: tuple[tuple[str, ...], ...] = (
+    MAMBA_STRATEGY_NEW + MAMBA_STRATEGY_OLD,
+    *(spellings for spellings, _ in OWNED),
+    *(spellings for spellings, _ in MTP_TUNING),
+)
+
 
 def option_table(checks: Checks) -> OptionTable | None:
     """The option table of the spec's SGLang version; None (with a problem) if it has none."""

@@ -21,6 +21,8 @@ FORBIDDEN_ENV = {
 }
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# `$NAME` / `${NAME}`: what a shell would expand and Environment= does not.
+_VARIABLE_REFERENCE = re.compile(r"\$\{?[A-Za-z_]")
 
 
 def visible_indices(container_gpus: Iterable[GPU], pool_gpus: Iterable[GPU]) -> tuple[int, ...]:
@@ -80,6 +82,15 @@ def service_environment(
             )
             continue
         checks.printable(f"environment {name}", value)
+        if _VARIABLE_REFERENCE.search(value):
+            # A PATH copied from a shell profile (`...:$PATH`) reaches SGLang as literal
+            # text, not as the directories it names in a shell.
+            checks.finding(
+                Severity.WARNING,
+                "serving-env-unexpanded",
+                f"environment {name}={value}: systemd's Environment= does not expand "
+                "`$VAR`, so the server gets these characters as written; spell the value out",
+            )
         if name in FORBIDDEN_ENV:
             checks.problem(
                 "serving-env-forbidden",
@@ -106,6 +117,17 @@ def service_environment(
             continue
         env.append((name, value))
     return tuple(env)
+
+
+def retired_variable(name: str, version: str) -> str | None:
+    """Why an old unit's variable `name` is deliberately not carried to `version`, or None."""
+    if name in FORBIDDEN_ENV:
+        return f"pvegpu refuses it: {FORBIDDEN_ENV[name]}"
+    if name == P2P_ENV:
+        return "pvegpu decides P2P from the facts (p2p / p2p_reason override it)"
+    if name == SPEC_V2_ENV and _is_version(version) and version_key(version) >= (0, 5, 14):
+        return f"removed in SGLang 0.5.14; {version} ignores it"
+    return None
 
 
 def _is_version(version: str) -> bool:

@@ -116,6 +116,9 @@ class SglangServing:
     container_driver: ContainerDriver | None
     base: ConfigFile | None
     """The unit as it is in the container now (None: new file)."""
+    user: str | None
+    working_directory: str | None
+    limit_nofile: int | None
     findings: tuple[Finding, ...]
     _key: object = attrs.field(alias="_key", repr=False, eq=False, validator=_check_key)
 

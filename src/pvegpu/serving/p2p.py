@@ -23,9 +23,11 @@ def decide_p2p(checks: Checks) -> P2PDecision:
             elif group.type.translates:
                 translating.append(f"{group.id} ({group.type})")
         if translating:
+            groups = list(dict.fromkeys(translating))
+            one = len(groups) == 1
             reasons.append(
-                "IOMMU group(s) " + ", ".join(dict.fromkeys(translating)) + " translate "
-                "GPU DMA (P2P corrupts or hangs under translation)"
+                f"IOMMU group{'' if one else 's'} {', '.join(groups)} "
+                f"translate{'s' if one else ''} GPU DMA (P2P corrupts or hangs under translation)"
             )
         if unknown:
             reasons.append(

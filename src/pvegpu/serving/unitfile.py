@@ -27,7 +27,7 @@ class UnitFile:
     def values(self, section: str, key: str) -> tuple[str, ...]:
         return tuple(v for s, k, v in self.settings if s == section and k == key)
 
-    def keys(self) -> tuple[tuple[str, str], ...]:
+    def settings_named(self) -> tuple[tuple[str, str], ...]:
         """(section, key) of every setting, each once, in file order."""
         return tuple(dict.fromkeys((s, k) for s, k, _ in self.settings))
 

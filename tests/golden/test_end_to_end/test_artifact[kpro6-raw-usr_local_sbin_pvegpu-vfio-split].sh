@@ -14,8 +14,8 @@
 #   override  early boot (pvegpu-vfio-split.service, the modprobe.d install hook for
 #             vfio-pci): only write driver_override. No modprobe (the hook runs inside
 #             modprobe), no unbind: drivers that load later obey the overrides.
-#   revert    clear the VM functions' overrides, return them to their host driver,
-#             clear the host pins.
+#   revert    clear the VM functions' overrides, return each to the driver it had
+#             before the split (listed below), clear the host pins.
 #   status    print the planned and the actual driver of every function; no writes.
 #
 # Before any write, every listed function is checked: present, same vendor:device,
@@ -55,7 +55,12 @@ UNBIND_TRIES=100
 BIND_TRIES=50
 
 # VM side: every non-bridge function of each planned IOMMU group.
-# address vendor:device numa-node iommu-group host-driver (for revert; - unknown)
+# address vendor:device numa-node iommu-group driver-before-the-split (- unknown)
+# The last column is where revert takes the function. It can be vfio-pci: a function
+# that vfio-pci.ids= (or a new_id) had bound before the split would only be probed
+# back onto vfio-pci, so revert clears its override, leaves it bound and checks that
+# it is still on vfio-pci. - (no driver known): revert probes and accepts any driver
+# but vfio-pci.
 VFIO='
 # pool snp-vm: GPU 0000:81:00.0, IOMMU group 40
 0000:81:00.0 10de:2bb5 1 40 nvidia
@@ -305,7 +310,9 @@ to_vfio() {
 	say "$1: $t_from -> vfio-pci"
 }
 
-# from_vfio ADDR HOST_DRIVER
+# from_vfio ADDR DRIVER: back to DRIVER, the one it had before the split. DRIVER
+# vfio-pci: clear the override only; an unbind would just probe it back (and wait for
+# a VM still holding it).
 from_vfio() {
 	state "$1"
 	f_done=0
@@ -315,11 +322,11 @@ from_vfio() {
 	elif [ -n "$OVR" ]; then
 		warn "$1: driver_override is $OVR, not set by $PROG; left as is"
 	fi
-	if [ "$CUR" = vfio-pci ]; then
+	if [ "$CUR" = vfio-pci ] && [ "$2" != vfio-pci ]; then
 		unbind "$1" vfio-pci
-		f_done=1
+		CUR=
 	fi
-	if [ "$CUR" = vfio-pci ] || [ -z "$CUR" ]; then
+	if [ -z "$CUR" ]; then
 		put "$1" "$SYSFS/bus/pci/drivers_probe"
 		f_done=1
 	fi
@@ -335,11 +342,15 @@ from_vfio() {
 		exit 5
 	fi
 	link_name "$DEVICES/$1/driver"
-	if [ "$f_done" = 1 ]; then
-		CHANGED=1
-		say "$1: vfio-pci -> ${V:-no driver}"
+	if [ "$f_done" = 0 ]; then
+		say "$1: already back on ${V:-no driver}"
+		return
+	fi
+	CHANGED=1
+	if [ "$2" = vfio-pci ]; then
+		say "$1: on vfio-pci without override, as before the split"
 	else
-		say "$1: already off vfio-pci (${V:-no driver})"
+		say "$1: vfio-pci -> ${V:-no driver}"
 	fi
 }
 
