@@ -103,7 +103,7 @@ def test_lxc_config_dev_style(golden: Golden) -> None:
     assert artifact.base == plan.facts.file(LXC_PATH)
     assert artifact.reason == (
         "LXC 129: GPUs nvidia0, nvidia1, nvidia2, nvidia3 + nvidiactl, nvidia-uvm, "
-        "nvidia-uvm-tools as devN entries, replacing 13 old GPU line(s); other lines and "
+        "nvidia-uvm-tools as devN entries, replacing 13 old GPU lines; other lines and "
         "snapshots kept"
     )
     assert artifact.content == golden("conf")
@@ -282,7 +282,7 @@ def test_pci_cfg_reports_dropped_comments() -> None:
     """Comments do not survive a write (Proxmox drops them too): the reason says so."""
     files = {pcicfg.PATH: "# do not edit\n" + KPRO6_PCI_CFG}
     artifact = only(render_pci_cfg(kpro6_plan(files=files)))
-    assert artifact.reason.endswith("drops 1 # comment line(s), as every Proxmox write does")
+    assert artifact.reason.endswith("drops 1 # comment line, as every Proxmox write does")
 
 
 def test_pci_cfg_nothing_to_map() -> None:

@@ -901,6 +901,22 @@ def test_old_options_are_classified() -> None:
     assert comparison.replaced == (("--tp", "--tp-size"),)
 
 
+def test_deprecated_old_options_name_the_replacement() -> None:
+    """A deprecated option points to what its deprecation says, resolvable or not."""
+    old = (
+        "[Service]\nExecStart=/py -m sglang.launch_server --model-path /m "
+        "--enable-dp-attention --disable-cuda-graph\n"
+    )
+    new = unit_content(only(kpro6_plan()))
+    assert compare_units(old, new, load_table("0.5.23")).dropped == (
+        DroppedSetting("--enable-dp-attention", "serving.extra_args as `--attn-dp-size <dp-size>`"),
+        DroppedSetting(
+            "--disable-cuda-graph",
+            "deprecated in sglang 0.5.23: --cuda-graph-backend-{decode,prefill}=disabled",
+        ),
+    )
+
+
 def test_old_environment_and_settings_are_classified() -> None:
     """Retired variables are not drops; list settings compare by name; other keys by presence."""
     old = (

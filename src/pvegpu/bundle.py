@@ -64,24 +64,32 @@ def manifest(artifacts: Iterable[Artifact], *, within: str = "", **header: Any) 
     return json.dumps(doc, indent=2, sort_keys=False) + "\n"
 
 
+def bundle_files(artifacts: Sequence[Artifact], **header: Any) -> dict[str, tuple[str, int]]:
+    """OUT-relative path -> (content, mode): everything `write_bundle` puts under OUT."""
+    files: dict[str, tuple[str, int]] = {}
+    for artifact in artifacts:
+        if artifact.delete:
+            continue
+        prefix = f"{REVERT_BUNDLE}/" if artifact.bundle == REVERT_BUNDLE else ""
+        files[f"{prefix}{bundle_path(artifact)}"] = (artifact.content, artifact.mode)
+    files[MANIFEST] = (manifest(artifacts, **header), 0o644)
+    reverts = [a for a in artifacts if a.bundle == REVERT_BUNDLE]
+    if reverts:
+        revert_manifest = manifest(reverts, within=REVERT_BUNDLE, **header)
+        files[f"{REVERT_BUNDLE}/{MANIFEST}"] = (revert_manifest, 0o644)
+    return files
+
+
 def write_bundle(artifacts: Sequence[Artifact], out: Path, **header: Any) -> list[Path]:
     """Write every artifact and the manifests under `out`; returns the paths written.
 
     Everything is rendered in memory before this is called, so a refused plan writes
     nothing. Files are written through a temporary name and renamed into place.
     """
-    written: list[Path] = []
-    reverts = [a for a in artifacts if a.bundle == REVERT_BUNDLE]
-    for artifact in artifacts:
-        if artifact.delete:
-            continue
-        base = out / REVERT_BUNDLE if artifact.bundle == REVERT_BUNDLE else out
-        written.append(_write(base / bundle_path(artifact), artifact.content, artifact.mode))
-    written.append(_write(out / MANIFEST, manifest(artifacts, **header), 0o644))
-    if reverts:
-        revert_manifest = manifest(reverts, within=REVERT_BUNDLE, **header)
-        written.append(_write(out / REVERT_BUNDLE / MANIFEST, revert_manifest, 0o644))
-    return written
+    return [
+        _write(out / path, content, mode)
+        for path, (content, mode) in bundle_files(artifacts, **header).items()
+    ]
 
 
 def _write(path: Path, content: str, mode: int) -> Path:

@@ -20,6 +20,7 @@ from pvegpu.model import PciMapping, Plan, Pool
 from pvegpu.pvefiles import lxcconf, pcicfg, qemuconf
 from pvegpu.pvefiles.guestconf import split_sections
 from pvegpu.spec import DeviceStyle
+from pvegpu.wording import plural
 
 PVE_MODE = 0o640
 """pmxcfs shows every file under /etc/pve as 0640 root:www-data, whatever is written."""
@@ -113,7 +114,7 @@ def render_lxc_configs(plan: Plan) -> tuple[Artifact, ...]:
             old = _count_gpu_lines(base, majors)
             reason = (
                 f"LXC {container.vmid}: GPUs {nodes} + nvidiactl, nvidia-uvm, nvidia-uvm-tools "
-                f"as {style}, replacing {old} old GPU line(s)"
+                f"as {style}, replacing {plural(old, 'old GPU line')}"
             )
             if numa is not None:
                 reason += (
@@ -172,13 +173,13 @@ def render_pci_cfg(plan: Plan) -> tuple[Artifact, ...]:
     else:
         content = pcicfg.patch(base.content, mappings)
         dropped = pcicfg.comment_lines(base.content)
-    summary = ", ".join(f"{m.id} ({len(m.maps)} devices)" for m in mappings)
+    summary = ", ".join(f"{m.id} ({plural(len(m.maps), 'device')})" for m in mappings)
     if base is not None and content == base.content:
         reason = f"PCI mappings {summary} on {facts.node} are already as planned"
     else:
         reason = f"PCI mappings {summary} on {facts.node}, from discovered sysfs values"
     if dropped:
-        reason += f"; drops {len(dropped)} # comment line(s), as every Proxmox write does"
+        reason += f"; drops {plural(len(dropped), '# comment line')}, as every Proxmox write does"
     return (Artifact(pcicfg.PATH, content, reason, PVE_MODE, base=base),)
 
 

@@ -22,7 +22,6 @@ from pvegpu.review import (
     in_bundle,
     layout,
     moving_functions,
-    plural,
     qm_set_command,
     revert_script,
     revert_steps,
@@ -32,6 +31,7 @@ from pvegpu.review import (
 from pvegpu.spec import DeviceStyle
 from pvegpu.templating import render_template
 from pvegpu.topology import topology_mermaid, topology_svg
+from pvegpu.wording import plural
 
 SUMMARY = "SUMMARY.md"
 TOPOLOGY = "topology.svg"

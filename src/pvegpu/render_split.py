@@ -24,6 +24,7 @@ from pvegpu.model import VFIO_DRIVER, Plan, Pool
 from pvegpu.pci import PciAddress
 from pvegpu.plan import host_driver
 from pvegpu.templating import render_template
+from pvegpu.wording import plural
 
 SCRIPT_PATH = "usr/local/sbin/pvegpu-vfio-split"
 UNIT_PATH = "etc/systemd/system/pvegpu-vfio-split.service"
@@ -123,9 +124,10 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
             path=SCRIPT_PATH,
             content=script,
             reason=(
-                f"moves {n_gpus} GPUs of {pools} ({n_functions} functions, whole IOMMU "
-                f"groups) to vfio-pci by driver_override and pins {n_pins} host-side "
-                "functions; refuses to write if a device changed"
+                f"moves {plural(n_gpus, 'GPU')} of {pools} ({plural(n_functions, 'function')}, "
+                "whole IOMMU groups) to vfio-pci by driver_override"
+                + (f" and pins {plural(n_pins, 'host-side function')}" if n_pins else "")
+                + "; refuses to write if a device changed"
             ),
             mode=0o755,
             target=HOST,

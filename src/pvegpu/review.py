@@ -26,6 +26,7 @@ from pvegpu.pci import PciAddress
 from pvegpu.plan import host_driver
 from pvegpu.pvefiles.qemuconf import hostpci_value
 from pvegpu.spec import ServingSpec
+from pvegpu.wording import plural
 
 SPLIT_SCRIPT = "/usr/local/sbin/pvegpu-vfio-split"
 SPLIT_UNIT = "pvegpu-vfio-split.service"
@@ -117,11 +118,6 @@ class Step:
 
 
 # ---------------------------------------------------------------------------- layout
-
-
-def plural(n: int, noun: str) -> str:
-    """`1 GPU`, `4 GPUs`."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def gpus_in_pci_order(facts: HostFacts) -> tuple[GPU, ...]:

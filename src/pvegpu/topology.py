@@ -16,7 +16,8 @@ import attrs
 
 from pvegpu.facts import GPU
 from pvegpu.model import Plan, Pool, PoolKind
-from pvegpu.review import LayoutRow, host_facts_line, layout, plural
+from pvegpu.review import LayoutRow, host_facts_line, layout
+from pvegpu.wording import plural
 
 # (fill, stroke) per driver: pale fills keep black text readable, the stroke carries
 # the colour into edges and the legend. NVIDIA green for nvidia, blue for vfio-pci.

@@ -139,9 +139,18 @@ def _compare_command(
         elif spec is not None and spec in owners:
             dropped.append(DroppedSetting(text, f"serving.{owners[spec]}"))
         elif spec is not None and option.written not in spec.accepted:
-            dropped.append(DroppedSetting(text, f"{EXTRA_ARGS} as `{spec.canonical}`"))
+            # A deprecation's own advice may hold a value too (`--attn-dp-size <dp-size>`).
+            old_spec = option.spec
+            advice = old_spec.deprecated_alias_of if old_spec and old_spec.deprecated else None
+            dropped.append(DroppedSetting(text, f"{EXTRA_ARGS} as `{advice or spec.canonical}`"))
         elif spec is not None:
             dropped.append(DroppedSetting(text, EXTRA_ARGS))
+        elif option.spec is not None:
+            # Deprecated with no replacement the table can name: say so rather than
+            # calling it unknown, since the version still parses it.
+            instead = option.spec.deprecated_alias_of
+            carry = f"deprecated in sglang {table.version}" + (f": {instead}" if instead else "")
+            dropped.append(DroppedSetting(text, carry))
         else:
             dropped.append(DroppedSetting(text, f"not an option of sglang {table.version}"))
 

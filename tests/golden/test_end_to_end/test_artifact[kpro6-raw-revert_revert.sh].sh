@@ -3,12 +3,34 @@
 # Run as root on kpro6. Files are read from this bundle's directory, so it can be run
 # from wherever the bundle was copied to.
 set -eu
+# ROOT (default empty, i.e. /) prefixes every host path, so the script can be tried on a
+# copy of the host's files first.
+ROOT=${ROOT:-}
 
 bundle=$(cd "$(dirname "$0")" && pwd)
 
 if [ "$(hostname)" != "kpro6" ]; then
     echo "revert.sh: this bundle is for node kpro6, not $(hostname); nothing done" >&2
     exit 2
+fi
+
+# Every host file must still be exactly what the change wrote: a file edited since
+# (pci.cfg is shared by the whole cluster) is not overwritten or removed blindly.
+changed=0
+unchanged() {
+    if [ -e "$1" ] && [ "$(sha256sum <"$1" | cut -d' ' -f1)" != "$2" ]; then
+        echo "revert.sh: $1 changed since the change was applied" >&2
+        changed=1
+    fi
+}
+unchanged "$ROOT/etc/pve/lxc/129.conf" c486ed3c3437f4c2d12341fc2f4e32093538e218946607eb6408446afdc8da0c
+unchanged "$ROOT/etc/pve/mapping/pci.cfg" dd315b7cdfdaac1b5e72aea094a3f9a6596a47102b217ba4ad552e9ec22ce598
+unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" efe756d72bfa883c116e740d004ce0757434e5ede1493d1d23cbb56c15f691a0
+unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" ab9fac5ddca9581fc4a5f0d90b0b8a73cc0af093250eb1ced505493b980f3117
+unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" f0b365857aff9773b657c24c15b9892763108736136497c64b957b323a423c67
+if [ "$changed" -ne 0 ]; then
+    echo "revert.sh: nothing done; merge those files by hand (the bundle holds the old copies)" >&2
+    exit 3
 fi
 
 echo "1. stop the servers and the containers that hold GPUs"
@@ -19,33 +41,35 @@ if pct status 129 | grep -q running; then
     pct stop 129
 fi
 
-echo "2. return the vfio-pci GPUs to their host drivers"
+echo "2. return the vfio-pci functions to the drivers they had before"
 # Disable first so a reboot in between cannot re-apply the split.
 systemctl disable pvegpu-vfio-split.service
-/usr/local/sbin/pvegpu-vfio-split revert
+"$ROOT/usr/local/sbin/pvegpu-vfio-split" revert
 
 echo "3. restore the host's files"
 # restore etc/pve/lxc/129.conf as it was before (sha256 23162c027f91)
-cp "$bundle/etc/pve/lxc/129.conf" "/etc/pve/lxc/129.conf"
+cp "$bundle/etc/pve/lxc/129.conf" "$ROOT/etc/pve/lxc/129.conf"
 # restore etc/pve/mapping/pci.cfg as it was before (sha256 623ab1c6e375)
-cp "$bundle/etc/pve/mapping/pci.cfg" "/etc/pve/mapping/pci.cfg"
+cp "$bundle/etc/pve/mapping/pci.cfg" "$ROOT/etc/pve/mapping/pci.cfg"
 # remove usr/local/sbin/pvegpu-vfio-split: pvegpu created it
-rm -f "/usr/local/sbin/pvegpu-vfio-split"
+rm -f "$ROOT/usr/local/sbin/pvegpu-vfio-split"
 # remove etc/systemd/system/pvegpu-vfio-split.service: pvegpu created it
-rm -f "/etc/systemd/system/pvegpu-vfio-split.service"
+rm -f "$ROOT/etc/systemd/system/pvegpu-vfio-split.service"
 # remove etc/modprobe.d/pvegpu-vfio.conf: pvegpu created it
-rm -f "/etc/modprobe.d/pvegpu-vfio.conf"
+rm -f "$ROOT/etc/modprobe.d/pvegpu-vfio.conf"
 systemctl daemon-reload
 # The modprobe.d hook may have been copied into the initramfs.
 if command -v update-initramfs >/dev/null 2>&1; then
-    update-initramfs -u
+    update-initramfs -u -k all
 fi
 
-echo "4. start the containers and restore their files"
+echo "4. start the containers with their previous files"
+# pct push needs a running container.
 pct start 129
 # restore etc/systemd/system/sglang-qwen.service as it was before (sha256 86c93a338cfd)
 pct push 129 "$bundle/ct/129/etc/systemd/system/sglang-qwen.service" "/etc/systemd/system/sglang-qwen.service"
 pct exec 129 -- systemctl daemon-reload
-echo "   start the previous server when ready: pct exec 129 -- systemctl start sglang-qwen.service"
+# The container started the new unit with it; run the previous one instead.
+pct exec 129 -- systemctl restart sglang-qwen.service
 
 echo "revert of node kpro6 done"

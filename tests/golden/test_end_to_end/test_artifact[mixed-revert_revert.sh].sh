@@ -3,32 +3,51 @@
 # Run as root on pve-mixed. Files are read from this bundle's directory, so it can be run
 # from wherever the bundle was copied to.
 set -eu
-
-bundle=$(cd "$(dirname "$0")" && pwd)
+# ROOT (default empty, i.e. /) prefixes every host path, so the script can be tried on a
+# copy of the host's files first.
+ROOT=${ROOT:-}
 
 if [ "$(hostname)" != "pve-mixed" ]; then
     echo "revert.sh: this bundle is for node pve-mixed, not $(hostname); nothing done" >&2
     exit 2
 fi
 
-echo "1. return the vfio-pci GPUs to their host drivers"
+# Every host file must still be exactly what the change wrote: a file edited since
+# (pci.cfg is shared by the whole cluster) is not overwritten or removed blindly.
+changed=0
+unchanged() {
+    if [ -e "$1" ] && [ "$(sha256sum <"$1" | cut -d' ' -f1)" != "$2" ]; then
+        echo "revert.sh: $1 changed since the change was applied" >&2
+        changed=1
+    fi
+}
+unchanged "$ROOT/etc/pve/mapping/pci.cfg" 7c09c9ef4e6cab9d7738b323a4a8e8ab6526b9360ca46bedc7840b7041e6b644
+unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" 04630bdf76dd9d1eb248ed82015def9ad8d4768a30d7e0134d0df93a76b8a51b
+unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" 4004740452d7d7c1aeb7d61f6e400eb16dac4aa731fd936648c3e4c57de5bee0
+unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" 56c34743c7e45b7157d43f0ec9243ad33e33a1c4051073eabead356a7026b725
+if [ "$changed" -ne 0 ]; then
+    echo "revert.sh: nothing done; merge those files by hand (the bundle holds the old copies)" >&2
+    exit 3
+fi
+
+echo "1. return the vfio-pci functions to the drivers they had before"
 # Disable first so a reboot in between cannot re-apply the split.
 systemctl disable pvegpu-vfio-split.service
-/usr/local/sbin/pvegpu-vfio-split revert
+"$ROOT/usr/local/sbin/pvegpu-vfio-split" revert
 
 echo "2. restore the host's files"
 # remove etc/pve/mapping/pci.cfg: pvegpu created it
-rm -f "/etc/pve/mapping/pci.cfg"
+rm -f "$ROOT/etc/pve/mapping/pci.cfg"
 # remove usr/local/sbin/pvegpu-vfio-split: pvegpu created it
-rm -f "/usr/local/sbin/pvegpu-vfio-split"
+rm -f "$ROOT/usr/local/sbin/pvegpu-vfio-split"
 # remove etc/systemd/system/pvegpu-vfio-split.service: pvegpu created it
-rm -f "/etc/systemd/system/pvegpu-vfio-split.service"
+rm -f "$ROOT/etc/systemd/system/pvegpu-vfio-split.service"
 # remove etc/modprobe.d/pvegpu-vfio.conf: pvegpu created it
-rm -f "/etc/modprobe.d/pvegpu-vfio.conf"
+rm -f "$ROOT/etc/modprobe.d/pvegpu-vfio.conf"
 systemctl daemon-reload
 # The modprobe.d hook may have been copied into the initramfs.
 if command -v update-initramfs >/dev/null 2>&1; then
-    update-initramfs -u
+    update-initramfs -u -k all
 fi
 
 echo "revert of node pve-mixed done"

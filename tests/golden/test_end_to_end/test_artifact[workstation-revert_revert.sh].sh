@@ -3,6 +3,9 @@
 # Run as root on pve-ws. Files are read from this bundle's directory, so it can be run
 # from wherever the bundle was copied to.
 set -eu
+# ROOT (default empty, i.e. /) prefixes every host path, so the script can be tried on a
+# copy of the host's files first.
+ROOT=${ROOT:-}
 
 bundle=$(cd "$(dirname "$0")" && pwd)
 
@@ -11,26 +14,50 @@ if [ "$(hostname)" != "pve-ws" ]; then
     exit 2
 fi
 
-echo "1. return the vfio-pci GPUs to their host drivers"
+# Every host file must still be exactly what the change wrote: a file edited since
+# (pci.cfg is shared by the whole cluster) is not overwritten or removed blindly.
+changed=0
+unchanged() {
+    if [ -e "$1" ] && [ "$(sha256sum <"$1" | cut -d' ' -f1)" != "$2" ]; then
+        echo "revert.sh: $1 changed since the change was applied" >&2
+        changed=1
+    fi
+}
+unchanged "$ROOT/etc/pve/qemu-server/110.conf" 05e8a9095a3f4224794644a53f311c3eb5d83179d1f96e659ef35c43f6949362
+unchanged "$ROOT/etc/pve/mapping/pci.cfg" bc6c13ed5815b99db1a431e78371fc61fd21eca6311271ab4742af93f4fa7055
+unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" 4b90fd5f76dbf2bc48d3a586c7a653b41172711860aa8ffffd205e98473e933c
+unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" 228efab0c23510e7cda87d7b494735752e4a378daf89eb2e92e362677b1a6f3c
+unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" 4c44bd50f740532689f7ca847f1f09bde6127e891ee39fce61ab91df32a81836
+if [ "$changed" -ne 0 ]; then
+    echo "revert.sh: nothing done; merge those files by hand (the bundle holds the old copies)" >&2
+    exit 3
+fi
+
+echo "1. stop the VMs that use a4000"
+if qm status 110 | grep -q running; then
+    qm shutdown 110 --timeout 300
+fi
+
+echo "2. return the vfio-pci functions to the drivers they had before"
 # Disable first so a reboot in between cannot re-apply the split.
 systemctl disable pvegpu-vfio-split.service
-/usr/local/sbin/pvegpu-vfio-split revert
+"$ROOT/usr/local/sbin/pvegpu-vfio-split" revert
 
-echo "2. restore the host's files"
+echo "3. restore the host's files"
 # restore etc/pve/qemu-server/110.conf as it was before (sha256 11a19cc52961)
-cp "$bundle/etc/pve/qemu-server/110.conf" "/etc/pve/qemu-server/110.conf"
+cp "$bundle/etc/pve/qemu-server/110.conf" "$ROOT/etc/pve/qemu-server/110.conf"
 # remove etc/pve/mapping/pci.cfg: pvegpu created it
-rm -f "/etc/pve/mapping/pci.cfg"
+rm -f "$ROOT/etc/pve/mapping/pci.cfg"
 # remove usr/local/sbin/pvegpu-vfio-split: pvegpu created it
-rm -f "/usr/local/sbin/pvegpu-vfio-split"
+rm -f "$ROOT/usr/local/sbin/pvegpu-vfio-split"
 # remove etc/systemd/system/pvegpu-vfio-split.service: pvegpu created it
-rm -f "/etc/systemd/system/pvegpu-vfio-split.service"
+rm -f "$ROOT/etc/systemd/system/pvegpu-vfio-split.service"
 # remove etc/modprobe.d/pvegpu-vfio.conf: pvegpu created it
-rm -f "/etc/modprobe.d/pvegpu-vfio.conf"
+rm -f "$ROOT/etc/modprobe.d/pvegpu-vfio.conf"
 systemctl daemon-reload
 # The modprobe.d hook may have been copied into the initramfs.
 if command -v update-initramfs >/dev/null 2>&1; then
-    update-initramfs -u
+    update-initramfs -u -k all
 fi
 
 echo "revert of node pve-ws done"
