@@ -188,3 +188,16 @@ def test_earlier_softdep_for_a_vm_driver_is_flagged(kpro6: HostFacts) -> None:
     findings = plan(facts, load_spec(REPO / "examples" / "kpro6.toml")).findings
     flagged = [f.subject for f in findings if f.code == "softdep-shadowed"]
     assert flagged == ["etc/modprobe.d/nvidia.conf"]
+
+
+def test_minors_that_change_at_reboot_are_flagged(kpro6: HostFacts) -> None:
+    """Container on NUMA 1 (minors 4..7), NUMA 0 to vfio: after reboot they are 0..3."""
+    text = spec_text(LXC.format(select="numa_node = 1"), VFIO.format(select="numa_node = 0"))
+    findings = plan(kpro6, parse_spec(text)).findings
+    flagged = [f for f in findings if f.code == "minors-change-at-reboot"]
+    assert [f.subject for f in flagged] == ["ct"]
+    assert (
+        "81:00.0: 4 -> 0, 91:00.0: 5 -> 1, e1:00.0: 6 -> 2, f1:00.0: 7 -> 3" in flagged[0].message
+    )
+    reference = plan(kpro6, load_spec(REPO / "examples" / "kpro6.toml")).findings
+    assert "minors-change-at-reboot" not in {f.code for f in reference}

@@ -11,7 +11,9 @@ import pytest
 
 from pvegpu.discover import discover
 from pvegpu.fixture_hosts import HOSTS
+from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.snapshot import snapshot, unpack
+from pvegpu.specfile import load_spec
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
 
@@ -101,3 +103,15 @@ def test_broken_tree_is_archived_up_to_the_problem(tmp_path: Path) -> None:
     assert result.error.problems[0].subject == "proc/devices"
     with tarfile.open(result.path) as tar:
         assert "etc/hostname" in tar.getnames()
+
+
+def test_snapshot_with_spec_plans_elsewhere(tmp_path: Path) -> None:
+    """With --spec, the unpacked archive plans and renders exactly like the host."""
+    spec = load_spec(FIXTURES.parent.parent / "examples" / "kpro6.toml")
+    result = snapshot(FIXTURES / "kpro6", tmp_path / "s.tar.gz", spec)
+    assert result.error is None
+    unpacked = unpack(result.path, tmp_path / "host")
+    here = plan_and_render(discover_for(spec, FIXTURES / "kpro6"), spec)[1]
+    there = plan_and_render(discover_for(spec, unpacked), spec)[1]
+    assert [(a.path, a.content) for a in there] == [(a.path, a.content) for a in here]
+    assert result.facts == discover_for(spec, unpacked)

@@ -338,6 +338,7 @@ def _findings(facts: HostFacts, pools: list[Pool]) -> Iterator[Finding]:
                 "these functions share IOMMU groups with the GPUs and move to vfio-pci too: "
                 + ", ".join(f"{f.address} ({f.vendor_device})" for f in extra),
             )
+    yield from _minors_after_reboot(facts, pools)
     yield from _other_binders(facts)
     yield from _shadowing_softdeps(facts, pools)
     if facts.sev_snp:
@@ -348,6 +349,39 @@ def _findings(facts: HostFacts, pools: list[Pool]) -> Iterator[Finding]:
             "SEV-SNP is on: the IOMMU must stay in translated mode (iommu=pt is refused by "
             "SNP), so GPU peer-to-peer DMA is unreliable on this host",
         )
+
+
+def _minors_after_reboot(facts: HostFacts, pools: list[Pool]) -> Iterator[Finding]:
+    """/dev/nvidiaN numbers are handed out at probe time, normally in PCI order.
+
+    Right after a runtime split the container GPUs keep their minors; after the next
+    boot nvidia numbers only the GPUs it still gets, so a container config naming
+    /dev/nvidia4 can point at nothing (and the container fails to start).
+    """
+    to_vfio = {g.address for p in pools if p.kind is PoolKind.VFIO for g in p.gpus}
+    stays = [g for g in facts.gpus if g.is_nvidia and g.address not in to_vfio]
+    stays = [g for g in stays if host_driver(g.function) == "nvidia"]
+    expected = {g.address: n for n, g in enumerate(sorted(stays, key=lambda g: g.address))}
+    for pool in pools:
+        if pool.kind is not PoolKind.LXC:
+            continue
+        moved = [
+            f"{g.address.short}: {g.nvidia_minor} -> {expected[g.address]}"
+            for g in pool.gpus
+            if g.nvidia_minor is not None
+            and g.address in expected
+            and g.nvidia_minor != expected[g.address]
+        ]
+        if moved:
+            yield Finding(
+                Severity.WARNING,
+                "minors-change-at-reboot",
+                pool.name,
+                "the container config names today's /dev/nvidiaN minors, but after a reboot "
+                "with the split nvidia numbers its GPUs afresh (probe order, normally PCI "
+                f"order): {', '.join(moved)}. Reboot, then run pvegpu plan again before "
+                "starting the container",
+            )
 
 
 SPLIT_UNIT_PATH = "etc/systemd/system/pvegpu-vfio-split.service"

@@ -22,6 +22,8 @@ import attrs
 from pvegpu.discover import Trace, discover
 from pvegpu.errors import DiscoveryError
 from pvegpu.facts import HostFacts
+from pvegpu.serving import read_serving_files, with_serving_files
+from pvegpu.spec import Spec
 
 
 @attrs.frozen
@@ -34,8 +36,13 @@ class Snapshot:
     error: DiscoveryError | None = None
 
 
-def snapshot(root: Path, out: Path) -> Snapshot:
+def snapshot(root: Path, out: Path, spec: Spec | None = None) -> Snapshot:
     """Archive what discovery reads under `root` into `out` (.tar.gz).
+
+    With a spec, also what planning its servers reads (`discover_for`): the model's
+    config.json and index, the container's dpkg status, NVIDIA library names and unit.
+    Weight shards and libraries are archived as empty files: their names are what the
+    checks use (the checkpoint size comes from model.safetensors.index.json).
 
     Discovery errors do not stop the capture: whatever was read before the problem is
     archived (that is what a bug report needs) and the error is returned, not raised.
@@ -47,6 +54,14 @@ def snapshot(root: Path, out: Path) -> Snapshot:
         facts = discover(root, trace=trace)
     except DiscoveryError as err:
         error = err
+    if spec is not None:
+        found = read_serving_files(root, spec)
+        for file in found.files:
+            trace.files[file.path] = file.content.encode()
+        for stat in found.stats:
+            trace.files.setdefault(stat.path, b"")
+        if facts is not None:
+            facts = with_serving_files(facts, root, spec)
     members = _members(trace)
     out.parent.mkdir(parents=True, exist_ok=True)
     with (

@@ -10,6 +10,7 @@ from pvegpu.discover import discover
 from pvegpu.facts import HostFacts
 from pvegpu.facts_json import facts_to_json
 from pvegpu.snapshot import snapshot
+from pvegpu.specfile import load_spec
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,6 +34,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     s.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
     s.add_argument("--out", type=Path, required=True, help="archive to write (.tar.gz)")
+    s.add_argument(
+        "--spec",
+        type=Path,
+        help="also capture what planning this spec's servers reads (model config, "
+        "container files), so `pvegpu plan` works on the unpacked archive",
+    )
     s.set_defaults(func=run_snapshot)
 
 
@@ -43,7 +50,8 @@ def run_discover(args: argparse.Namespace) -> int:
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
-    result = snapshot(args.root, args.out)
+    spec = load_spec(args.spec) if args.spec is not None else None
+    result = snapshot(args.root, args.out, spec)
     print(f"wrote {result.path} ({result.entries} entries)")
     if result.error is None:
         return 0
