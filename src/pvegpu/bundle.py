@@ -86,10 +86,41 @@ def write_bundle(artifacts: Sequence[Artifact], out: Path, **header: Any) -> lis
     Everything is rendered in memory before this is called, so a refused plan writes
     nothing. Files are written through a temporary name and renamed into place.
     """
-    return [
-        _write(out / path, content, mode)
-        for path, (content, mode) in bundle_files(artifacts, **header).items()
-    ]
+    files = bundle_files(artifacts, **header)
+    _clear_previous(out)
+    return [_write(out / path, content, mode) for path, (content, mode) in files.items()]
+
+
+def _clear_previous(out: Path) -> None:
+    """Remove the files of an earlier bundle in `out`, so none of them goes stale.
+
+    Only files its MANIFEST.json lists are removed; a directory that holds anything
+    else is refused rather than mixed with, or emptied.
+    """
+    if not out.exists() or not any(out.iterdir()):
+        return
+    listed = _previous_files(out)
+    if listed is None:
+        raise RenderError.one(
+            "output-not-empty",
+            str(out),
+            "holds files that are not a pvegpu bundle (no pvegpu MANIFEST.json)",
+            "choose a new or empty --out directory",
+        )
+    for rel in listed:
+        (out / rel).unlink(missing_ok=True)
+
+
+def _previous_files(out: Path) -> list[str] | None:
+    try:
+        doc = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("schema") != MANIFEST_SCHEMA:
+        return None
+    files = [e.get("file") for e in doc.get("artifacts", []) if isinstance(e, dict)]
+    listed = [f for f in files if isinstance(f, str) and ".." not in PurePosixPath(f).parts]
+    return [*listed, MANIFEST, f"{REVERT_BUNDLE}/{MANIFEST}"]
 
 
 def _write(path: Path, content: str, mode: int) -> Path:
