@@ -131,7 +131,16 @@ def _write(path: Path, content: str, mode: int) -> Path:
         tmp.chmod(mode)
         tmp.replace(path)
     except OSError as err:
-        raise RenderError(
-            [Problem("output-unwritable", str(path), f"cannot write: {err.strerror}", "")]
-        ) from err
+        failure = RenderError(
+            [
+                Problem(
+                    "output-unwritable",
+                    str(path),
+                    f"cannot write: {err.strerror}",
+                    "files before this one are written; fix it and render again",
+                )
+            ]
+        )
+        failure.partial = True
+        raise failure from err
     return path

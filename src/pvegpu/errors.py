@@ -32,6 +32,8 @@ class PvegpuError(Exception):
     """Base of every error pvegpu raises on purpose. `exit_code` is what the CLI returns."""
 
     exit_code = 1
+    partial = False
+    """True when some output was already written before the failure."""
 
     def __init__(self, problems: Iterable[Problem]) -> None:
         self.problems = tuple(problems)

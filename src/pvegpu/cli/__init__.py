@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -46,6 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pvegpu {args.command}: refused", file=sys.stderr)
         for problem in err.problems:
             print(f"  {problem}", file=sys.stderr)
-        print("nothing was written.", file=sys.stderr)
+        if not err.partial:
+            print("nothing was written.", file=sys.stderr)
         return err.exit_code
+    except BrokenPipeError:
+        # `pvegpu plan | head`: the reader left; say nothing more, like other tools.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return code
