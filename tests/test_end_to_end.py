@@ -293,7 +293,7 @@ def test_kpro6_vm_mapping_matches_discovery() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "tp_option"), [("kpro6", "--tp-size 4"), ("kpro6-raw", "--tensor-parallel-size 4")]
+    ("name", "tp_option"), [("kpro6", "--tp-size 4"), ("kpro6-raw", "--tp-size 4")]
 )
 def test_serving_unit_tp_option(name: str, tp_option: str) -> None:
     """The serving unit sets TP=4 by the version's canonical option, never the `--tp` prefix."""

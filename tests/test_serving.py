@@ -424,7 +424,7 @@ def test_0_5_9_hybrid_mtp_flags_and_env() -> None:
     """0.5.9: --mamba-scheduler-strategy extra_buffer and SGLANG_ENABLE_SPEC_V2=1."""
     serving = only(kpro6_plan(qwen_serving(version="0.5.9")))
     assert option(serving, "--mamba-scheduler-strategy") == ("extra_buffer",)
-    assert option(serving, "--tensor-parallel-size") == ("4",)
+    assert option(serving, "--tp-size") == ("4",)
     assert env(serving)["SGLANG_ENABLE_SPEC_V2"] == "1"
     assert "SGLANG_AUTO_NUMA_BIND" not in env(serving)
 

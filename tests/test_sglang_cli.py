@@ -74,11 +74,11 @@ def test_every_alias_is_refused(version: str) -> None:
         assert codes(table, option, *sample_values(spec)) == ["sglang-option-alias"], option
 
 
-def test_canonical_tp_name_follows_the_table() -> None:
-    """0.5.9 lists --tensor-parallel-size first, 0.5.23 --tp-size: each is canonical there."""
+def test_canonical_tp_name_is_the_newest_versions() -> None:
+    """0.5.9 lists --tensor-parallel-size first, but --tp-size (0.5.23's name) is written."""
     old, new = load_table("0.5.9"), load_table("0.5.23")
-    assert codes(old, "--tensor-parallel-size", "4") == []
-    assert codes(old, "--tp-size", "4") == ["sglang-option-alias"]
+    assert codes(old, "--tp-size", "4") == []
+    assert codes(old, "--tensor-parallel-size", "4") == ["sglang-option-alias"]
     assert codes(new, "--tp-size", "4") == []
     assert codes(new, "--tensor-parallel-size", "4") == ["sglang-option-alias"]
 

@@ -57,10 +57,20 @@ class OptionSpec:
     choices: tuple[str, ...] | None
     required: bool
     deprecated_alias_of: str | None
+    primary: str | None = None
+    """A spelling of this action that a newer shipped version made its first name."""
 
     @property
     def canonical(self) -> str:
-        """The first long option: the name pvegpu writes and the only one it accepts."""
+        """The name pvegpu writes and the only one it accepts for this action.
+
+        The first long option, unless a newer SGLang made another of this action's
+        spellings its first name (0.5.9's `--tensor-parallel-size, --tp-size` became
+        `--tp-size, --tensor-parallel-size`): then that one, so a unit file reads the
+        same across upgrades.
+        """
+        if self.primary in self.options:
+            return self.primary
         return next((o for o in self.options if o.startswith("--")), self.options[0])
 
     @property
@@ -438,4 +448,15 @@ def load_table(version: str) -> OptionTable:
             f"the file is named for {version} but says sglang_version {table.version}",
             "rename the file or regenerate it",
         )
-    return table
+    newest = shipped_versions()[-1]
+    if version == newest:
+        return table
+    names = {spec.canonical for spec in load_table(newest).args}
+    args = tuple(
+        attrs.evolve(spec, primary=primary)
+        if (primary := next((o for o in spec.options if o in names), None)) is not None
+        and primary != spec.canonical
+        else spec
+        for spec in table.args
+    )
+    return attrs.evolve(table, args=args)
