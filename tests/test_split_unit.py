@@ -13,7 +13,6 @@ from pathlib import Path
 
 import attrs
 import pytest
-from syrupy.assertion import SnapshotAssertion
 
 from pvegpu.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.errors import RenderError
@@ -305,13 +304,6 @@ def test_refuses_function_on_both_sides(kpro6_plan: Plan) -> None:
 # --- the unit
 
 
-def test_unit_golden(
-    artifacts: dict[str, Artifact], golden: Callable[[str], SnapshotAssertion]
-) -> None:
-    """The boot unit is reviewed as a file."""
-    assert artifacts[UNIT_PATH].content == golden("service")
-
-
 def test_unit_runs_override_before_any_gpu_driver(artifacts: dict[str, Artifact]) -> None:
     """Oneshot, early (no default deps), before modules-load/udev trigger/persistenced."""
     unit = directives(artifacts[UNIT_PATH].content)
@@ -476,13 +468,6 @@ def test_unit_without_nvidia_passes_verify(amd_only: dict[str, Artifact], tmp_pa
 
 
 # --- the modprobe.d hook
-
-
-def test_modprobe_golden(
-    artifacts: dict[str, Artifact], golden: Callable[[str], SnapshotAssertion]
-) -> None:
-    """The modprobe.d file is reviewed as a file."""
-    assert artifacts[MODPROBE_PATH].content == golden("conf")
 
 
 def test_modprobe_lines(artifacts: dict[str, Artifact]) -> None:
