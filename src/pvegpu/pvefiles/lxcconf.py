@@ -107,7 +107,7 @@ def gpu_lines(
         problems.append(
             Problem(
                 "nvidia-uvm-major-unknown",
-                subject or "/proc/devices",
+                subject or "proc/devices",
                 "raw device lines need the nvidia-uvm major, but /proc/devices has no "
                 "nvidia-uvm (the module is not loaded)",
                 'load it (nvidia-modprobe -u -c=0) and discover again, or use devices = "dev"',
