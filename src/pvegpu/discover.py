@@ -36,6 +36,7 @@ from pvegpu.facts import (
     PciFunction,
     VfioIdsSetting,
 )
+from pvegpu.hostpaths import SPLIT_SCRIPT
 from pvegpu.pci import PciAddress
 
 T = TypeVar("T")
@@ -421,10 +422,6 @@ def _nvidia_driver(tree: Tree) -> NvidiaDriver | None:
     return NvidiaDriver(version, flavor)
 
 
-SPLIT_SCRIPT_PATH = "usr/local/sbin/pvegpu-vfio-split"
-"""Where pvegpu installs its split script; read so a re-render patches, not replaces, it."""
-
-
 def _modprobe_confs(tree: Tree) -> list[str]:
     # modprobe reads only *.conf files from modprobe.d.
     return [f"etc/modprobe.d/{n}" for n in tree.listdir("etc/modprobe.d", _is_conf)]
@@ -453,7 +450,8 @@ def _config_files(tree: Tree) -> tuple[ConfigFile, ...]:
     # Host units: the split unit of an earlier run (the new one patches it) and any
     # hand-made unit that also moves GPUs between drivers (the planner warns).
     paths += [f"etc/systemd/system/{n}" for n in tree.listdir("etc/systemd/system", _is_unit)]
-    paths += [p for p in (SPLIT_SCRIPT_PATH,) if tree.exists(p)]
+    # pvegpu's installed split script: read so a re-render patches, not replaces, it.
+    paths += [p for p in (SPLIT_SCRIPT,) if tree.exists(p)]
     return tuple(ConfigFile(p, tree.need(p, "a readable file")) for p in sorted(paths))
 
 

@@ -11,8 +11,10 @@ from collections.abc import Iterable, Iterator
 
 import attrs
 
+from pvegpu.drivers import host_driver
 from pvegpu.errors import PlanError, Problem, RenderError
 from pvegpu.facts import GPU, HostFacts, PciFunction
+from pvegpu.findings import plan_findings
 from pvegpu.model import (
     VFIO_DRIVER,
     Finding,
@@ -20,30 +22,12 @@ from pvegpu.model import (
     Plan,
     Pool,
     PoolKind,
-    Severity,
     VmGuest,
 )
 from pvegpu.pci import PciAddress
 from pvegpu.pvefiles.pcicfg import mapping_for_pool
 from pvegpu.serving import serving_findings
 from pvegpu.spec import PoolSpec, Spec
-
-# The driver a function returns to when it leaves vfio-pci, by PCI vendor, for GPUs
-# that are on vfio-pci (or unbound) today and so show no host driver in sysfs.
-HOST_GPU_DRIVERS = {0x10DE: "nvidia", 0x1002: "amdgpu", 0x8086: "i915"}
-HOST_AUDIO_DRIVER = "snd_hda_intel"
-CLASS_AUDIO = 0x0403
-
-
-def host_driver(function: PciFunction) -> str | None:
-    """The host-side driver of a function: what it is on now unless that is vfio-pci."""
-    if function.driver and function.driver != VFIO_DRIVER:
-        return function.driver
-    if function.pci_class >> 8 == CLASS_AUDIO:
-        return HOST_AUDIO_DRIVER
-    if function.is_display:
-        return HOST_GPU_DRIVERS.get(function.vendor)
-    return None
 
 
 def plan(facts: HostFacts, spec: Spec) -> Plan:
@@ -70,7 +54,7 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     if problems:
         raise PlanError(problems)
     result = Plan(
-        facts=facts, spec=spec, pools=tuple(pools), findings=tuple(_findings(facts, pools))
+        facts=facts, spec=spec, pools=tuple(pools), findings=tuple(plan_findings(facts, pools))
     )
     # Serving checks (TP vs heads, memory fit, container driver, P2P) need the whole
     # plan; they raise PlanError themselves and otherwise add their findings.
@@ -303,144 +287,6 @@ def _vfio_ids_problems(facts: HostFacts, pools: list[Pool]) -> Iterator[Problem]
                     "(driver_override) instead",
                 )
                 break
-
-
-def _findings(facts: HostFacts, pools: list[Pool]) -> Iterator[Finding]:
-    by_id: dict[str, set[str]] = defaultdict(set)
-    for pool in pools:
-        for gpu in pool.gpus:
-            by_id[gpu.vendor_device].add(pool.name)
-    for vendor_device, names in sorted(by_id.items()):
-        if len(names) > 1:
-            yield Finding(
-                Severity.INFO,
-                "identical-device-ids",
-                vendor_device,
-                f"GPUs with this id serve pools {', '.join(sorted(names))}: they are bound "
-                "by PCI address (driver_override), never by vfio-pci ids=, which would take "
-                "them all",
-            )
-    for pool in pools:
-        if len(pool.numa_nodes) > 1:
-            yield Finding(
-                Severity.WARNING,
-                "pool-spans-numa-nodes",
-                pool.name,
-                f"GPUs are on NUMA nodes {', '.join(str(n) for n in pool.numa_nodes)}: "
-                "cross-socket traffic for every transfer",
-            )
-        extra = [f for f in pool.functions if f.address not in {g.address for g in pool.gpus}]
-        if pool.kind is PoolKind.VFIO and extra:
-            yield Finding(
-                Severity.INFO,
-                "group-members-move",
-                pool.name,
-                "these functions share IOMMU groups with the GPUs and move to vfio-pci too: "
-                + ", ".join(f"{f.address} ({f.vendor_device})" for f in extra),
-            )
-    yield from _minors_after_reboot(facts, pools)
-    yield from _other_binders(facts)
-    yield from _shadowing_softdeps(facts, pools)
-    if facts.sev_snp:
-        yield Finding(
-            Severity.INFO,
-            "sev-snp",
-            "host",
-            "SEV-SNP is on: the IOMMU must stay in translated mode (iommu=pt is refused by "
-            "SNP), so GPU peer-to-peer DMA is unreliable on this host",
-        )
-
-
-def _minors_after_reboot(facts: HostFacts, pools: list[Pool]) -> Iterator[Finding]:
-    """/dev/nvidiaN numbers are handed out at probe time, normally in PCI order.
-
-    Right after a runtime split the container GPUs keep their minors; after the next
-    boot nvidia numbers only the GPUs it still gets, so a container config naming
-    /dev/nvidia4 can point at nothing (and the container fails to start).
-    """
-    to_vfio = {g.address for p in pools if p.kind is PoolKind.VFIO for g in p.gpus}
-    stays = [g for g in facts.gpus if g.is_nvidia and g.address not in to_vfio]
-    stays = [g for g in stays if host_driver(g.function) == "nvidia"]
-    expected = {g.address: n for n, g in enumerate(sorted(stays, key=lambda g: g.address))}
-    for pool in pools:
-        if pool.kind is not PoolKind.LXC:
-            continue
-        moved = [
-            f"{g.address.short}: {g.nvidia_minor} -> {expected[g.address]}"
-            for g in pool.gpus
-            if g.nvidia_minor is not None
-            and g.address in expected
-            and g.nvidia_minor != expected[g.address]
-        ]
-        if moved:
-            yield Finding(
-                Severity.WARNING,
-                "minors-change-at-reboot",
-                pool.name,
-                "the container config names today's /dev/nvidiaN minors, but after a reboot "
-                "with the split nvidia numbers its GPUs afresh (probe order, normally PCI "
-                f"order): {', '.join(moved)}. Reboot, then run pvegpu plan again before "
-                "starting the container",
-            )
-
-
-SPLIT_UNIT_PATH = "etc/systemd/system/pvegpu-vfio-split.service"
-# What a unit that moves PCI devices between drivers has to write somewhere.
-_BINDER_MARKS = ("vfio-pci", "driver_override", "drivers_probe", "/unbind", "new_id")
-
-
-def _other_binders(facts: HostFacts) -> Iterator[Finding]:
-    """Hand-made units that also (re)bind GPUs race the split unit at every boot."""
-    for file in facts.files:
-        if not file.path.startswith("etc/systemd/system/") or file.path == SPLIT_UNIT_PATH:
-            continue
-        marks = [m for m in _BINDER_MARKS if m in file.content]
-        if marks:
-            unit = file.path.rsplit("/", 1)[1]
-            yield Finding(
-                Severity.WARNING,
-                "other-gpu-binder",
-                file.path,
-                f"this unit also moves devices between drivers ({', '.join(marks)}); two "
-                "binders race at boot and the last one wins: once pvegpu-vfio-split.service "
-                f"is installed, run `systemctl disable --now {unit}` and remove it",
-            )
-
-
-MODPROBE_PATH = "etc/modprobe.d/pvegpu-vfio.conf"
-
-
-def _shadowing_softdeps(facts: HostFacts, pools: list[Pool]) -> Iterator[Finding]:
-    """kmod honours only the first `softdep` line for a module, in file-name order.
-
-    pvegpu-vfio.conf makes each VM function's host driver load vfio-pci first; an
-    earlier file with its own softdep for that driver silently wins.
-    """
-    drivers = {
-        d
-        for p in pools
-        if p.kind is PoolKind.VFIO
-        for f in p.functions
-        if (d := host_driver(f)) is not None and d != VFIO_DRIVER
-    }
-    ours = MODPROBE_PATH.rsplit("/", 1)[1]
-    for file in facts.files:
-        directory, _, name = file.path.rpartition("/")
-        if directory != "etc/modprobe.d" or name >= ours:
-            continue
-        for line in file.content.splitlines():
-            words = line.split()
-            if len(words) >= 2 and words[0] == "softdep" and words[1] in drivers:
-                if "vfio-pci" in words or "vfio_pci" in words:
-                    continue
-                yield Finding(
-                    Severity.WARNING,
-                    "softdep-shadowed",
-                    file.path,
-                    f"`{line.strip()}` comes before {ours}, and kmod uses only the first "
-                    f"softdep of a module, so `softdep {words[1]} pre: vfio-pci` would be "
-                    f"ignored: add `pre: vfio-pci` to this line",
-                )
 
 
 def with_findings(plan_: Plan, findings: Iterable[Finding]) -> Plan:

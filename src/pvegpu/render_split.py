@@ -18,17 +18,18 @@ from collections.abc import Iterable
 import attrs
 
 from pvegpu.artifact import HOST, Artifact
+from pvegpu.drivers import host_driver
 from pvegpu.errors import Problem, RenderError
 from pvegpu.facts import HostFacts, PciFunction
+from pvegpu.hostpaths import SPLIT_MODPROBE, SPLIT_SCRIPT, SPLIT_UNIT
 from pvegpu.model import VFIO_DRIVER, Plan, Pool
 from pvegpu.pci import PciAddress
-from pvegpu.plan import host_driver
 from pvegpu.templating import render_template
 from pvegpu.wording import plural
 
-SCRIPT_PATH = "usr/local/sbin/pvegpu-vfio-split"
-UNIT_PATH = "etc/systemd/system/pvegpu-vfio-split.service"
-MODPROBE_PATH = "etc/modprobe.d/pvegpu-vfio.conf"
+SCRIPT_PATH = SPLIT_SCRIPT
+UNIT_PATH = SPLIT_UNIT
+MODPROBE_PATH = SPLIT_MODPROBE
 
 # Driver name -> module name, for the softdep lines. Only drivers whose module is known:
 # a driver's name is not always its module's (xhci_hcd lives in xhci_pci).

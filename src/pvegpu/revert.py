@@ -12,11 +12,11 @@ import attrs
 
 from pvegpu.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.facts import ConfigFile
+from pvegpu.hostpaths import SPLIT_SCRIPT, SPLIT_UNIT_NAME
 from pvegpu.model import Plan
 from pvegpu.templating import render_template
 
-SPLIT_SCRIPT = "usr/local/sbin/pvegpu-vfio-split"
-SPLIT_UNIT = "pvegpu-vfio-split.service"
+SPLIT_UNIT = SPLIT_UNIT_NAME
 
 
 def _restore(artifact: Artifact) -> Artifact:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pvegpu import hostpaths
 from pvegpu.model import Pool
 from pvegpu.pci import PciAddress
 from pvegpu.pvefiles.qemuconf import hostpci_value
 from pvegpu.spec import ServingSpec
 
-SPLIT_SCRIPT = "/usr/local/sbin/pvegpu-vfio-split"
-SPLIT_UNIT = "pvegpu-vfio-split.service"
+SPLIT_SCRIPT = f"/{hostpaths.SPLIT_SCRIPT}"
+SPLIT_UNIT = hostpaths.SPLIT_UNIT_NAME
 HEALTH_TIMEOUT_S = 600
 """Bound on waiting for the server: the seed deployment (234 GB of BF16 weights, TP=4)
 was healthy after ~80 s, so ten minutes without health means something is wrong."""

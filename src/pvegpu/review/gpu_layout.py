@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import attrs
 
+from pvegpu.drivers import host_driver
 from pvegpu.facts import GPU, HostFacts, PciFunction
 from pvegpu.model import VFIO_DRIVER, Plan, Pool, PoolKind
 from pvegpu.pci import PciAddress
-from pvegpu.plan import host_driver
 from pvegpu.wording import plural
 
 UNBOUND = "unbound"
