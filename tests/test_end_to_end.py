@@ -502,7 +502,7 @@ def test_kpro6_split_host_renders_the_same_host_files() -> None:
     assert conf.reason.startswith("LXC 129 already has exactly these GPU lines")
 
 
-# --- what the rendered files get wrong today (strict xfail: they flip when fixed)
+# --- regressions found in review of the rendered files
 
 
 def test_workstation_vm_gets_the_a4000_once() -> None:
