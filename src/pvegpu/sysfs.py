@@ -129,7 +129,7 @@ def nvidia_proc_version(raw: str) -> NvidiaDriver:
 
 
 def nvidia_module_version(raw: str) -> str:
-    """/sys/module/nvidia/version: just `590.48.01`."""
+    """sys/module/nvidia/version: just `590.48.01`."""
     text = _one_line(raw).strip()
     if not _NVIDIA_VERSION.match(text):
         raise ValueError(f"expected a version such as 590.48.01, got {text!r}")
@@ -137,7 +137,7 @@ def nvidia_module_version(raw: str) -> str:
 
 
 def module_flavor(raw: str) -> KernelModuleFlavor:
-    """/sys/module/nvidia/taint: the proprietary module taints `P`, the open one does not."""
+    """sys/module/nvidia/taint: the proprietary module taints `P`, the open one does not."""
     text = _one_line(raw)
     if not re.match(r"^[A-Z]*$", text):
         raise ValueError(f"expected taint letters such as OE or POE, got {text!r}")
@@ -145,7 +145,7 @@ def module_flavor(raw: str) -> KernelModuleFlavor:
 
 
 def nvidia_information(raw: str) -> dict[str, str]:
-    """/proc/driver/nvidia/gpus/<addr>/information: `Key: \\t value` lines -> {key: value}."""
+    """proc/driver/nvidia/gpus/<addr>/information: `Key: \\t value` lines -> {key: value}."""
     fields: dict[str, str] = {}
     for line in raw.splitlines():
         if not line.strip():

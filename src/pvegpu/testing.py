@@ -218,7 +218,7 @@ class HostSpec:
     """None: no kvm_amd module (Intel hosts)."""
     nvidia: NvidiaModule | None = None
     char_devices: tuple[tuple[int, str], ...] = ()
-    """/proc/devices lines beyond BASE_CHAR_DEVICES and the nvidia ones."""
+    """proc/devices lines beyond BASE_CHAR_DEVICES and the nvidia ones."""
     extra_drivers: tuple[str, ...] = ()
     """Loaded PCI drivers with no device bound (sys/bus/pci/drivers/<name>/)."""
     pve: bool = True
