@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pvegpu.discover import discover
+from pvegpu.host.discover import discover
 from pvegpu.pipeline import discover_for
-from pvegpu.plan import plan
-from pvegpu.render import render
-from pvegpu.spec import Spec
-from pvegpu.specfile import load_spec, parse_spec
+from pvegpu.planning.planner import plan
+from pvegpu.rendering.registry import render
+from pvegpu.spec.load import load_spec, parse_spec
+from pvegpu.spec.schema import Spec
 from pvegpu.testing import (
     DeviceSpec,
     HostSpec,

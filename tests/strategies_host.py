@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from pvegpu.facts import (
+from pvegpu.host.facts import (
     GPU,
     HostFacts,
     IommuGroup,
@@ -14,7 +14,7 @@ from pvegpu.facts import (
     PciFunction,
 )
 from pvegpu.pci import CpuList, PciAddress
-from pvegpu.spec import LxcSpec, MappingSpec, PoolSpec, Spec, VfioSpec
+from pvegpu.spec.schema import LxcSpec, MappingSpec, PoolSpec, Spec, VfioSpec
 
 
 def _function(address: PciAddress, vendor: int, device: int, cls: int, **kw: object) -> PciFunction:

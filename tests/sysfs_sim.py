@@ -38,11 +38,11 @@ from pathlib import Path
 
 import attrs
 
-from pvegpu.discover import discover
-from pvegpu.model import Plan
+from pvegpu.host.discover import discover
 from pvegpu.pipeline import discover_for
-from pvegpu.plan import host_driver, plan
-from pvegpu.specfile import load_spec, parse_spec
+from pvegpu.planning.plan import Plan
+from pvegpu.planning.planner import host_driver, plan
+from pvegpu.spec.load import load_spec, parse_spec
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures" / "sysfs"

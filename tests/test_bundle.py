@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pvegpu.artifact import REVIEW, Artifact
-from pvegpu.bundle import write_bundle
 from pvegpu.errors import RenderError
+from pvegpu.rendering.artifact import REVIEW, Artifact
+from pvegpu.rendering.bundle import write_bundle
 
 
 def test_rerender_removes_files_of_the_previous_bundle(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 
 from pvegpu.cli import main
-from pvegpu.discover import discover
-from pvegpu.facts_json import facts_from_json
+from pvegpu.host.discover import discover
+from pvegpu.host.facts_json import facts_from_json
 
 
 def test_table_kpro6(

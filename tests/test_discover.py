@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from syrupy.assertion import SnapshotAssertion
 
-from pvegpu.discover import Trace, discover
 from pvegpu.errors import DiscoveryError
-from pvegpu.facts import HostFacts, IommuMode, KernelModuleFlavor
-from pvegpu.facts_json import facts_to_json
 from pvegpu.fixture_hosts import HOSTS
+from pvegpu.host.discover import Trace, discover
+from pvegpu.host.facts import HostFacts, IommuMode, KernelModuleFlavor
+from pvegpu.host.facts_json import facts_to_json
 from pvegpu.pci import CpuList, PciAddress
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"

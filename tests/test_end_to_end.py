@@ -26,16 +26,16 @@ from typing import Any, NamedTuple
 import pytest
 from syrupy.assertion import SnapshotAssertion
 
-from pvegpu.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
-from pvegpu.bundle import bundle_files as bundle_contents
-from pvegpu.bundle import write_bundle
-from pvegpu.facts import HostFacts
-from pvegpu.model import Plan
+from pvegpu.host.facts import HostFacts
 from pvegpu.pipeline import discover_for, plan_and_render
-from pvegpu.render import render
-from pvegpu.render_split import UNIT_PATH
-from pvegpu.spec import Spec
-from pvegpu.specfile import load_spec
+from pvegpu.planning.plan import Plan
+from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.rendering.bundle import bundle_files as bundle_contents
+from pvegpu.rendering.bundle import write_bundle
+from pvegpu.rendering.registry import render
+from pvegpu.rendering.split import UNIT_PATH
+from pvegpu.spec.load import load_spec
+from pvegpu.spec.schema import Spec
 from test_discover import _Shuffled
 from test_split_unit import SYSTEM_UNITS, install_root, needs_systemd, verify
 

@@ -10,11 +10,11 @@ from typing import Any
 import attrs
 import pytest
 
-from pvegpu.discover import discover
 from pvegpu.errors import DiscoveryError
-from pvegpu.facts import FileStat, HostFacts
-from pvegpu.facts_json import SCHEMA, facts_from_json, facts_to_json, unstructure_facts
 from pvegpu.fixture_hosts import HOSTS
+from pvegpu.host.discover import discover
+from pvegpu.host.facts import FileStat, HostFacts
+from pvegpu.host.facts_json import SCHEMA, facts_from_json, facts_to_json, unstructure_facts
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
 
@@ -71,7 +71,7 @@ def _mutations() -> dict[str, tuple[Callable[[dict[str, Any]], None], str]]:
         return apply
 
     return {
-        "wrong schema": (set_(["schema"], "pvegpu.facts/0"), "schema"),
+        "wrong schema": (set_(["schema"], "pvegpu.host.facts/0"), "schema"),
         "uppercase hex": (set_(["functions", 0, "vendor"], "10DE"), "hex digits"),
         "0x prefix": (set_(["functions", 0, "class"], "0x060000"), "hex digits"),
         "bad address": (set_(["functions", 0, "address"], "00:00.0"), "not a PCI address"),

@@ -11,7 +11,7 @@ from pvegpu.errors import RenderError
 from pvegpu.pci import CpuList
 from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import ConfLine, split_sections
-from pvegpu.spec import DeviceStyle
+from pvegpu.spec.schema import DeviceStyle
 from strategies import LXC_MAJORS, NVIDIA_UVM_MAJOR, GuestConf, cpusets, kpro6, lxc_configs
 
 # LXC 129 on kpro6 before the split: all eight GPUs, raw style, `195:*` and the uvm major.

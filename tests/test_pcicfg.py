@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pvegpu.errors import RenderError
-from pvegpu.model import PciMap, PciMapping, Pool, PoolKind
+from pvegpu.planning.plan import PciMap, PciMapping, Pool, PoolKind
 from pvegpu.pvefiles import pcicfg
 from strategies import kpro6, pci_mapping, pci_mappings
 

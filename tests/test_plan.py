@@ -6,13 +6,13 @@ from pathlib import Path
 import attrs
 import pytest
 
-from pvegpu.discover import discover
 from pvegpu.errors import PlanError
-from pvegpu.facts import ConfigFile, HostFacts, VfioIdsSetting
-from pvegpu.model import PoolKind
+from pvegpu.host.discover import discover
+from pvegpu.host.facts import ConfigFile, HostFacts, VfioIdsSetting
 from pvegpu.pipeline import discover_for
-from pvegpu.plan import plan
-from pvegpu.specfile import load_spec, parse_spec
+from pvegpu.planning.plan import PoolKind
+from pvegpu.planning.planner import plan
+from pvegpu.spec.load import load_spec, parse_spec
 
 REPO = Path(__file__).resolve().parent.parent
 Root = Callable[[str], Path]

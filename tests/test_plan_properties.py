@@ -5,9 +5,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pvegpu.errors import PlanError
-from pvegpu.facts import ConfigFile
-from pvegpu.model import PoolKind
-from pvegpu.plan import plan
+from pvegpu.host.facts import ConfigFile
+from pvegpu.planning.plan import PoolKind
+from pvegpu.planning.planner import plan
 from strategies_host import hosts, specs
 
 

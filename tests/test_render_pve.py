@@ -6,13 +6,13 @@ import attrs
 import pytest
 from syrupy.assertion import SnapshotAssertion
 
-from pvegpu.artifact import HOST, REVIEW, Artifact
 from pvegpu.errors import RenderError
-from pvegpu.facts import HostFacts
-from pvegpu.model import LxcContainer, PciMapping, Plan, Pool, PoolKind, VmGuest
+from pvegpu.host.facts import HostFacts
+from pvegpu.planning.plan import LxcContainer, PciMapping, Plan, Pool, PoolKind, VmGuest
 from pvegpu.pvefiles import pcicfg
-from pvegpu.render_pve import render_lxc_configs, render_pci_cfg, render_vm_configs
-from pvegpu.spec import (
+from pvegpu.rendering.artifact import HOST, REVIEW, Artifact
+from pvegpu.rendering.pve import render_lxc_configs, render_pci_cfg, render_vm_configs
+from pvegpu.spec.schema import (
     DeviceStyle,
     LxcSpec,
     MappingSpec,

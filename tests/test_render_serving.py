@@ -9,15 +9,15 @@ import attrs
 import pytest
 from syrupy.assertion import SnapshotAssertion
 
-from pvegpu.artifact import Artifact
-from pvegpu.discover import discover
 from pvegpu.errors import PlanError
-from pvegpu.model import Plan
-from pvegpu.plan import plan
-from pvegpu.render_serving import render_serving
+from pvegpu.host.discover import discover
+from pvegpu.planning.plan import Plan
+from pvegpu.planning.planner import plan
+from pvegpu.rendering.artifact import Artifact
+from pvegpu.rendering.serving import render_serving
 from pvegpu.serving import environment_assignment, exec_word, servings, with_serving_files
-from pvegpu.sglang import load_table
-from pvegpu.specfile import load_spec
+from pvegpu.serving.options import load_table
+from pvegpu.spec.load import load_spec
 from strategies_serving import ROOTFS, kpro6_plan, qwen_serving
 
 REPO = Path(__file__).resolve().parent.parent

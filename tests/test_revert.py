@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pvegpu.artifact import HOST, REVERT_BUNDLE
-from pvegpu.bundle import write_bundle
 from pvegpu.pipeline import discover_for, plan_and_render
-from pvegpu.specfile import load_spec
+from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE
+from pvegpu.rendering.bundle import write_bundle
+from pvegpu.spec.load import load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 KPRO6 = REPO / "fixtures" / "sysfs" / "kpro6"

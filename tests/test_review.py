@@ -11,18 +11,17 @@ from pathlib import Path
 import attrs
 import pytest
 
-from pvegpu.artifact import HOST, REVIEW, Artifact
-from pvegpu.bundle import write_bundle
-from pvegpu.discover import discover
-from pvegpu.facts import ConfigFile
-from pvegpu.model import Plan
+from pvegpu.host.discover import discover
+from pvegpu.host.facts import ConfigFile
 from pvegpu.pci import PciAddress
 from pvegpu.pipeline import discover_for
-from pvegpu.plan import plan
-from pvegpu.render import RENDERERS
-from pvegpu.render_review import SUMMARY, cell, render_review, render_summary
-from pvegpu.revert import render_revert
-from pvegpu.review import (
+from pvegpu.planning.plan import Plan
+from pvegpu.planning.planner import plan
+from pvegpu.rendering.artifact import HOST, REVIEW, Artifact
+from pvegpu.rendering.bundle import write_bundle
+from pvegpu.rendering.registry import RENDERERS
+from pvegpu.rendering.revert import render_revert
+from pvegpu.rendering.review import (
     BACKUP_DIR,
     HEALTH_TIMEOUT_S,
     SPLIT_SCRIPT,
@@ -37,8 +36,9 @@ from pvegpu.review import (
     revert_steps,
     runbook,
 )
-from pvegpu.spec import ServingSpec
-from pvegpu.specfile import load_spec, parse_spec
+from pvegpu.rendering.review.render import SUMMARY, cell, render_review, render_summary
+from pvegpu.spec.load import load_spec, parse_spec
+from pvegpu.spec.schema import ServingSpec
 
 REPO = Path(__file__).resolve().parent.parent
 KPRO6_SPEC = REPO / "examples" / "kpro6.toml"

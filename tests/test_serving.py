@@ -10,17 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pvegpu.errors import PlanError, PvegpuError, RenderError
-from pvegpu.facts import ConfigFile, FileStat, IommuGroupType
-from pvegpu.model import Plan, Pool, Severity
-from pvegpu.modelcfg import (
-    ModelConfig,
-    checkpoint_bytes_from_index,
-    checkpoint_bytes_from_shards,
-    kv_bytes_per_token,
-    parse_model_config,
-    tp_divides,
-    valid_tp_sizes,
-)
+from pvegpu.host.facts import ConfigFile, FileStat, IommuGroupType
+from pvegpu.planning.plan import Plan, Pool, Severity
 from pvegpu.serving import (
     KNOWN_GPU_MEMORY,
     DroppedSetting,
@@ -36,9 +27,18 @@ from pvegpu.serving import (
     visible_indices,
     with_serving_files,
 )
+from pvegpu.serving.model_config import (
+    ModelConfig,
+    checkpoint_bytes_from_index,
+    checkpoint_bytes_from_shards,
+    kv_bytes_per_token,
+    parse_model_config,
+    tp_divides,
+    valid_tp_sizes,
+)
+from pvegpu.serving.options import load_table
 from pvegpu.serving.unitfile import environment_pairs, exec_words, launch_options, parse_unit
-from pvegpu.sglang import load_table
-from pvegpu.spec import LxcSpec, P2PSetting, PoolSpec, Spec
+from pvegpu.spec.schema import LxcSpec, P2PSetting, PoolSpec, Spec
 from strategies_serving import (
     HOST_DRIVER,
     MODEL_DIR,

@@ -5,7 +5,13 @@ import json
 import pytest
 
 from pvegpu.errors import RenderError
-from pvegpu.sglang import OptionSpec, OptionTable, load_table, shipped_versions, version_key
+from pvegpu.serving.options import (
+    OptionSpec,
+    OptionTable,
+    load_table,
+    shipped_versions,
+    version_key,
+)
 
 SHIPPED = shipped_versions()
 

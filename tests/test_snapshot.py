@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pvegpu.discover import discover
 from pvegpu.fixture_hosts import HOSTS
+from pvegpu.host.discover import discover
+from pvegpu.host.snapshot import snapshot, unpack
 from pvegpu.pipeline import discover_for, plan_and_render
-from pvegpu.snapshot import snapshot, unpack
-from pvegpu.specfile import load_spec
+from pvegpu.spec.load import load_spec
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
 

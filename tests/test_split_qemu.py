@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pvegpu.render_split import MODPROBE_PATH, SCRIPT_PATH, render_split
+from pvegpu.rendering.split import MODPROBE_PATH, SCRIPT_PATH, render_split
 from qemu.testbed import (
     PROBE_INIT,
     SPLIT_INIT,

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from pvegpu.model import Plan
-from pvegpu.render_split import SCRIPT_PATH, render_split
+from pvegpu.planning.plan import Plan
+from pvegpu.rendering.split import SCRIPT_PATH, render_split
 from sysfs_sim import (
     KernelSim,
     Write,

@@ -14,13 +14,13 @@ from pathlib import Path
 import attrs
 import pytest
 
-from pvegpu.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.errors import RenderError
-from pvegpu.facts import ConfigFile, PciFunction, VfioIdsSetting
-from pvegpu.model import Plan, PoolKind
+from pvegpu.host.facts import ConfigFile, PciFunction, VfioIdsSetting
 from pvegpu.pci import PciAddress
-from pvegpu.render import render
-from pvegpu.render_split import (
+from pvegpu.planning.plan import Plan, PoolKind
+from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.rendering.registry import render
+from pvegpu.rendering.split import (
     MODPROBE_PATH,
     SCRIPT_PATH,
     UNIT_PATH,

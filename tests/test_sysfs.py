@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pvegpu import sysfs
-from pvegpu.facts import CharMajor, IommuGroupType, KernelModuleFlavor, NvidiaDriver
+from pvegpu.host import sysfs
+from pvegpu.host.facts import CharMajor, IommuGroupType, KernelModuleFlavor, NvidiaDriver
 
 
 def test_hex_ids() -> None:

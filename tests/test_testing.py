@@ -282,7 +282,7 @@ def test_regenerate_entry_point(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_docstring_example_runs(tmp_path: Path) -> None:
     """The example in pvegpu.testing's docstring builds a host that discovery reads."""
-    from pvegpu.discover import discover
+    from pvegpu.host.discover import discover
 
     doc = testing.__doc__ or ""
     example = doc[doc.index("Example::") + len("Example::") :]

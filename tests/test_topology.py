@@ -10,14 +10,14 @@ from pathlib import Path
 import attrs
 import pytest
 
-from pvegpu.artifact import REVIEW
-from pvegpu.discover import discover
-from pvegpu.model import Plan
+from pvegpu.host.discover import discover
 from pvegpu.pipeline import discover_for
-from pvegpu.plan import plan
-from pvegpu.render_review import render_topology_svg
-from pvegpu.specfile import load_spec, parse_spec
-from pvegpu.topology import topology_mermaid, topology_svg, topology_table
+from pvegpu.planning.plan import Plan
+from pvegpu.planning.planner import plan
+from pvegpu.rendering.artifact import REVIEW
+from pvegpu.rendering.review.render import render_topology_svg
+from pvegpu.rendering.review.topology import topology_mermaid, topology_svg, topology_table
+from pvegpu.spec.load import load_spec, parse_spec
 
 REPO = Path(__file__).resolve().parent.parent
 SVG = "{http://www.w3.org/2000/svg}"

@@ -4,13 +4,17 @@
     plan = pvegpu.plan(facts, pvegpu.load_spec(Path("kpro6.toml")))
     artifacts = pvegpu.render(plan)
 
-See docs/api.md. Note that `pvegpu.discover`, `pvegpu.plan` and `pvegpu.render` are the
-functions; their modules are imported with `from pvegpu.plan import ...`.
+See docs/api.md (the public API, all of it listed in `__all__`) and docs/architecture.md
+(which package does what). Names are imported on first use: `import pvegpu` costs the
+error types only, so `pvegpu --help` and `pvegpu discover` never load jinja2, the
+planner or the renderers.
 """
 
-from pvegpu.artifact import Artifact
-from pvegpu.bundle import write_bundle
-from pvegpu.discover import discover
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from pvegpu.errors import (
     ApplyError,
     DiscoveryError,
@@ -20,15 +24,66 @@ from pvegpu.errors import (
     RenderError,
     SpecError,
 )
-from pvegpu.facts import GPU, HostFacts, IommuGroup, NumaNode, PciFunction
-from pvegpu.model import Finding, LxcContainer, PciMap, PciMapping, Plan, Pool, VmGuest
-from pvegpu.pci import CpuList, PciAddress
-from pvegpu.pipeline import discover_for, plan_and_render
-from pvegpu.plan import plan
-from pvegpu.render import render
-from pvegpu.serving import SglangServing
-from pvegpu.spec import Spec
-from pvegpu.specfile import load_spec, parse_spec
+
+if TYPE_CHECKING:
+    from pvegpu.host.discover import discover
+    from pvegpu.host.facts import GPU, HostFacts, IommuGroup, NumaNode, PciFunction
+    from pvegpu.pci import CpuList, PciAddress
+    from pvegpu.pipeline import discover_for, plan_and_render
+    from pvegpu.planning.plan import (
+        Finding,
+        LxcContainer,
+        PciMap,
+        PciMapping,
+        Plan,
+        Pool,
+        VmGuest,
+    )
+    from pvegpu.planning.planner import plan
+    from pvegpu.rendering.artifact import Artifact
+    from pvegpu.rendering.bundle import write_bundle
+    from pvegpu.rendering.registry import render
+    from pvegpu.serving.decision import SglangServing
+    from pvegpu.spec.load import load_spec, parse_spec
+    from pvegpu.spec.schema import Spec
+
+_HOMES = {
+    "pvegpu.host.discover": ("discover",),
+    "pvegpu.host.facts": ("GPU", "HostFacts", "IommuGroup", "NumaNode", "PciFunction"),
+    "pvegpu.pci": ("CpuList", "PciAddress"),
+    "pvegpu.pipeline": ("discover_for", "plan_and_render"),
+    "pvegpu.planning.plan": (
+        "Finding",
+        "LxcContainer",
+        "PciMap",
+        "PciMapping",
+        "Plan",
+        "Pool",
+        "VmGuest",
+    ),
+    "pvegpu.planning.planner": ("plan",),
+    "pvegpu.rendering.artifact": ("Artifact",),
+    "pvegpu.rendering.bundle": ("write_bundle",),
+    "pvegpu.rendering.registry": ("render",),
+    "pvegpu.serving.decision": ("SglangServing",),
+    "pvegpu.spec.load": ("load_spec", "parse_spec"),
+    "pvegpu.spec.schema": ("Spec",),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pvegpu' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "GPU",

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pvegpu.artifact import Artifact
-from pvegpu.discover import discover
-from pvegpu.facts import HostFacts
-from pvegpu.model import Plan
-from pvegpu.plan import plan
-from pvegpu.render import render
+from pvegpu.host.discover import discover
+from pvegpu.host.facts import HostFacts
+from pvegpu.planning.plan import Plan
+from pvegpu.planning.planner import plan
+from pvegpu.rendering.artifact import Artifact
+from pvegpu.rendering.registry import render
 from pvegpu.serving import with_serving_files
-from pvegpu.spec import Spec
+from pvegpu.spec.schema import Spec
 
 
 def discover_for(spec: Spec, root: Path = Path("/")) -> HostFacts:

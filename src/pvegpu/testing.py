@@ -1,7 +1,7 @@
 """Build fake Proxmox hosts on disk: sysfs, procfs and /etc trees laid out like the kernel's.
 
 Describe a host with `HostSpec` (PCI functions as `DeviceSpec`, NUMA, IOMMU, drivers,
-extra files) and `write_host(spec, root)` writes a tree that `pvegpu.discover` (and any
+extra files) and `write_host(spec, root)` writes a tree that `pvegpu.host.discover` (and any
 tool calling readlink/realpath) reads like the real thing:
 
 - real device directories under `sys/devices/pci<domain>:<root bus>/<bridges...>/<BDF>/`

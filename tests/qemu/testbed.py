@@ -23,7 +23,7 @@ from pathlib import Path
 
 import attrs
 
-from pvegpu.facts import (
+from pvegpu.host.facts import (
     GPU,
     HostFacts,
     IommuGroup,
@@ -31,9 +31,9 @@ from pvegpu.facts import (
     NumaNode,
     PciFunction,
 )
-from pvegpu.model import Plan, Pool, PoolKind
 from pvegpu.pci import CpuList, PciAddress
-from pvegpu.spec import LxcSpec, PoolSpec, Spec, VfioSpec
+from pvegpu.planning.plan import Plan, Pool, PoolKind
+from pvegpu.spec.schema import LxcSpec, PoolSpec, Spec, VfioSpec
 
 KERNEL_PACKAGE = "linux-image-amd64"
 MODULES = ("vfio-pci", "vfio_iommu_type1", "e1000e", "snd-hda-intel")

@@ -6,11 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from pvegpu.discover import discover
-from pvegpu.facts import HostFacts
-from pvegpu.facts_json import facts_to_json
-from pvegpu.snapshot import snapshot
-from pvegpu.specfile import load_spec
+from pvegpu.host.discover import discover
+from pvegpu.host.facts import HostFacts
+from pvegpu.host.facts_json import facts_to_json
+from pvegpu.host.snapshot import snapshot
+from pvegpu.spec.load import load_spec
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pvegpu.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
-from pvegpu.bundle import manifest_entry, write_bundle
-from pvegpu.model import Plan
 from pvegpu.pipeline import discover_for, plan_and_render
-from pvegpu.specfile import load_spec
-from pvegpu.topology import topology_table
+from pvegpu.planning.plan import Plan
+from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.rendering.bundle import manifest_entry, write_bundle
+from pvegpu.rendering.review.topology import topology_table
+from pvegpu.spec.load import load_spec
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Sequence
 import attrs
 
 from pvegpu.errors import Problem, RenderError
-from pvegpu.facts import GPU
+from pvegpu.host.facts import GPU
 from pvegpu.pci import CpuList
 from pvegpu.pvefiles.guestconf import (
     ConfLine,
@@ -26,7 +26,7 @@ from pvegpu.pvefiles.guestconf import (
     split_sections,
     used_indices,
 )
-from pvegpu.spec import DeviceStyle
+from pvegpu.spec.schema import DeviceStyle
 
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from pvegpu.errors import Problem, RenderError
-from pvegpu.facts import HostFacts
-from pvegpu.model import PciMap, PciMapping, Pool
+from pvegpu.host.facts import HostFacts
+from pvegpu.planning.plan import PciMap, PciMapping, Pool
 
 PATH = "etc/pve/mapping/pci.cfg"
 

@@ -20,12 +20,10 @@ new one would drop of it), `layout` (paths) and `reader` (the only I/O).
 
 from __future__ import annotations
 
+from pvegpu.host.serving_files import read_serving_files, with_serving_files
 from pvegpu.serving.build import serving_findings, servings
 from pvegpu.serving.container import container_driver_problems, container_driver_state
-from pvegpu.serving.drops import DroppedSetting, UnitComparison, compare_units
-from pvegpu.serving.environment import visible_indices
-from pvegpu.serving.fit import DEFAULT_MEM_FRACTION, KNOWN_GPU_MEMORY
-from pvegpu.serving.model import (
+from pvegpu.serving.decision import (
     ContainerDriver,
     MemoryFit,
     NumaPinning,
@@ -34,7 +32,9 @@ from pvegpu.serving.model import (
     ServingFiles,
     SglangServing,
 )
-from pvegpu.serving.reader import read_serving_files, with_serving_files
+from pvegpu.serving.drops import DroppedSetting, UnitComparison, compare_units
+from pvegpu.serving.environment import visible_indices
+from pvegpu.serving.fit import DEFAULT_MEM_FRACTION, KNOWN_GPU_MEMORY
 from pvegpu.serving.systemd import environment_assignment, exec_word, unit_text
 from pvegpu.serving.unit import unit_content
 

@@ -7,19 +7,19 @@ import re
 import attrs
 
 from pvegpu.errors import PlanError, Problem, PvegpuError, RenderError
-from pvegpu.facts import HostFacts
-from pvegpu.model import Finding, Plan, Pool, Severity
+from pvegpu.host.facts import HostFacts
+from pvegpu.planning.plan import Finding, Plan, Pool, Severity
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.command import extra_args, launch_options, option_table
 from pvegpu.serving.container import container_driver, unit_base
+from pvegpu.serving.decision import _FROM_POOL, P2PSource, SglangServing
 from pvegpu.serving.drops import compare_units, drops_message
 from pvegpu.serving.environment import P2P_ENV, container_indices, service_environment
 from pvegpu.serving.fit import checked_model, kv_cache_bits, memory_fit
-from pvegpu.serving.model import _FROM_POOL, P2PSource, SglangServing
 from pvegpu.serving.numa import numa_pinning
+from pvegpu.serving.options import OptionTable
 from pvegpu.serving.p2p import decide_p2p
 from pvegpu.serving.unit import unit_content
-from pvegpu.sglang import OptionTable
 
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\-]+$")
 # A user name or numeric UID as systemd's User= takes it (no specifiers, no spaces).

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 from pvegpu.errors import Problem
-from pvegpu.facts import HostFacts
-from pvegpu.model import Finding, Plan, Pool, Severity
-from pvegpu.serving.layout import root_relative
-from pvegpu.spec import ServingSpec
+from pvegpu.host.facts import HostFacts
+from pvegpu.host.paths import root_relative
+from pvegpu.planning.plan import Finding, Plan, Pool, Severity
+from pvegpu.spec.schema import ServingSpec
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import attrs
 
 from pvegpu.errors import RenderError
-from pvegpu.modelcfg import ModelConfig
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.model import P2PDecision
-from pvegpu.sglang import OptionTable, ParsedCommandLine, load_table, version_key
+from pvegpu.serving.decision import P2PDecision
+from pvegpu.serving.model_config import ModelConfig
+from pvegpu.serving.options import OptionTable, ParsedCommandLine, load_table, version_key
 
 # The options pvegpu writes, by every spelling SGLang has used for them (first: the
 # preferred one). The table of the version picks the entry and its canonical name.

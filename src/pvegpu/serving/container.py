@@ -7,11 +7,11 @@ import re
 from collections.abc import Iterable
 
 from pvegpu.errors import Problem
-from pvegpu.facts import ConfigFile
-from pvegpu.model import Severity
+from pvegpu.host.facts import ConfigFile
+from pvegpu.host.paths import CONTAINER_LIBDIRS, DPKG_STATUS, NVIDIA_LIBRARY, UNIT_DIR
+from pvegpu.planning.plan import Severity
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.layout import CONTAINER_LIBDIRS, DPKG_STATUS, NVIDIA_LIBRARY, UNIT_DIR
-from pvegpu.serving.model import ContainerDriver
+from pvegpu.serving.decision import ContainerDriver
 
 _DRIVER_VERSION = re.compile(r"^\d{3}\.\d+(?:\.\d+)?$")
 _MAJOR_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<major>\d{3})$")

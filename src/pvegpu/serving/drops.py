@@ -18,6 +18,13 @@ import attrs
 
 from pvegpu.serving.command import DERIVED, OWNED, RENAMED
 from pvegpu.serving.environment import retired_variable
+from pvegpu.serving.options import (
+    OptionSpec,
+    OptionTable,
+    ParsedOption,
+    load_table,
+    shipped_versions,
+)
 from pvegpu.serving.unitfile import (
     ENVIRONMENT,
     EXEC_START,
@@ -29,7 +36,6 @@ from pvegpu.serving.unitfile import (
     parse_unit,
     unit_words,
 )
-from pvegpu.sglang import OptionSpec, OptionTable, ParsedOption, load_table, shipped_versions
 
 EXTRA_ARGS = "serving.extra_args"
 SPEC_ENVIRONMENT = "serving.environment"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from pvegpu.facts import GPU
-from pvegpu.model import Severity
-from pvegpu.modelcfg import ModelConfig
+from pvegpu.host.facts import GPU
+from pvegpu.planning.plan import Severity
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.model import NumaPinning, P2PDecision
-from pvegpu.sglang import version_key
+from pvegpu.serving.decision import NumaPinning, P2PDecision
+from pvegpu.serving.model_config import ModelConfig
+from pvegpu.serving.options import version_key
 
 SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
 AUTO_NUMA_ENV = "SGLANG_AUTO_NUMA_BIND"

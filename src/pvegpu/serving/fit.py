@@ -5,8 +5,10 @@ from __future__ import annotations
 import posixpath
 
 from pvegpu.errors import PlanError
-from pvegpu.model import Severity
-from pvegpu.modelcfg import (
+from pvegpu.planning.plan import Severity
+from pvegpu.serving.checks import Checks
+from pvegpu.serving.decision import MemoryFit
+from pvegpu.serving.model_config import (
     ModelConfig,
     checkpoint_bytes_from_index,
     checkpoint_bytes_from_shards,
@@ -16,9 +18,7 @@ from pvegpu.modelcfg import (
     tp_divides,
     valid_tp_sizes,
 )
-from pvegpu.serving.checks import Checks
-from pvegpu.serving.model import MemoryFit
-from pvegpu.sglang import OptionTable, ParsedCommandLine
+from pvegpu.serving.options import OptionTable, ParsedCommandLine
 
 MIB = 1024**2
 GIB = 1024**3

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pvegpu.model import Severity
+from pvegpu.planning.plan import Severity
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.model import NumaPinning
+from pvegpu.serving.decision import NumaPinning
 
 
 def numa_pinning(checks: Checks) -> NumaPinning | None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pvegpu.model import Severity
+from pvegpu.planning.plan import Severity
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.model import P2PDecision, P2PSource
-from pvegpu.spec import P2PSetting
+from pvegpu.serving.decision import P2PDecision, P2PSource
+from pvegpu.spec.schema import P2PSetting
 
 
 def decide_p2p(checks: Checks) -> P2PDecision:

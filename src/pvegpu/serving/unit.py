@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import textwrap
 
-from pvegpu.serving.model import P2PSource, SglangServing
+from pvegpu.rendering.templating import render_template
+from pvegpu.serving.decision import P2PSource, SglangServing
 from pvegpu.serving.systemd import environment_assignment, exec_word, unit_text
-from pvegpu.templating import render_template
 
 COMMENT_WIDTH = 86
 

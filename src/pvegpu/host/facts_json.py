@@ -1,0 +1,167 @@
+"""HostFacts <-> a stable JSON document (`"schema": "pvegpu.facts/1"`, docs/facts-schema.md).
+
+One cattrs Converter at the edge; the domain types stay free of serialization concerns.
+Value forms are the ones Proxmox and the kernel use, so the JSON can be compared with
+pci.cfg and sysfs by eye: PCI addresses `"0000:81:00.0"`, CPU lists `"0-31,64-95"`,
+vendor/device/subsystem ids as 4 lowercase hex digits without `0x` (`"10de"`, as pci.cfg
+and Proxmox's sysfs check compare them), the class as 6 hex digits (`"030200"`), every
+other number a JSON int. GPUs refer to their functions by address instead of repeating
+them. `facts_from_json(facts_to_json(f)) == f` for every HostFacts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+from cattrs.v import format_exception
+
+from pvegpu.errors import DiscoveryError
+from pvegpu.host.facts import HostFacts, PciFunction
+from pvegpu.pci import CpuList, PciAddress
+
+SCHEMA = "pvegpu.facts/1"
+
+
+def _hex(digits: int) -> tuple[Callable[[int], str], Callable[[Any, Any], int]]:
+    pattern = re.compile(rf"^[0-9a-f]{{{digits}}}$")
+
+    def dump(value: int) -> str:
+        return f"{value:0{digits}x}"
+
+    def load(value: Any, _: Any) -> int:
+        if not isinstance(value, str) or not pattern.match(value):
+            raise ValueError(f"expected {digits} lowercase hex digits without 0x, got {value!r}")
+        return int(value, 16)
+
+    return dump, load
+
+
+def _text(parse: Callable[[str], Any]) -> Callable[[Any, Any], Any]:
+    def load(value: Any, _: Any) -> Any:
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, got {value!r}")
+        return parse(value)
+
+    return load
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_unstructure_hook(PciAddress, str)
+    conv.register_structure_hook(PciAddress, _text(PciAddress.parse))
+    conv.register_unstructure_hook(CpuList, str)
+    conv.register_structure_hook(CpuList, _text(CpuList.parse))
+    id4, id6 = _hex(4), _hex(6)
+    hex4 = override(unstruct_hook=id4[0], struct_hook=id4[1])
+    klass = override(rename="class", unstruct_hook=id6[0], struct_hook=id6[1])
+    conv.register_unstructure_hook(
+        PciFunction,
+        make_dict_unstructure_fn(
+            PciFunction, conv, vendor=hex4, device=hex4, subsystem_vendor=hex4,
+            subsystem_device=hex4, pci_class=klass,
+        ),
+    )  # fmt: skip
+    conv.register_structure_hook(
+        PciFunction,
+        make_dict_structure_fn(
+            PciFunction, conv, vendor=hex4, device=hex4, subsystem_vendor=hex4,
+            subsystem_device=hex4, pci_class=klass,
+        ),
+    )  # fmt: skip
+    return conv
+
+
+converter = _make_converter()
+"""The converter for facts documents; use it for types that embed HostFacts parts."""
+
+
+def unstructure_facts(facts: HostFacts) -> dict[str, Any]:
+    """HostFacts -> the JSON-ready dict, `schema` first, GPUs by function address."""
+    doc: dict[str, Any] = {"schema": SCHEMA}
+    doc |= converter.unstructure(facts)
+    doc["gpus"] = [_gpu_ref(converter.unstructure(gpu)) for gpu in facts.gpus]
+    return doc
+
+
+def _gpu_ref(gpu: dict[str, Any]) -> dict[str, Any]:
+    function = gpu.pop("function")
+    companions = [c["address"] for c in gpu.pop("companions")]
+    return {"address": function["address"], "companions": companions, **gpu}
+
+
+def structure_facts(doc: Any, source: str = "<facts>") -> HostFacts:
+    """The inverse of unstructure_facts; a malformed document raises DiscoveryError."""
+    try:
+        return _structure(doc)
+    except (cattrs.BaseValidationError, ValueError, KeyError, TypeError) as err:
+        lines = (
+            cattrs.transform_error(err, format_exception=_describe)
+            if isinstance(err, cattrs.BaseValidationError)
+            else [str(err)]
+        )
+        raise DiscoveryError.one(
+            "bad-facts-json",
+            source,
+            "is not a pvegpu.facts/1 document: " + "; ".join(lines),
+            "regenerate it with `pvegpu discover --json`",
+        ) from err
+
+
+def _describe(exc: BaseException, kind: Any) -> str:
+    # Our hooks' ValueErrors already say what was expected; cattrs' default drops that.
+    if type(exc) is ValueError:
+        return str(exc)
+    return format_exception(exc, kind)
+
+
+def _structure(doc: Any) -> HostFacts:
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise ValueError(f"$.schema: expected {SCHEMA!r}, got {found!r}")
+    body = {k: v for k, v in doc.items() if k != "schema"}
+    functions = {f.get("address"): f for f in body.get("functions", []) if isinstance(f, dict)}
+
+    def function(where: str, address: Any) -> Any:
+        if address not in functions:
+            raise ValueError(f"{where}: {address!r} is not one of $.functions")
+        return functions[address]
+
+    gpus = []
+    for i, ref in enumerate(body.get("gpus", [])):
+        if not isinstance(ref, dict):
+            raise ValueError(f"$.gpus[{i}]: expected an object")
+        rest = {k: v for k, v in ref.items() if k not in ("address", "companions")}
+        gpus.append(
+            {
+                "function": function(f"$.gpus[{i}].address", ref.get("address")),
+                "companions": [
+                    function(f"$.gpus[{i}].companions[{j}]", a)
+                    for j, a in enumerate(ref.get("companions", []))
+                ],
+                **rest,
+            }
+        )
+    return converter.structure(body | {"gpus": gpus}, HostFacts)
+
+
+def facts_to_json(facts: HostFacts) -> str:
+    """The facts document as text: 2-space indent, fields in declaration order, newline."""
+    return json.dumps(unstructure_facts(facts), indent=2) + "\n"
+
+
+def facts_from_json(text: str, source: str = "<facts>") -> HostFacts:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise DiscoveryError.one(
+            "bad-facts-json",
+            source,
+            f"is not JSON: {err}",
+            "regenerate it with `pvegpu discover --json`",
+        ) from err
+    return structure_facts(doc, source)

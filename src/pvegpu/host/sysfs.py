@@ -1,0 +1,217 @@
+"""Pure parsers for the kernel and system files discovery reads: `process(raw) -> value`.
+
+Each function takes the exact text of one file and returns a typed value, or raises
+ValueError with a sentence saying what was expected. They never touch the filesystem;
+`pvegpu.host.discover` reads the files and turns a ValueError into a Problem naming the path.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from pvegpu.host.facts import CharMajor, IommuGroupType, KernelModuleFlavor, NvidiaDriver
+from pvegpu.pci import CpuList
+
+_HEX = re.compile(r"^0x([0-9a-f]+)$")
+_INT = re.compile(r"^-?[0-9]+$")
+# nv-procfs.c prints one of these two banners; the open module names its flavor, the
+# proprietary one names the architecture where the open one says "for x86_64".
+_NVRM = re.compile(
+    r"^NVRM version: NVIDIA UNIX (?P<kind>Open Kernel Module for \S+|\S+ Kernel Module)"
+    r"\s+(?P<version>[0-9]+(?:\.[0-9]+)+)\s"
+)
+_NVIDIA_VERSION = re.compile(r"^[0-9]+(?:\.[0-9]+)+$")
+# vfio-pci's ids= takes vendor:device[:subvendor[:subdevice[:class[:class_mask]]]].
+_VFIO_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}(:[0-9a-f]{1,8}){0,4}$")
+
+
+def _one_line(raw: str) -> str:
+    """sysfs attributes are one line ending in a newline; tolerate its absence."""
+    text = raw.removesuffix("\n")
+    if "\n" in text:
+        raise ValueError(f"expected a single line, got {raw!r}")
+    return text
+
+
+def hex_id(raw: str, digits: int) -> int:
+    """`0x10de\\n` -> 0x10de: vendor/device/subsystem_* (4 digits), class (6 digits)."""
+    text = _one_line(raw)
+    match = _HEX.match(text)
+    if match is None or len(match.group(1)) != digits:
+        raise ValueError(f"expected 0x and {digits} lowercase hex digits, got {text!r}")
+    return int(match.group(1), 16)
+
+
+def numa_node(raw: str) -> int | None:
+    """`0\\n` -> 0; `-1\\n` (firmware gave no proximity domain) -> None."""
+    text = _one_line(raw)
+    if not _INT.match(text) or int(text) < -1:
+        raise ValueError(f"expected a node number or -1, got {text!r}")
+    value = int(text)
+    return None if value == -1 else value
+
+
+def cpulist(raw: str) -> CpuList:
+    """`0-31,64-95\\n` -> CpuList."""
+    return CpuList.parse(_one_line(raw))
+
+
+def driver_override(raw: str) -> str | None:
+    """The kernel prints `(null)` when no override is set."""
+    text = _one_line(raw)
+    return None if text in ("(null)", "") else text
+
+
+def link_speed(raw: str) -> str:
+    """`32.0 GT/s PCIe` (older kernels `32 GT/s`, or `Unknown`): kept as the kernel says it."""
+    text = _one_line(raw).strip()
+    if not text:
+        raise ValueError("expected a link speed such as '32.0 GT/s PCIe', got an empty file")
+    return text
+
+
+def link_width(raw: str) -> int | None:
+    """`16\\n` -> 16. Some kernels print `Unknown` for links that never trained."""
+    text = _one_line(raw).strip()
+    if text == "Unknown":
+        return None
+    if not text.isdigit():
+        raise ValueError(f"expected a lane count such as 16, got {text!r}")
+    return int(text)
+
+
+def iommu_group_type(raw: str) -> IommuGroupType:
+    """`DMA-FQ\\n` -> IommuGroupType.DMA_FQ."""
+    text = _one_line(raw)
+    try:
+        return IommuGroupType(text)
+    except ValueError:
+        known = ", ".join(t.value for t in IommuGroupType)
+        raise ValueError(f"expected one of {known}, got {text!r}") from None
+
+
+def module_bool(raw: str) -> bool:
+    """A bool module parameter: the kernel prints `Y`/`N` (int params print `1`/`0`)."""
+    text = _one_line(raw)
+    if text in ("Y", "1"):
+        return True
+    if text in ("N", "0"):
+        return False
+    raise ValueError(f"expected Y or N, got {text!r}")
+
+
+def hostname(raw: str) -> str:
+    """The node name Proxmox uses: the first label of etc/hostname (it strips the domain)."""
+    lines = [line.strip() for line in raw.splitlines() if line.strip()]
+    if len(lines) != 1:
+        raise ValueError(f"expected one host name, got {raw!r}")
+    name = lines[0].split(".", 1)[0]
+    if not re.match(r"^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?$", name):
+        raise ValueError(f"{name!r} is not a valid host name")
+    return name
+
+
+def nvidia_proc_version(raw: str) -> NvidiaDriver:
+    """The `NVRM version:` line of /proc/driver/nvidia/version, either banner."""
+    first = raw.splitlines()[0] if raw else ""
+    match = _NVRM.match(first)
+    if match is None:
+        raise ValueError(
+            f"expected 'NVRM version: NVIDIA UNIX ... Kernel Module  <version>  ...', got {first!r}"
+        )
+    flavor = (
+        KernelModuleFlavor.OPEN
+        if match.group("kind").startswith("Open")
+        else KernelModuleFlavor.PROPRIETARY
+    )
+    return NvidiaDriver(match.group("version"), flavor)
+
+
+def nvidia_module_version(raw: str) -> str:
+    """sys/module/nvidia/version: just `590.48.01`."""
+    text = _one_line(raw).strip()
+    if not _NVIDIA_VERSION.match(text):
+        raise ValueError(f"expected a version such as 590.48.01, got {text!r}")
+    return text
+
+
+def module_flavor(raw: str) -> KernelModuleFlavor:
+    """sys/module/nvidia/taint: the proprietary module taints `P`, the open one does not."""
+    text = _one_line(raw)
+    if not re.match(r"^[A-Z]*$", text):
+        raise ValueError(f"expected taint letters such as OE or POE, got {text!r}")
+    return KernelModuleFlavor.PROPRIETARY if "P" in text else KernelModuleFlavor.OPEN
+
+
+def nvidia_information(raw: str) -> dict[str, str]:
+    """proc/driver/nvidia/gpus/<addr>/information: `Key: \\t value` lines -> {key: value}."""
+    fields: dict[str, str] = {}
+    for line in raw.splitlines():
+        if not line.strip():
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            raise ValueError(f"expected 'Key: value' lines, got {line!r}")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
+def device_minor(fields: dict[str, str]) -> int:
+    """`Device Minor` is N of /dev/nvidiaN, which is NOT the index in PCI order."""
+    text = fields.get("Device Minor")
+    if text is None or not text.isdigit():
+        raise ValueError(f"expected a 'Device Minor:' line with a number, got {text!r}")
+    return int(text)
+
+
+def proc_devices(raw: str) -> tuple[CharMajor, ...]:
+    """The "Character devices:" section of /proc/devices (block majors are ignored)."""
+    lines = raw.splitlines()
+    if not lines or lines[0] != "Character devices:":
+        raise ValueError("expected the first line 'Character devices:'")
+    majors: list[CharMajor] = []
+    for line in lines[1:]:
+        if not line.strip() or line.endswith(":"):
+            break
+        number, _, name = line.strip().partition(" ")
+        if not number.isdigit() or not name:
+            raise ValueError(f"expected '<major> <name>' lines, got {line!r}")
+        majors.append(CharMajor(int(number), name.strip()))
+    return tuple(sorted(majors, key=lambda m: (m.major, m.name)))
+
+
+def _vfio_ids(value: str) -> tuple[str, ...]:
+    ids = tuple(part.strip().lower() for part in value.split(",") if part.strip())
+    bad = [i for i in ids if not _VFIO_ID.match(i)]
+    if not ids or bad:
+        raise ValueError(f"expected vendor:device ids such as 10de:2bb5, got {value!r}")
+    return ids
+
+
+def cmdline_vfio_ids(raw: str) -> tuple[tuple[str, ...], ...]:
+    """Every `vfio-pci.ids=` (or `vfio_pci.ids=`: the kernel treats - and _ alike)."""
+    found: list[tuple[str, ...]] = []
+    for token in raw.split():
+        key, sep, value = token.partition("=")
+        if sep and key.replace("_", "-") == "vfio-pci.ids":
+            found.append(_vfio_ids(value.strip('"')))
+    return tuple(found)
+
+
+def modprobe_vfio_ids(raw: str) -> tuple[tuple[str, ...], ...]:
+    """Every `options vfio-pci ids=...` line of a modprobe.d file (with `\\` continuations)."""
+    found: list[tuple[str, ...]] = []
+    for line in raw.replace("\\\n", " ").splitlines():
+        line = line.split("#", 1)[0]
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            words = line.split()
+        if len(words) < 3 or words[0] != "options" or words[1].replace("_", "-") != "vfio-pci":
+            continue
+        for word in words[2:]:
+            key, sep, value = word.partition("=")
+            if sep and key == "ids":
+                found.append(_vfio_ids(value))
+    return tuple(found)

@@ -1,0 +1,146 @@
+"""Findings of an accepted plan: what the reviewer should know, none of it a refusal."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+
+from pvegpu.hardware import host_driver
+from pvegpu.host.facts import HostFacts
+from pvegpu.host.paths import SPLIT_MODPROBE, SPLIT_UNIT
+from pvegpu.planning.plan import VFIO_DRIVER, Finding, Pool, PoolKind, Severity
+
+
+def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+    """What the reviewer should know about an accepted plan."""
+    by_id: dict[str, set[str]] = defaultdict(set)
+    for pool in pools:
+        for gpu in pool.gpus:
+            by_id[gpu.vendor_device].add(pool.name)
+    for vendor_device, names in sorted(by_id.items()):
+        if len(names) > 1:
+            yield Finding(
+                Severity.INFO,
+                "identical-device-ids",
+                vendor_device,
+                f"GPUs with this id serve pools {', '.join(sorted(names))}: they are bound "
+                "by PCI address (driver_override), never by vfio-pci ids=, which would take "
+                "them all",
+            )
+    for pool in pools:
+        if len(pool.numa_nodes) > 1:
+            yield Finding(
+                Severity.WARNING,
+                "pool-spans-numa-nodes",
+                pool.name,
+                f"GPUs are on NUMA nodes {', '.join(str(n) for n in pool.numa_nodes)}: "
+                "cross-socket traffic for every transfer",
+            )
+        extra = [f for f in pool.functions if f.address not in {g.address for g in pool.gpus}]
+        if pool.kind is PoolKind.VFIO and extra:
+            yield Finding(
+                Severity.INFO,
+                "group-members-move",
+                pool.name,
+                "these functions share IOMMU groups with the GPUs and move to vfio-pci too: "
+                + ", ".join(f"{f.address} ({f.vendor_device})" for f in extra),
+            )
+    yield from _minors_after_reboot(facts, pools)
+    yield from _other_binders(facts)
+    yield from _shadowing_softdeps(facts, pools)
+    if facts.sev_snp:
+        yield Finding(
+            Severity.INFO,
+            "sev-snp",
+            "host",
+            "SEV-SNP is on: the IOMMU must stay in translated mode (iommu=pt is refused by "
+            "SNP), so GPU peer-to-peer DMA is unreliable on this host",
+        )
+
+
+def _minors_after_reboot(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+    """/dev/nvidiaN numbers are handed out at probe time, normally in PCI order.
+
+    Right after a runtime split the container GPUs keep their minors; after the next
+    boot nvidia numbers only the GPUs it still gets, so a container config naming
+    /dev/nvidia4 can point at nothing (and the container fails to start).
+    """
+    to_vfio = {g.address for p in pools if p.kind is PoolKind.VFIO for g in p.gpus}
+    stays = [g for g in facts.gpus if g.is_nvidia and g.address not in to_vfio]
+    stays = [g for g in stays if host_driver(g.function) == "nvidia"]
+    expected = {g.address: n for n, g in enumerate(sorted(stays, key=lambda g: g.address))}
+    for pool in pools:
+        if pool.kind is not PoolKind.LXC:
+            continue
+        moved = [
+            f"{g.address.short}: {g.nvidia_minor} -> {expected[g.address]}"
+            for g in pool.gpus
+            if g.nvidia_minor is not None
+            and g.address in expected
+            and g.nvidia_minor != expected[g.address]
+        ]
+        if moved:
+            yield Finding(
+                Severity.WARNING,
+                "minors-change-at-reboot",
+                pool.name,
+                "the container config names today's /dev/nvidiaN minors, but after a reboot "
+                "with the split nvidia numbers its GPUs afresh (probe order, normally PCI "
+                f"order): {', '.join(moved)}. Reboot, then run pvegpu plan again before "
+                "starting the container",
+            )
+
+
+# What a unit that moves PCI devices between drivers has to write somewhere.
+_BINDER_MARKS = ("vfio-pci", "driver_override", "drivers_probe", "/unbind", "new_id")
+
+
+def _other_binders(facts: HostFacts) -> Iterator[Finding]:
+    """Hand-made units that also (re)bind GPUs race the split unit at every boot."""
+    for file in facts.files:
+        if not file.path.startswith("etc/systemd/system/") or file.path == SPLIT_UNIT:
+            continue
+        marks = [m for m in _BINDER_MARKS if m in file.content]
+        if marks:
+            unit = file.path.rsplit("/", 1)[1]
+            yield Finding(
+                Severity.WARNING,
+                "other-gpu-binder",
+                file.path,
+                f"this unit also moves devices between drivers ({', '.join(marks)}); two "
+                "binders race at boot and the last one wins: once pvegpu-vfio-split.service "
+                f"is installed, run `systemctl disable --now {unit}` and remove it",
+            )
+
+
+def _shadowing_softdeps(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+    """kmod honours only the first `softdep` line for a module, in file-name order.
+
+    pvegpu-vfio.conf makes each VM function's host driver load vfio-pci first; an
+    earlier file with its own softdep for that driver silently wins.
+    """
+    drivers = {
+        d
+        for p in pools
+        if p.kind is PoolKind.VFIO
+        for f in p.functions
+        if (d := host_driver(f)) is not None and d != VFIO_DRIVER
+    }
+    ours = SPLIT_MODPROBE.rsplit("/", 1)[1]
+    for file in facts.files:
+        directory, _, name = file.path.rpartition("/")
+        if directory != "etc/modprobe.d" or name >= ours:
+            continue
+        for line in file.content.splitlines():
+            words = line.split()
+            if len(words) >= 2 and words[0] == "softdep" and words[1] in drivers:
+                if "vfio-pci" in words or "vfio_pci" in words:
+                    continue
+                yield Finding(
+                    Severity.WARNING,
+                    "softdep-shadowed",
+                    file.path,
+                    f"`{line.strip()}` comes before {ours}, and kmod uses only the first "
+                    f"softdep of a module, so `softdep {words[1]} pre: vfio-pci` would be "
+                    f"ignored: add `pre: vfio-pci` to this line",
+                )

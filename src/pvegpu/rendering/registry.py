@@ -1,0 +1,48 @@
+"""render(plan) -> artifacts: every renderer is `Plan -> tuple[Artifact, ...]`, in one list.
+
+Nothing here writes a file; bundle.py writes an output directory, apply.py the host.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from pvegpu.errors import Problem, RenderError
+from pvegpu.planning.plan import Plan
+from pvegpu.rendering.artifact import Artifact
+from pvegpu.rendering.pve import render_lxc_configs, render_pci_cfg, render_vm_configs
+from pvegpu.rendering.revert import render_revert
+from pvegpu.rendering.review.render import render_review
+from pvegpu.rendering.serving import render_serving
+from pvegpu.rendering.split import render_split
+
+Renderer = Callable[[Plan], tuple[Artifact, ...]]
+
+RENDERERS: tuple[Renderer, ...] = (
+    render_lxc_configs,
+    render_pci_cfg,
+    render_vm_configs,
+    render_split,
+    render_serving,
+)
+"""Renderers of the files that get installed, in the order the summary lists them."""
+
+
+def render(plan: Plan) -> tuple[Artifact, ...]:
+    """Every artifact of the plan: installed files, then the revert bundle, then review."""
+    applied = tuple(a for renderer in RENDERERS for a in renderer(plan))
+    clashes = [key for key, n in Counter((a.target, a.path) for a in applied).items() if n > 1]
+    if clashes:
+        raise RenderError(
+            Problem(
+                "artifact-clash",
+                f"{target}:{path}",
+                "two renderers produce the same file",
+                "this is a pvegpu bug; please report it with the spec",
+            )
+            for target, path in clashes
+        )
+    reverts = render_revert(plan, applied)
+    review = render_review(plan, (*applied, *reverts))
+    return (*applied, *reverts, *review)

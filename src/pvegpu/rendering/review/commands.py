@@ -1,0 +1,70 @@
+"""The commands the steps print, one function each, and the names the split installs.
+
+GPU and health checks read the host, not pvegpu's own report; the VM attach lines give
+a VM a pool's GPUs through its mapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pvegpu.host import paths
+from pvegpu.pci import PciAddress
+from pvegpu.planning.plan import Pool
+from pvegpu.pvefiles.qemuconf import hostpci_value
+from pvegpu.spec.schema import ServingSpec
+
+SPLIT_SCRIPT = f"/{paths.SPLIT_SCRIPT}"
+SPLIT_UNIT = paths.SPLIT_UNIT_NAME
+HEALTH_TIMEOUT_S = 600
+"""Bound on waiting for the server: the seed deployment (234 GB of BF16 weights, TP=4)
+was healthy after ~80 s, so ten minutes without health means something is wrong."""
+
+
+def nvidia_smi_bus_id(address: PciAddress) -> str:
+    """The form `nvidia-smi --query-gpu=pci.bus_id` prints: 8-digit domain, uppercase hex."""
+    return f"{address.domain:08X}:{address.bus:02X}:{address.device:02X}.{address.function:X}"
+
+
+def health_url(serving: ServingSpec) -> str:
+    """The health endpoint as seen from inside the container."""
+    # A wildcard listen address is reachable on loopback; a specific one only on itself.
+    host = serving.host
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{serving.port}/health"
+
+
+def driver_check(addresses: Sequence[PciAddress]) -> str:
+    """A one-liner printing `<address> <driver>` per function (`unbound` for none), from sysfs.
+
+    It reads the kernel, not the split script's own report, so it checks the script.
+    """
+    joined = " ".join(str(a) for a in addresses)
+    return (
+        f"for d in {joined}; do "
+        'drv=$(readlink "/sys/bus/pci/devices/$d/driver") || drv=unbound; '
+        'printf \'%s %s\\n\' "$d" "${drv##*/}"; done'
+    )
+
+
+# ---------------------------------------------------------------------------- VM attach
+
+
+def hostpci_lines(pool: Pool) -> tuple[str, ...]:
+    """The VM config lines that give a VM every GPU of the pool through its mapping."""
+    if pool.mapping is None:
+        return ()
+    # pcie=1 needs machine q35, which passthrough of modern GPUs wants anyway; several
+    # hostpciN naming one mapping each take the next free device of it.
+    return tuple(f"hostpci{i}: {hostpci_value(pool.mapping.id, True)}" for i in range(pool.size))
+
+
+def qm_set_command(pool: Pool, vmid: str = "<vmid>") -> str:
+    """`qm set` adding those lines to an existing VM; empty for a pool without mapping."""
+    if pool.mapping is None:
+        return ""
+    value = hostpci_value(pool.mapping.id, True)
+    return f"qm set {vmid} " + " ".join(f"--hostpci{i} {value}" for i in range(pool.size))

@@ -1,0 +1,144 @@
+"""The layout table: every GPU of the host, the pool it joins and the driver it ends on.
+
+Also the functions that leave the host with a VM pool's GPUs, and the one line of host
+facts (IOMMU, SEV-SNP, NVIDIA driver) printed above the table.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from pvegpu.hardware import host_driver
+from pvegpu.host.facts import GPU, HostFacts, PciFunction
+from pvegpu.pci import PciAddress
+from pvegpu.planning.plan import VFIO_DRIVER, Plan, Pool, PoolKind
+from pvegpu.wording import plural
+
+UNBOUND = "unbound"
+
+
+@attrs.frozen
+class LayoutRow:
+    """One GPU of the host and where this plan leaves it."""
+
+    index: int
+    """Position in PCI address order over every GPU of the host (0-based)."""
+    gpu: GPU
+    pool: Pool | None
+    driver_before: str
+    driver_after: str
+    purpose: str
+
+    @property
+    def address(self) -> PciAddress:
+        return self.gpu.address
+
+    @property
+    def numa(self) -> str:
+        return "-" if self.gpu.numa_node is None else str(self.gpu.numa_node)
+
+    @property
+    def driver_changes(self) -> bool:
+        return self.driver_before != self.driver_after
+
+    @property
+    def driver(self) -> str:
+        """`nvidia -> vfio-pci` when the plan moves it, else the one driver."""
+        if self.driver_changes:
+            return f"{self.driver_before} -> {self.driver_after}"
+        return self.driver_after
+
+
+@attrs.frozen
+class MovingFunction:
+    """A non-GPU function (the GPU's HD audio, a group mate) that moves to vfio-pci too."""
+
+    pool: Pool
+    function: PciFunction
+    driver_before: str
+
+
+def gpus_in_pci_order(facts: HostFacts) -> tuple[GPU, ...]:
+    return tuple(sorted(facts.gpus, key=lambda g: g.address))
+
+
+def pool_of(plan: Plan, gpu: GPU) -> Pool | None:
+    return next((p for p in plan.pools if gpu.address in {g.address for g in p.gpus}), None)
+
+
+def driver_now(function: PciFunction) -> str:
+    return function.driver or UNBOUND
+
+
+def driver_after(pool: Pool | None, function: PciFunction) -> str:
+    """The driver a function ends on: vfio-pci for VM pools, its host driver otherwise."""
+    if pool is None:
+        return driver_now(function)
+    if pool.kind is PoolKind.VFIO:
+        return VFIO_DRIVER
+    return host_driver(function) or UNBOUND
+
+
+def purpose(pool: Pool | None) -> str:
+    """What a pool's GPUs are for, as one table cell."""
+    if pool is None:
+        return "unchanged (in no pool)"
+    if pool.kind is PoolKind.LXC and pool.lxc is not None:
+        inner = [pool.serving.engine, f"TP={pool.size}"] if pool.serving else [pool.name]
+        text = f"LXC {pool.lxc.vmid} ({', '.join(inner)})"
+        return f"{text}; mapping {pool.mapping.id}" if pool.mapping else text
+    if pool.mapping is not None:
+        if pool.vm is not None:
+            return f"VM {pool.vm.vmid} via mapping {pool.mapping.id}"
+        return f"mapping {pool.mapping.id}, no VM yet"
+    if pool.vm is not None:
+        return f"VM {pool.vm.vmid}"
+    return "vfio-pci, no VM yet"
+
+
+def layout(plan: Plan) -> tuple[LayoutRow, ...]:
+    """Every GPU of the host in PCI order, including those no pool touches."""
+    rows = []
+    for index, gpu in enumerate(gpus_in_pci_order(plan.facts)):
+        pool = pool_of(plan, gpu)
+        rows.append(
+            LayoutRow(
+                index=index,
+                gpu=gpu,
+                pool=pool,
+                driver_before=driver_now(gpu.function),
+                driver_after=driver_after(pool, gpu.function),
+                purpose=purpose(pool),
+            )
+        )
+    return tuple(rows)
+
+
+def moving_functions(plan: Plan) -> tuple[MovingFunction, ...]:
+    """Functions that are not GPUs but leave the host with them (VFIO takes whole groups)."""
+    moving = []
+    for pool in plan.vfio_pools:
+        gpu_addresses = {g.address for g in pool.gpus}
+        for function in pool.functions:
+            if function.address not in gpu_addresses:
+                moving.append(MovingFunction(pool, function, driver_now(function)))
+    return tuple(moving)
+
+
+def host_facts_line(facts: HostFacts) -> str:
+    """IOMMU mode, SEV-SNP and driver version: the three facts the split depends on."""
+    unit = {"amd": "AMD-Vi", "intel": "VT-d"}.get(facts.iommu.vendor or "", "")
+    types = sorted({str(g.type) for g in facts.iommu_groups if g.type is not None})
+    detail = ", ".join(x for x in (unit, f"groups {'/'.join(types)}" if types else "") if x)
+    iommu = f"{facts.iommu_mode}" + (f" ({detail})" if detail else "")
+    nvidia = (
+        f"{facts.nvidia.version} ({facts.nvidia.flavor} kernel module)"
+        if facts.nvidia
+        else "not loaded"
+    )
+    nodes = sorted({g.numa_node for g in facts.gpus if g.numa_node is not None})
+    return (
+        f"IOMMU: {iommu} · SEV-SNP: {'on' if facts.sev_snp else 'off'} · "
+        f"NVIDIA driver: {nvidia} · {plural(len(facts.gpus), 'GPU')} on "
+        f"{plural(len(nodes), 'NUMA node')}"
+    )

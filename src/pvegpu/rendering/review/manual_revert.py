@@ -1,0 +1,143 @@
+"""The runbook undone by hand, for when `revert/revert.sh` stops part-way."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+from pvegpu.planning.plan import Plan
+from pvegpu.rendering.artifact import HOST, Artifact
+from pvegpu.rendering.review.apply_steps import Step, container_pools, vfio_functions
+from pvegpu.rendering.review.changes import (
+    BACKUP_DIR,
+    ChangedFile,
+    ChangeKind,
+    changed_files,
+    container_vmid,
+    in_bundle,
+    in_initramfs,
+    is_revert,
+    is_unit,
+)
+from pvegpu.rendering.review.commands import SPLIT_SCRIPT, SPLIT_UNIT, driver_check, health_url
+from pvegpu.rendering.review.gpu_layout import driver_now
+from pvegpu.wording import plural
+
+
+def revert_steps(plan: Plan, artifacts: Sequence[Artifact]) -> tuple[Step, ...]:
+    """The runbook undone by hand, in reverse, from the files saved in revert/.
+
+    The same as `revert/revert.sh`, plus the checks, for when the script stops part-way.
+    """
+    return tuple(_revert(plan, artifacts, changed_files(plan, artifacts)))
+
+
+def _revert_entry(artifacts: Iterable[Artifact], artifact: Artifact) -> Artifact | None:
+    return next(
+        (
+            a
+            for a in artifacts
+            if is_revert(a) and a.target == artifact.target and a.path == artifact.path
+        ),
+        None,
+    )
+
+
+def _restore(artifacts: Sequence[Artifact], changed: ChangedFile) -> str | None:
+    """The command that puts one file back, or None when nothing can (no revert entry)."""
+    artifact = changed.artifact
+    vmid = container_vmid(artifact.target)
+    if changed.kind is ChangeKind.REPLACED:
+        return f"cp {BACKUP_DIR}/{artifact.path} /{artifact.path}"
+    entry = _revert_entry(artifacts, artifact)
+    if entry is None:
+        return None
+    if entry.delete:
+        return f"rm /{artifact.path}" if vmid is None else f"pct exec {vmid} -- rm /{artifact.path}"
+    if vmid is None:
+        return f"cp {in_bundle(entry)} /{artifact.path}"
+    return f"pct push {vmid} {in_bundle(entry)} /{artifact.path} --perms {artifact.mode:04o}"
+
+
+def _revert(
+    plan: Plan, artifacts: Sequence[Artifact], files: tuple[ChangedFile, ...]
+) -> Iterator[Step]:
+    written = [f for f in files if f.kind is not ChangeKind.UNCHANGED]
+    host = [f for f in written if f.artifact.target == HOST]
+    containers = container_pools(plan)
+
+    for pool in containers:
+        assert pool.lxc is not None
+        vmid = pool.lxc.vmid
+        commands = (
+            [f"pct exec {vmid} -- systemctl stop {pool.serving.unit}"] if pool.serving else []
+        )
+        yield Step(f"Stop CT {vmid}", (*commands, f"pct stop {vmid}"))
+
+    functions = vfio_functions(plan)
+    if plan.vfio_pools:
+        vms = [p.vm.vmid for p in plan.vfio_pools if p.vm is not None and p.vm.config is not None]
+        yield Step(
+            "Return the VM GPUs to their host drivers",
+            (
+                *(f"qm stop {vmid}" for vmid in vms),
+                # Disable first, so that a reboot half-way cannot apply the split again.
+                f"systemctl disable {SPLIT_UNIT}",
+                f"{SPLIT_SCRIPT} revert",
+                driver_check([f.address for f in functions]),
+            ),
+            "Any VM using these GPUs must be stopped first. The last command prints exactly "
+            "what discovery saw before the change:",
+            tuple(f"{f.address} {driver_now(f)}" for f in functions),
+        )
+
+    restores = [(f, _restore(artifacts, f)) for f in host]
+    commands = [c for _, c in restores if c is not None]
+    if commands:
+        if any(is_unit(f.artifact.path) for f in host):
+            commands.append("systemctl daemon-reload")
+        if any(in_initramfs(f.artifact.path) for f in host):
+            commands.append("update-initramfs -u -k all")
+    missing = [f.where for f, c in restores if c is None]
+    if commands or missing:
+        yield Step(
+            "Put the host files back",
+            tuple(commands),
+            "Patched files come back as discovery read them; files pvegpu created go."
+            + (
+                f" No copy was rendered for {', '.join(missing)}: restore it by hand."
+                if missing
+                else ""
+            ),
+        )
+
+    for pool in containers:
+        assert pool.lxc is not None
+        vmid = pool.lxc.vmid
+        mine = [f for f in written if container_vmid(f.artifact.target) == vmid]
+        commands = [f"pct start {vmid}"]
+        commands += [c for f in mine if (c := _restore(artifacts, f)) is not None]
+        if any(is_unit(f.artifact.path) for f in mine):
+            commands.append(f"pct exec {vmid} -- systemctl daemon-reload")
+        if pool.serving is not None:
+            commands.append(f"pct exec {vmid} -- systemctl restart {pool.serving.unit}")
+        yield Step(
+            f"Start CT {vmid} with its previous "
+            + ("files and server" if pool.serving else "GPUs"),
+            tuple(commands),
+            f"It gets its previous GPUs back with the restored /etc/pve/lxc/{vmid}.conf"
+            + (
+                f"; wait for {health_url(pool.serving)} as in the runbook." if pool.serving else "."
+            ),
+        )
+
+    # nvidia-smi sees only GPUs on nvidia, so it checks the revert only when a VM GPU goes
+    # back to nvidia; one going back to amdgpu (or staying on vfio-pci, as discovery saw
+    # it) is checked by the sysfs readout of the step above.
+    returning = [g for p in plan.vfio_pools for g in p.gpus if g.driver == "nvidia"]
+    on_nvidia = [g for g in plan.facts.gpus if g.driver == "nvidia"]
+    if returning:
+        yield Step(
+            "Check the host sees its NVIDIA GPUs again",
+            ("nvidia-smi -L",),
+            f"Lists {plural(len(on_nvidia), 'GPU')}, as before the change.",
+        )

@@ -1,0 +1,28 @@
+"""The inference server's systemd unit, inside the container that keeps the GPUs."""
+
+from __future__ import annotations
+
+from pvegpu.planning.plan import Plan
+from pvegpu.rendering.artifact import Artifact, container_target
+from pvegpu.serving import servings, unit_content
+
+UNIT_MODE = 0o644
+
+__all__ = ["UNIT_MODE", "render_serving", "unit_content"]
+
+
+def render_serving(plan: Plan) -> tuple[Artifact, ...]:
+    """One unit per serving pool, at etc/systemd/system/<unit>.service in its container."""
+    return tuple(
+        Artifact(
+            path=serving.unit_path,
+            content=unit_content(serving),
+            reason=f"SGLang {serving.version} for pool {serving.pool}: TP={serving.tp_size} "
+            f"on CUDA {','.join(map(str, serving.cuda_visible_devices))}, P2P "
+            + ("on" if serving.p2p.enabled else "off"),
+            mode=UNIT_MODE,
+            target=container_target(serving.vmid),
+            base=serving.base,
+        )
+        for serving in servings(plan)
+    )

@@ -1,0 +1,316 @@
+"""Render the vfio split: a POSIX sh script, the unit that runs it at boot, a modprobe hook.
+
+Only the script touches sysfs; the unit and the modprobe.d file decide when it runs.
+What the script checks before its first write (address, vendor:device, NUMA node, IOMMU
+group and its members) is baked into it as data, so it refuses a host that no longer
+looks like the one it was generated for (a BIOS update or a moved card renumbers slots).
+So is where `revert` takes each VM function: the driver it was on before the split.
+
+Rendering again over a host that holds these files (discovery reads them) patches them:
+each artifact's `base` is the installed file, so the revert bundle restores it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import attrs
+
+from pvegpu.errors import Problem, RenderError
+from pvegpu.hardware import host_driver
+from pvegpu.host.facts import HostFacts, PciFunction
+from pvegpu.host.paths import SPLIT_MODPROBE, SPLIT_SCRIPT, SPLIT_UNIT
+from pvegpu.pci import PciAddress
+from pvegpu.planning.plan import VFIO_DRIVER, Plan, Pool
+from pvegpu.rendering.artifact import HOST, Artifact
+from pvegpu.rendering.templating import render_template
+from pvegpu.wording import plural
+
+SCRIPT_PATH = SPLIT_SCRIPT
+UNIT_PATH = SPLIT_UNIT
+MODPROBE_PATH = SPLIT_MODPROBE
+
+# Driver name -> module name, for the softdep lines. Only drivers whose module is known:
+# a driver's name is not always its module's (xhci_hcd lives in xhci_pci).
+_MODULES = {
+    "nvidia": "nvidia",
+    "nouveau": "nouveau",
+    "snd_hda_intel": "snd_hda_intel",
+    "amdgpu": "amdgpu",
+    "radeon": "radeon",
+    "i915": "i915",
+}
+_DRIVER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_COMMENT_UNSAFE = re.compile(r"[^A-Za-z0-9 ._:,()/-]")
+
+
+@attrs.frozen
+class _Group:
+    """One IOMMU group that goes to vfio-pci, as the script's data lists it."""
+
+    id: int
+    pool: str
+    gpu: PciAddress | None
+    members: tuple[PciFunction, ...]
+    host_drivers: tuple[str | None, ...]
+    """Per member, the driver that claims it when nothing overrides it (the softdeps)."""
+    revert_drivers: tuple[str | None, ...]
+    """Per member, the driver `revert` returns it to (revert_driver)."""
+
+
+@attrs.frozen
+class _HostPool:
+    """One LXC pool's functions as the script's host-side pin data lists them."""
+
+    pool: str
+    rows: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def render_split(plan: Plan) -> tuple[Artifact, ...]:
+    """The split script, its boot unit and the modprobe.d hook; () without a vfio pool."""
+    if not plan.vfio_pools:
+        return ()
+    facts = plan.facts
+    groups = _vfio_groups(plan)
+    host_pools = [_host_pool(pool) for pool in plan.lxc_pools]
+    _refuse_overlap(groups, plan.lxc_pools)
+
+    node = _comment(facts.node)
+    vm_drivers = sorted({d for g in groups for d in g.host_drivers if d is not None})
+    # nvidia-persistenced loads nvidia, which binds every NVIDIA GPU it finds free: only
+    # worth naming (and ordering the unit against) where the host has an NVIDIA GPU.
+    nvidia = any(gpu.is_nvidia for gpu in facts.gpus)
+    script = render_template(
+        "split.sh.j2",
+        node=node,
+        vfio_groups=[
+            {
+                "pool": _comment(g.pool),
+                "gpu": str(g.gpu) if g.gpu else "none",
+                "group": g.id,
+                "rows": [
+                    f"{f.address} {f.vendor_device} {_numa(f)} {g.id} {drv or '-'}"
+                    for f, drv in zip(g.members, g.revert_drivers, strict=True)
+                ],
+            }
+            for g in groups
+        ],
+        host_pools=host_pools,
+    )
+    script_abs = "/" + SCRIPT_PATH
+    unit = render_template(
+        "split.service.j2", node=node, script=script_abs, drivers=vm_drivers, nvidia=nvidia
+    )
+    modprobe = render_template(
+        "split-modprobe.conf.j2",
+        node=node,
+        script=script_abs,
+        softdeps=sorted({_MODULES[d] for d in vm_drivers if d in _MODULES}),
+        softdep_notes=[
+            f"{d}: its module name is not known to pvegpu; the boot unit still covers it"
+            for d in vm_drivers
+            if d not in _MODULES
+        ],
+    )
+
+    pools = ", ".join(p.name for p in plan.vfio_pools)
+    n_gpus = sum(p.size for p in plan.vfio_pools)
+    n_functions = sum(len(g.members) for g in groups)
+    n_pins = sum(len(p.rows) for p in host_pools)
+    loaders = ["modules-load", "udev coldplug", *(["nvidia-persistenced"] if nvidia else [])]
+    return (
+        Artifact(
+            path=SCRIPT_PATH,
+            content=script,
+            reason=(
+                f"moves {plural(n_gpus, 'GPU')} of {pools} ({plural(n_functions, 'function')}, "
+                "whole IOMMU groups) to vfio-pci by driver_override"
+                + (f" and pins {plural(n_pins, 'host-side function')}" if n_pins else "")
+                + "; refuses to write if a device changed"
+            ),
+            mode=0o755,
+            target=HOST,
+            base=facts.file(SCRIPT_PATH),
+        ),
+        Artifact(
+            path=UNIT_PATH,
+            content=unit,
+            reason=(
+                f"runs pvegpu-vfio-split override at sysinit, before {_and(loaders)}, so "
+                "the split survives a reboot"
+            ),
+            target=HOST,
+            base=facts.file(UNIT_PATH),
+        ),
+        Artifact(
+            path=MODPROBE_PATH,
+            content=modprobe,
+            reason=(
+                "second line of defence: loading vfio-pci (softdep of the host drivers) "
+                "writes the overrides first; never vfio-pci ids="
+            ),
+            target=HOST,
+            base=facts.file(MODPROBE_PATH),
+        ),
+    )
+
+
+def revert_driver(facts: HostFacts, function: PciFunction) -> str | None:
+    """The driver `revert` returns a VM function to: the one it had before the split.
+
+    Bound to vfio-pci without a vfio-pci override, the function was there before the
+    split (`vfio-pci.ids=`, `options vfio-pci ids=`, or Proxmox's `new_id` at VM start):
+    revert leaves it on vfio-pci. Unbound, or held on vfio-pci by an override (this
+    split, rendered again after it was applied), discovery did not see the driver it
+    came from: the one a probe gives it, vfio-pci where an ids= setting claims its
+    vendor:device, else its host driver (`host_driver`). None: not known.
+    """
+    if function.driver == VFIO_DRIVER and function.driver_override != VFIO_DRIVER:
+        return VFIO_DRIVER
+    if function.driver not in (None, VFIO_DRIVER):
+        return function.driver
+    if any(setting.claimed(function) for setting in facts.vfio_ids):
+        return VFIO_DRIVER
+    return host_driver(function)
+
+
+def _and(words: list[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return " and ".join(filter(None, (", ".join(words[:-1]), words[-1])))
+
+
+def _numa(function: PciFunction) -> str:
+    # sysfs says -1 where firmware gave no node; the script compares against that text.
+    return "-1" if function.numa_node is None else str(function.numa_node)
+
+
+def _comment(text: str) -> str:
+    """Text safe inside a shell comment within single quotes and a systemd comment."""
+    return _COMMENT_UNSAFE.sub("_", text)
+
+
+def _vfio_groups(plan: Plan) -> list[_Group]:
+    problems: list[Problem] = []
+    pool_of: dict[PciAddress, str] = {}
+    by_group: dict[int, list[PciFunction]] = {}
+    for pool in plan.vfio_pools:
+        for function in _pool_functions(pool):
+            pool_of.setdefault(function.address, pool.name)
+            if function.is_bridge:
+                continue  # bridges stay on pcieport; they do not spoil a group's viability
+            if function.iommu_group is None:
+                problems.append(
+                    Problem(
+                        "split-no-iommu-group",
+                        str(function.address),
+                        "has no IOMMU group, so vfio-pci cannot isolate it",
+                        "enable the IOMMU (VT-d / AMD-Vi) in the firmware and discover again",
+                    )
+                )
+                continue
+            by_group.setdefault(function.iommu_group, []).append(function)
+    gpus = {gpu.address for pool in plan.vfio_pools for gpu in pool.gpus}
+
+    groups: list[_Group] = []
+    for group_id, functions in by_group.items():
+        members = tuple(sorted({f.address: f for f in functions}.values(), key=_address))
+        problems.extend(_foreign_members(plan.facts, group_id, set(pool_of)))
+        gpu = next((f.address for f in members if f.address in gpus), None)
+        groups.append(
+            _Group(
+                id=group_id,
+                pool=pool_of[gpu or members[0].address],
+                gpu=gpu,
+                members=members,
+                host_drivers=tuple(host_driver(f) for f in members),
+                revert_drivers=tuple(revert_driver(plan.facts, f) for f in members),
+            )
+        )
+    problems.extend(
+        _bad_driver_names(d for g in groups for d in (*g.host_drivers, *g.revert_drivers))
+    )
+    if problems:
+        raise RenderError(problems)
+    return sorted(groups, key=lambda g: g.members[0].address)
+
+
+def _address(function: PciFunction) -> PciAddress:
+    return function.address
+
+
+def _foreign_members(facts: HostFacts, group_id: int, planned: set[PciAddress]) -> list[Problem]:
+    """A group goes to a VM whole: any member the plan does not move would go with it."""
+    group = facts.group(group_id)
+    if group is None:
+        return []
+    problems = []
+    for address in group.members:
+        function = facts.function(address)
+        if address in planned or (function is not None and function.is_bridge):
+            continue
+        problems.append(
+            Problem(
+                "split-foreign-in-group",
+                str(address),
+                f"shares IOMMU group {group_id} with planned VM functions but is not planned",
+                "keep that GPU on the host, or move the card to a slot with its own group",
+            )
+        )
+    return problems
+
+
+def _host_pool(pool: Pool) -> _HostPool:
+    rows: list[str] = []
+    notes: list[str] = []
+    for function in _pool_functions(pool):
+        if function.is_bridge:
+            continue
+        driver = host_driver(function)
+        if driver is None:
+            notes.append(f"{function.address} {function.vendor_device}: no host driver known")
+            continue
+        rows.append(f"{function.address} {function.vendor_device} {_numa(function)} {driver}")
+    drivers = [row.rsplit(" ", 1)[1] for row in rows]
+    problems = _bad_driver_names(drivers)
+    if problems:
+        raise RenderError(problems)
+    return _HostPool(_comment(pool.name), tuple(rows), tuple(notes))
+
+
+def _pool_functions(pool: Pool) -> list[PciFunction]:
+    """The pool's functions and its GPUs' own, once per address, in PCI order."""
+    by_address = {f.address: f for gpu in pool.gpus for f in gpu.functions}
+    by_address.update((f.address, f) for f in pool.functions)  # the plan's view wins
+    return [by_address[a] for a in sorted(by_address)]
+
+
+def _bad_driver_names(drivers: Iterable[str | None]) -> list[Problem]:
+    # Driver names end up in shell data and modprobe.d lines: only what sysfs uses.
+    return [
+        Problem(
+            "split-bad-driver-name",
+            driver,
+            "is not a kernel driver name",
+            "check the driver links discovery read",
+        )
+        for driver in sorted({d for d in drivers if d is not None})
+        if not _DRIVER_NAME.match(driver)
+    ]
+
+
+def _refuse_overlap(groups: list[_Group], lxc_pools: tuple[Pool, ...]) -> None:
+    vm = {f.address for g in groups for f in g.members}
+    host = {f.address for p in lxc_pools for f in p.functions}
+    both = sorted(vm & host)
+    if both:
+        raise RenderError(
+            Problem(
+                "split-function-in-two-pools",
+                str(a),
+                "is planned for vfio-pci and for the host at once",
+                "give each GPU to one pool",
+            )
+            for a in both
+        )

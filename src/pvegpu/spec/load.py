@@ -1,0 +1,259 @@
+"""Reading the split spec: TOML -> dict -> attrs models, every error with its spec path.
+
+One cattrs converter lives here, at the edge. It is strict: TOML already types its
+values, so a string where a number belongs is a mistake worth reporting, not coercing.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterator
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+from cattrs.errors import (
+    AttributeValidationNote,
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+)
+
+from pvegpu.errors import Problem, SpecError
+from pvegpu.pci import PciAddress
+from pvegpu.spec.schema import DeviceStyle, P2PSetting, PoolSpec, Spec
+
+# Proxmox's own rule for mapping ids (pve-guest-common): a letter, then [a-z0-9_-].
+_MAPPING_ID = re.compile(r"^[a-z][a-z0-9_-]+$", re.IGNORECASE)
+_POOL_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$", re.IGNORECASE)
+_MODE = re.compile(r"^0?[0-7]{3}$")
+
+
+def _strict(kind: type[Any], name: str) -> Any:
+    def structure(value: Any, _: type[Any]) -> Any:
+        # bool is an int subclass in Python; `vmid = true` must not become 1.
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise ValueError(f"expected {name}, got {type(value).__name__} {value!r}")
+        return value
+
+    return structure
+
+
+def _structure_float(value: Any, _: type[Any]) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _structure_enum(value: Any, kind: type[Enum]) -> Enum:
+    choices = [str(m.value) for m in kind]
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{value!r} is not one of {', '.join(choices)}")
+    return kind(value)
+
+
+def _structure_env(value: Any, _: type[Any]) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict):
+        raise ValueError(f'expected a table of NAME = "value", got {type(value).__name__}')
+    pairs = []
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise ValueError(f"{key}: expected a string value, got {type(item).__name__}")
+        pairs.append((str(key), item))
+    return tuple(pairs)
+
+
+def _converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook(str, _strict(str, "a string"))
+    conv.register_structure_hook(int, _strict(int, "an integer"))
+    conv.register_structure_hook(bool, _strict(bool, "true or false"))
+    conv.register_structure_hook(float, _structure_float)
+    # Each enum explicitly: StrEnums are str subclasses and would otherwise be taken
+    # by the plain-string hook above and stay unvalidated strings.
+    for enum_type in (DeviceStyle, P2PSetting):
+        conv.register_structure_hook(enum_type, _structure_enum)
+    env_type = tuple[tuple[str, str], ...]
+    conv.register_structure_hook_func(lambda t: t == env_type, _structure_env)
+    return conv
+
+
+_CONVERTER = _converter()
+
+
+def _problems(exc: BaseException, path: str) -> Iterator[Problem]:
+    if isinstance(exc, ClassValidationError | IterableValidationError):
+        with_notes, without_notes = exc.group_exceptions()
+        for sub, note in with_notes:
+            if isinstance(note, AttributeValidationNote):
+                yield from _problems(sub, f"{path}.{note.name}" if path else note.name)
+            else:
+                yield from _problems(sub, f"{path}[{note.index}]")
+        for sub in without_notes:
+            yield from _problems(sub, path)
+    elif isinstance(exc, ForbiddenExtraKeysError):
+        known = ", ".join(f.name for f in attrs.fields(exc.cl))
+        for key in sorted(exc.extra_fields):
+            yield Problem(
+                "spec-unknown-key",
+                f"{path}.{key}" if path else key,
+                "unknown key",
+                f"remove it or fix the spelling; known keys here: {known}",
+            )
+    elif isinstance(exc, KeyError):
+        # cattrs' note already put the missing attribute's name at the end of `path`.
+        missing = path.rpartition(".")[2]
+        yield Problem("spec-missing-key", path, "required key is missing", f"add {missing} = ...")
+    else:
+        yield Problem("spec-invalid-value", path or "spec", str(exc))
+
+
+def parse_spec(text: str, source: str = "<spec>") -> Spec:
+    """Parse and validate a spec document; raises SpecError listing every problem."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError.one(
+            "spec-syntax", source, f"not valid TOML: {err}", "fix the TOML syntax"
+        ) from err
+    try:
+        spec = _CONVERTER.structure(raw, Spec)
+    except (ClassValidationError, IterableValidationError) as err:
+        raise SpecError(_problems(err, "")) from err
+    spec = attrs.evolve(spec, source=source)
+    problems = list(_semantic_problems(spec))
+    if problems:
+        raise SpecError(problems)
+    return spec
+
+
+def load_spec(path: Path) -> Spec:
+    """Read a spec file. The file's path is used as the subject of read errors."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError.one(
+            "spec-unreadable", str(path), f"cannot read: {err.strerror}", "check the path"
+        ) from err
+    return parse_spec(text, str(path))
+
+
+def _semantic_problems(spec: Spec) -> Iterator[Problem]:
+    """What the types alone cannot say: one selector, one consumer, unique names."""
+    if not spec.pools:
+        yield Problem("spec-no-pools", "pools", "the spec defines no pool", "add [[pools]]")
+    seen_names: dict[str, int] = {}
+    seen_vmids: dict[int, int] = {}
+    seen_mappings: dict[str, int] = {}
+    for i, pool in enumerate(spec.pools):
+        where = f"pools[{i}]"
+        yield from _pool_problems(pool, where)
+        if pool.name in seen_names:
+            yield Problem(
+                "spec-duplicate-pool",
+                f"{where}.name",
+                f"pool name {pool.name!r} is also used by pools[{seen_names[pool.name]}]",
+                "give every pool its own name",
+            )
+        seen_names.setdefault(pool.name, i)
+        vmid = _guest_vmid(pool)
+        if vmid is not None:
+            if vmid in seen_vmids:
+                yield Problem(
+                    "spec-duplicate-guest",
+                    where,
+                    f"guest {vmid} also consumes pools[{seen_vmids[vmid]}]",
+                    "merge the two pools into one",
+                )
+            seen_vmids.setdefault(vmid, i)
+        if pool.mapping is not None:
+            if pool.mapping.id in seen_mappings:
+                yield Problem(
+                    "spec-duplicate-mapping",
+                    f"{where}.mapping.id",
+                    f"mapping {pool.mapping.id!r} is also defined by "
+                    f"pools[{seen_mappings[pool.mapping.id]}]",
+                    "use one mapping id per pool",
+                )
+            seen_mappings.setdefault(pool.mapping.id, i)
+
+
+def _guest_vmid(pool: PoolSpec) -> int | None:
+    if pool.lxc is not None:
+        return pool.lxc.vmid
+    if pool.vfio is not None and pool.vfio.vm is not None:
+        return pool.vfio.vm.vmid
+    return None
+
+
+def _pool_problems(pool: PoolSpec, where: str) -> Iterator[Problem]:
+    if not _POOL_NAME.match(pool.name):
+        yield Problem(
+            "spec-invalid-value",
+            f"{where}.name",
+            f"{pool.name!r} is not a usable pool name",
+            "use letters, digits, '.', '_' and '-'",
+        )
+    selectors = [k for k in ("numa_node", "gpus", "count") if getattr(pool, k) is not None]
+    if len(selectors) != 1:
+        yield Problem(
+            "spec-pool-selector",
+            where,
+            "a pool selects its GPUs by exactly one of numa_node, gpus, count"
+            + (f" (found {', '.join(selectors)})" if selectors else " (found none)"),
+            "keep one of numa_node = N, gpus = [...], count = N",
+        )
+    for j, text in enumerate(pool.gpus or ()):
+        try:
+            PciAddress.parse_lenient(text)
+        except ValueError:
+            yield Problem(
+                "spec-invalid-address",
+                f"{where}.gpus[{j}]",
+                f"{text!r} is not a PCI address",
+                'write it as "0000:81:00.0" (or "81:00.0"), as `lspci -D` prints it',
+            )
+    if pool.count is not None and pool.count < 1:
+        yield Problem("spec-invalid-value", f"{where}.count", "count must be at least 1", "")
+    consumers = [k for k in ("lxc", "vfio") if getattr(pool, k) is not None]
+    if len(consumers) != 1:
+        yield Problem(
+            "spec-pool-consumer",
+            where,
+            "a pool is consumed by exactly one of [lxc] or [vfio]"
+            + (f" (found {', '.join(consumers)})" if consumers else " (found none)"),
+            "under this [[pools]] entry keep one [pools.lxc] table (vmid = N) "
+            "or one [pools.vfio] table",
+        )
+    if pool.vfio is not None and pool.mapping is None:
+        yield Problem(
+            "spec-vfio-needs-mapping",
+            where,
+            "a vfio pool needs a cluster PCI mapping for its VMs",
+            'add mapping = { id = "pro6000-vm" }',
+        )
+    if pool.mapping is not None:
+        if not _MAPPING_ID.match(pool.mapping.id):
+            yield Problem(
+                "spec-invalid-value",
+                f"{where}.mapping.id",
+                f"{pool.mapping.id!r} is not a valid Proxmox mapping id",
+                "start with a letter, then letters, digits, '_' or '-'",
+            )
+        if pool.mapping.description and "," in pool.mapping.description:
+            yield Problem(
+                "spec-invalid-value",
+                f"{where}.mapping.description",
+                "pci.cfg values are split on ',' so a description cannot contain one",
+                "remove the comma",
+            )
+    if pool.lxc is not None and not _MODE.match(pool.lxc.mode):
+        yield Problem(
+            "spec-invalid-value",
+            f"{where}.lxc.mode",
+            f"{pool.lxc.mode!r} is not an octal file mode",
+            'write it like "0666"',
+        )
