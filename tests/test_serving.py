@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pvegpu.errors import PlanError, PvegpuError, RenderError
+from pvegpu.hardware import GPU_MEMORY
 from pvegpu.host.facts import ConfigFile, FileStat, IommuGroupType
 from pvegpu.planning.plan import Plan, Pool, Severity
 from pvegpu.serving import (
-    KNOWN_GPU_MEMORY,
     DroppedSetting,
     P2PSource,
     SglangServing,
@@ -292,7 +292,7 @@ def test_kpro6_memory_fit_follows_the_reference_formula() -> None:
     """57 GiB of weights per GPU at TP=4; KV tokens = (mem x fraction - weights) / 12288."""
     fit = only(kpro6_plan()).fit
     assert fit is not None
-    memory = KNOWN_GPU_MEMORY["10de:2bb5"][0]
+    memory = GPU_MEMORY["10de:2bb5"][0]
     assert fit.gpu_memory_bytes == memory == 97887 * 1024**2
     assert fit.weights_per_gpu == QWEN_CHECKPOINT // 4
     assert round(fit.weights_per_gpu / 1024**3) == 57

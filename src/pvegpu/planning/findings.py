@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
-from pvegpu.hardware import host_driver
+from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.host.facts import HostFacts
 from pvegpu.host.paths import SPLIT_MODPROBE, SPLIT_UNIT
-from pvegpu.planning.plan import VFIO_DRIVER, Finding, Pool, PoolKind, Severity
+from pvegpu.planning.plan import Finding, Pool, PoolKind, Severity
 
 
 def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:

@@ -9,8 +9,6 @@ import attrs
 from pvegpu.host.facts import GPU, ConfigFile, HostFacts, PciFunction
 from pvegpu.spec.schema import DeviceStyle, ServingSpec, Spec
 
-VFIO_DRIVER = "vfio-pci"
-
 
 class PoolKind(StrEnum):
     LXC = "lxc"

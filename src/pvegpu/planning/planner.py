@@ -12,12 +12,11 @@ from collections.abc import Iterable, Iterator
 import attrs
 
 from pvegpu.errors import PlanError, Problem, RenderError
-from pvegpu.hardware import host_driver
+from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.host.facts import GPU, HostFacts, PciFunction
 from pvegpu.pci import PciAddress
 from pvegpu.planning.findings import plan_findings
 from pvegpu.planning.plan import (
-    VFIO_DRIVER,
     Finding,
     LxcContainer,
     Plan,

@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Sequence
 import attrs
 
 from pvegpu.errors import Problem, RenderError
+from pvegpu.hardware import NVIDIA_MAJOR, NVIDIACTL_MINOR
 from pvegpu.host.facts import GPU
 from pvegpu.pci import CpuList
 from pvegpu.pvefiles.guestconf import (
@@ -28,8 +29,6 @@ from pvegpu.pvefiles.guestconf import (
 )
 from pvegpu.spec.schema import DeviceStyle
 
-NVIDIA_MAJOR = 195
-NVIDIACTL_MINOR = 255
 MAX_DEV_INDEX = 255
 """pve-container knows dev0 .. dev255."""
 

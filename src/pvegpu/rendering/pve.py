@@ -14,6 +14,7 @@ from typing import TypeVar
 import attrs
 
 from pvegpu.errors import Problem, RenderError
+from pvegpu.hardware import NVIDIA_MAJOR
 from pvegpu.host.facts import HostFacts, NumaNode
 from pvegpu.planning.plan import PciMapping, Plan, Pool
 from pvegpu.pvefiles import lxcconf, pcicfg, qemuconf
@@ -52,7 +53,7 @@ def _collect(pools: Iterable[Pool], build: Callable[[Pool], T | None]) -> list[T
 def nvidia_majors(facts: HostFacts) -> frozenset[int]:
     """195 plus every NVIDIA char major in /proc/devices (nvidia-uvm, nvidia-caps, ...)."""
     named = {c.major for c in facts.char_majors if c.name.startswith("nvidia")}
-    return frozenset({lxcconf.NVIDIA_MAJOR, *named})
+    return frozenset({NVIDIA_MAJOR, *named})
 
 
 def _count_gpu_lines(text: str, majors: frozenset[int]) -> int:

@@ -18,11 +18,11 @@ from collections.abc import Iterable
 import attrs
 
 from pvegpu.errors import Problem, RenderError
-from pvegpu.hardware import host_driver
+from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.host.facts import HostFacts, PciFunction
 from pvegpu.host.paths import SPLIT_MODPROBE, SPLIT_SCRIPT, SPLIT_UNIT
 from pvegpu.pci import PciAddress
-from pvegpu.planning.plan import VFIO_DRIVER, Plan, Pool
+from pvegpu.planning.plan import Plan, Pool
 from pvegpu.rendering.artifact import HOST, Artifact
 from pvegpu.rendering.templating import render_template
 from pvegpu.wording import plural

@@ -34,13 +34,12 @@ from pvegpu.serving.decision import (
 )
 from pvegpu.serving.drops import DroppedSetting, UnitComparison, compare_units
 from pvegpu.serving.environment import visible_indices
-from pvegpu.serving.fit import DEFAULT_MEM_FRACTION, KNOWN_GPU_MEMORY
+from pvegpu.serving.fit import DEFAULT_MEM_FRACTION
 from pvegpu.serving.systemd import environment_assignment, exec_word, unit_text
 from pvegpu.serving.unit import unit_content
 
 __all__ = [
     "DEFAULT_MEM_FRACTION",
-    "KNOWN_GPU_MEMORY",
     "ContainerDriver",
     "DroppedSetting",
     "MemoryFit",

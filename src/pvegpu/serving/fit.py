@@ -5,6 +5,7 @@ from __future__ import annotations
 import posixpath
 
 from pvegpu.errors import PlanError
+from pvegpu.hardware import GPU_MEMORY
 from pvegpu.planning.plan import Severity
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.decision import MemoryFit
@@ -22,13 +23,6 @@ from pvegpu.serving.options import OptionTable, ParsedCommandLine
 
 MIB = 1024**2
 GIB = 1024**3
-
-KNOWN_GPU_MEMORY: dict[str, tuple[int, str]] = {
-    # nvidia-smi's FB memory total for this card; pci.ids names 10de:2bb5. 96 GB of GDDR7
-    # less what the driver reserves. Source and how to add a card: docs/serving.md.
-    "10de:2bb5": (97887 * MIB, "RTX PRO 6000 Blackwell Server Edition"),
-}
-"""Per-GPU memory by PCI vendor:device, used when the spec gives no gpu_memory_bytes."""
 
 DEFAULT_MEM_FRACTION = 0.88
 """mem_fraction_static of the fit estimate when the spec sets none. Not rendered: SGLang
@@ -114,7 +108,7 @@ def kv_cache_bits(table: OptionTable | None, extra: ParsedCommandLine | None) ->
 def _gpu_memory(checks: Checks) -> tuple[int, str] | None:
     if checks.spec.gpu_memory_bytes is not None:
         return checks.spec.gpu_memory_bytes, "spec gpu_memory_bytes"
-    known = [KNOWN_GPU_MEMORY.get(g.vendor_device) for g in checks.pool.gpus]
+    known = [GPU_MEMORY.get(g.vendor_device) for g in checks.pool.gpus]
     if any(k is None for k in known) or not known:
         ids = sorted({g.vendor_device for g in checks.pool.gpus})
         checks.problem(

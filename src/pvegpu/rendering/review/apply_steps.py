@@ -13,8 +13,9 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
+from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.host.facts import PciFunction
-from pvegpu.planning.plan import VFIO_DRIVER, Plan, Pool
+from pvegpu.planning.plan import Plan, Pool
 from pvegpu.rendering.artifact import HOST, Artifact
 from pvegpu.rendering.bundle import MANIFEST
 from pvegpu.rendering.review.changes import (
