@@ -12,8 +12,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.errors import RenderError
 from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.rendering.outdir import check_replaceable, previous_files, replace_directory
 
 MANIFEST = "MANIFEST.json"
 MANIFEST_SCHEMA = "pvegpu.manifest/1"
@@ -81,66 +82,19 @@ def bundle_files(artifacts: Sequence[Artifact], **header: Any) -> dict[str, tupl
 
 
 def write_bundle(artifacts: Sequence[Artifact], out: Path, **header: Any) -> list[Path]:
-    """Write every artifact and the manifests under `out`; returns the paths written.
+    """Make `out` hold exactly this bundle and its manifests; returns the paths written.
 
     Everything is rendered in memory before this is called, so a refused plan writes
-    nothing. Files are written through a temporary name and renamed into place.
+    nothing. The bundle is written beside `out` and swapped in (rendering/outdir.py): a
+    failure leaves the previous bundle whole, and `out` is refused when it holds anything
+    a previous bundle's MANIFEST.json does not list.
     """
     files = bundle_files(artifacts, **header)
-    _clear_previous(out)
-    return [_write(out / path, content, mode) for path, (content, mode) in files.items()]
+    return replace_directory(out, files, check=_check_out)
 
 
-def _clear_previous(out: Path) -> None:
-    """Remove the files of an earlier bundle in `out`, so none of them goes stale.
-
-    Only files its MANIFEST.json lists are removed; a directory that holds anything
-    else is refused rather than mixed with, or emptied.
-    """
-    if not out.exists() or not any(out.iterdir()):
-        return
-    listed = _previous_files(out)
-    if listed is None:
-        raise RenderError.one(
-            "output-not-empty",
-            str(out),
-            "holds files that are not a pvegpu bundle (no pvegpu MANIFEST.json)",
-            "choose a new or empty --out directory",
-        )
-    for rel in listed:
-        (out / rel).unlink(missing_ok=True)
-
-
-def _previous_files(out: Path) -> list[str] | None:
-    try:
-        doc = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict) or doc.get("schema") != MANIFEST_SCHEMA:
-        return None
-    files = [e.get("file") for e in doc.get("artifacts", []) if isinstance(e, dict)]
-    listed = [f for f in files if isinstance(f, str) and ".." not in PurePosixPath(f).parts]
-    return [*listed, MANIFEST, f"{REVERT_BUNDLE}/{MANIFEST}"]
-
-
-def _write(path: Path, content: str, mode: int) -> Path:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(content, encoding="utf-8")
-        tmp.chmod(mode)
-        tmp.replace(path)
-    except OSError as err:
-        failure = RenderError(
-            [
-                Problem(
-                    "output-unwritable",
-                    str(path),
-                    f"cannot write: {err.strerror}",
-                    "files before this one are written; fix it and render again",
-                )
-            ]
-        )
-        failure.partial = True
-        raise failure from err
-    return path
+def _check_out(out: Path) -> None:
+    revert_manifest = f"{REVERT_BUNDLE}/{MANIFEST}"
+    check_replaceable(
+        out, lambda d: previous_files(d, MANIFEST, MANIFEST_SCHEMA, also=(revert_manifest,))
+    )
