@@ -29,7 +29,7 @@ class PciAddress:
     @classmethod
     def parse(cls, text: str) -> PciAddress:
         """Parse the kernel's full form `0000:81:00.0`; anything else is a ValueError."""
-        match = _FULL.match(text)
+        match = _FULL.fullmatch(text)
         if match is None:
             raise ValueError(f"{text!r} is not a PCI address (expected dddd:bb:dd.f)")
         return cls._from_groups(match.groups())
@@ -37,7 +37,7 @@ class PciAddress:
     @classmethod
     def parse_lenient(cls, text: str) -> PciAddress:
         """Also accept `81:00.0` (domain 0000), the form lspci and humans write."""
-        match = _SHORT.match(text)
+        match = _SHORT.fullmatch(text)
         if match is None:
             raise ValueError(f"{text!r} is not a PCI address (expected dddd:bb:dd.f or bb:dd.f)")
         domain, *rest = match.groups()
@@ -67,6 +67,12 @@ class PciAddress:
         return f"{self.slot}.{self.function:x}"
 
 
+MAX_CPUS = 8192
+"""The kernel's largest NR_CPUS: no cpulist names a CPU at or above it."""
+# ASCII digits only: str.isdigit() also accepts '²' and other Unicode digits.
+_CPU_RANGE = re.compile(r"([0-9]{1,5})(?:-([0-9]{1,5}))?")
+
+
 def _sorted_cpus(cpus: Iterable[int]) -> tuple[int, ...]:
     return tuple(sorted(set(cpus)))
 
@@ -84,12 +90,16 @@ class CpuList:
         if not text:
             return cls(())
         for part in text.split(","):
-            lo, sep, hi = part.partition("-")
-            if not lo.isdigit() or (sep and not hi.isdigit()):
+            match = _CPU_RANGE.fullmatch(part)
+            if match is None:
                 raise ValueError(f"{text!r} is not a CPU list (expected e.g. 0-31,64-95)")
-            first, last = int(lo), int(hi) if sep else int(lo)
+            first = int(match.group(1))
+            last = int(match.group(2)) if match.group(2) is not None else first
             if last < first:
                 raise ValueError(f"{text!r} is not a CPU list: range {part} runs backwards")
+            if last >= MAX_CPUS:
+                # The list's numbers set the loop's length: cap them at what a kernel has.
+                raise ValueError(f"{text!r} names CPU {last}; kernels have fewer than {MAX_CPUS}")
             cpus.extend(range(first, last + 1))
         return cls(cpus)
 

@@ -6,7 +6,7 @@ values, so a string where a number belongs is a mistake worth reporting, not coe
 
 from __future__ import annotations
 
-import re
+import stat
 import tomllib
 from collections.abc import Iterator
 from enum import Enum
@@ -24,12 +24,11 @@ from cattrs.errors import (
 
 from pvegpu.errors import Problem, SpecError
 from pvegpu.pci import PciAddress
+from pvegpu.spec.rules import value_problems
 from pvegpu.spec.schema import DeviceStyle, P2PSetting, PoolSpec, Spec
 
-# Proxmox's own rule for mapping ids (pve-guest-common): a letter, then [a-z0-9_-].
-_MAPPING_ID = re.compile(r"^[a-z][a-z0-9_-]+$", re.IGNORECASE)
-_POOL_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$", re.IGNORECASE)
-_MODE = re.compile(r"^0?[0-7]{3}$")
+MAX_SPEC_BYTES = 1024 * 1024
+"""A spec is a few KiB; anything near this is not a spec."""
 
 
 def _strict(kind: type[Any], name: str) -> Any:
@@ -119,6 +118,10 @@ def parse_spec(text: str, source: str = "<spec>") -> Spec:
         raise SpecError.one(
             "spec-syntax", source, f"not valid TOML: {err}", "fix the TOML syntax"
         ) from err
+    except RecursionError as err:
+        raise SpecError.one(
+            "spec-syntax", source, "arrays or tables nested too deeply", "flatten the spec"
+        ) from err
     try:
         spec = _CONVERTER.structure(raw, Spec)
     except (ClassValidationError, IterableValidationError) as err:
@@ -133,10 +136,30 @@ def parse_spec(text: str, source: str = "<spec>") -> Spec:
 def load_spec(path: Path) -> Spec:
     """Read a spec file. The file's path is used as the subject of read errors."""
     try:
-        text = path.read_text(encoding="utf-8")
+        # A FIFO or device named as the spec would block a read or never end: regular
+        # files only, and no larger than a spec can sensibly be.
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise SpecError.one(
+                "spec-unreadable", str(path), "is not a regular file", "pass the spec's path"
+            )
+        with path.open("rb") as handle:
+            data = handle.read(MAX_SPEC_BYTES + 1)
     except OSError as err:
         raise SpecError.one(
             "spec-unreadable", str(path), f"cannot read: {err.strerror}", "check the path"
+        ) from err
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError.one(
+            "spec-unreadable", str(path), f"is larger than {MAX_SPEC_BYTES} bytes", ""
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SpecError.one(
+            "spec-unreadable",
+            str(path),
+            f"is not UTF-8 (byte {err.start}): TOML files are UTF-8",
+            "save the spec as UTF-8",
         ) from err
     return parse_spec(text, str(path))
 
@@ -145,6 +168,7 @@ def _semantic_problems(spec: Spec) -> Iterator[Problem]:
     """What the types alone cannot say: one selector, one consumer, unique names."""
     if not spec.pools:
         yield Problem("spec-no-pools", "pools", "the spec defines no pool", "add [[pools]]")
+    yield from value_problems(spec)
     seen_names: dict[str, int] = {}
     seen_vmids: dict[int, int] = {}
     seen_mappings: dict[str, int] = {}
@@ -190,13 +214,6 @@ def _guest_vmid(pool: PoolSpec) -> int | None:
 
 
 def _pool_problems(pool: PoolSpec, where: str) -> Iterator[Problem]:
-    if not _POOL_NAME.match(pool.name):
-        yield Problem(
-            "spec-invalid-value",
-            f"{where}.name",
-            f"{pool.name!r} is not a usable pool name",
-            "use letters, digits, '.', '_' and '-'",
-        )
     selectors = [k for k in ("numa_node", "gpus", "count") if getattr(pool, k) is not None]
     if len(selectors) != 1:
         yield Problem(
@@ -205,6 +222,13 @@ def _pool_problems(pool: PoolSpec, where: str) -> Iterator[Problem]:
             "a pool selects its GPUs by exactly one of numa_node, gpus, count"
             + (f" (found {', '.join(selectors)})" if selectors else " (found none)"),
             "keep one of numa_node = N, gpus = [...], count = N",
+        )
+    if pool.gpus is not None and not pool.gpus:
+        yield Problem(
+            "spec-invalid-value",
+            f"{where}.gpus",
+            "lists no GPU; the pool would silently get none",
+            'list its GPUs (gpus = ["81:00.0"]) or remove the pool',
         )
     for j, text in enumerate(pool.gpus or ()):
         try:
@@ -216,8 +240,6 @@ def _pool_problems(pool: PoolSpec, where: str) -> Iterator[Problem]:
                 f"{text!r} is not a PCI address",
                 'write it as "0000:81:00.0" (or "81:00.0"), as `lspci -D` prints it',
             )
-    if pool.count is not None and pool.count < 1:
-        yield Problem("spec-invalid-value", f"{where}.count", "count must be at least 1", "")
     consumers = [k for k in ("lxc", "vfio") if getattr(pool, k) is not None]
     if len(consumers) != 1:
         yield Problem(
@@ -234,26 +256,4 @@ def _pool_problems(pool: PoolSpec, where: str) -> Iterator[Problem]:
             where,
             "a vfio pool needs a cluster PCI mapping for its VMs",
             'add mapping = { id = "pro6000-vm" }',
-        )
-    if pool.mapping is not None:
-        if not _MAPPING_ID.match(pool.mapping.id):
-            yield Problem(
-                "spec-invalid-value",
-                f"{where}.mapping.id",
-                f"{pool.mapping.id!r} is not a valid Proxmox mapping id",
-                "start with a letter, then letters, digits, '_' or '-'",
-            )
-        if pool.mapping.description and "," in pool.mapping.description:
-            yield Problem(
-                "spec-invalid-value",
-                f"{where}.mapping.description",
-                "pci.cfg values are split on ',' so a description cannot contain one",
-                "remove the comma",
-            )
-    if pool.lxc is not None and not _MODE.match(pool.lxc.mode):
-        yield Problem(
-            "spec-invalid-value",
-            f"{where}.lxc.mode",
-            f"{pool.lxc.mode!r} is not an octal file mode",
-            'write it like "0666"',
         )

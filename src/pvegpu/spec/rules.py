@@ -1,0 +1,159 @@
+"""What each spec value may be, beyond its TOML type: one table, read by the loader and docs.
+
+A spec value ends up in files that other programs parse (Proxmox configs, systemd units,
+a shell script), so a value those programs would read differently from what the spec
+says is refused here, before planning: control characters (a newline would start a new
+line in any of them), over-long text, numbers outside what Proxmox, the kernel or
+systemd accept, and names that do not match the rule of the program that reads them.
+Every pattern is applied with `fullmatch`: `$` would let a trailing newline through.
+
+`RULES` is keyed by (spec class, field) and also feeds docs/spec.md, so the reference
+cannot drift from what is enforced (tests/test_spec_reference.py).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+
+from pvegpu.errors import Problem
+from pvegpu.spec import schema as s
+
+MAX_TEXT = 4096
+"""Longest free-text value (descriptions, paths, arguments): far above any real one."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@attrs.frozen
+class Rule:
+    """One constraint: its wording for people, and the check that returns a problem text."""
+
+    text: str
+    check: Callable[[Any], str | None]
+
+
+def _int_range(low: int, high: int) -> Rule:
+    def check(value: Any) -> str | None:
+        return None if low <= value <= high else f"{value} is not between {low} and {high}"
+
+    return Rule(f"{low}..{high}", check)
+
+
+def _pattern(pattern: str, text: str, max_len: int = MAX_TEXT) -> Rule:
+    regex = re.compile(pattern)
+
+    def check(value: Any) -> str | None:
+        if len(value) > max_len:
+            return f"is {len(value)} characters long (at most {max_len})"
+        return None if regex.fullmatch(value) else f"{value!r} is not {text}"
+
+    return Rule(f"{text}, at most {max_len} characters", check)
+
+
+def _absolute_path(value: Any) -> str | None:
+    return None if value.startswith("/") else f"{value!r} is not an absolute path"
+
+
+def _fraction(value: Any) -> str | None:
+    if not math.isfinite(value) or not 0 < value < 1:
+        return f"{value} is not between 0 and 1 (exclusive)"
+    return None
+
+
+def _no_comma(value: Any) -> str | None:
+    # pci.cfg splits a map's values on ','.
+    return "contains ',', which pci.cfg reads as a separator" if "," in value else None
+
+
+VMID = _int_range(100, 999_999_999)
+"""Proxmox's guest id range."""
+BYTES = _int_range(1, 2**62)
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+RULES: dict[tuple[type[Any], str], Rule] = {
+    (s.Spec, "node"): _pattern(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?", "a host name", 63),
+    (s.PoolSpec, "name"): _pattern(r"[A-Za-z0-9][A-Za-z0-9_.-]*", "letters, digits, . _ -", 64),
+    (s.PoolSpec, "numa_node"): _int_range(0, 1023),
+    (s.PoolSpec, "count"): _int_range(1, 65535),
+    (s.MappingSpec, "id"): _pattern(r"[A-Za-z][A-Za-z0-9_-]+", "a Proxmox mapping id", 128),
+    (s.MappingSpec, "description"): Rule("no ','", _no_comma),
+    (s.LxcSpec, "vmid"): VMID,
+    (s.LxcSpec, "mode"): _pattern(r"0?[0-7]{3}", "an octal file mode such as 0666", 4),
+    (s.LxcSpec, "gid"): _int_range(0, 2**32 - 2),
+    (s.VmSpec, "vmid"): VMID,
+    (s.ServingSpec, "version"): _pattern(r"[0-9]+(\.[0-9]+)*[0-9A-Za-z.+-]*", "a version", 64),
+    (s.ServingSpec, "engine"): _pattern(r"sglang", '"sglang"', 6),
+    (s.ServingSpec, "unit"): _pattern(r"[A-Za-z0-9:_.-]+", "a unit name without .service", 200),
+    (s.ServingSpec, "python"): Rule("an absolute path", _absolute_path),
+    (s.ServingSpec, "host"): _pattern(r"[A-Za-z0-9.:_-]+", "an address or host name", 253),
+    (s.ServingSpec, "port"): _int_range(1, 65535),
+    (s.ServingSpec, "context_length"): _int_range(1, 2**31 - 1),
+    (s.ServingSpec, "mem_fraction_static"): Rule("between 0 and 1, exclusive", _fraction),
+    (s.ServingSpec, "checkpoint_bytes"): BYTES,
+    (s.ServingSpec, "gpu_memory_bytes"): BYTES,
+    (s.ServingSpec, "user"): _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", "a user name or UID", 64),
+    (s.ServingSpec, "working_directory"): Rule("an absolute path", _absolute_path),
+    (s.ServingSpec, "limit_nofile"): _int_range(1, 1_073_741_816),
+}
+"""Constraints beyond the type. Every string (in lists and tables too) is also checked
+for control characters and a length of at most MAX_TEXT."""
+
+TEXT_RULE = f"no control characters, at most {MAX_TEXT} characters"
+
+
+def _text_problem(value: str) -> str | None:
+    if _CONTROL.search(value):
+        return f"{value[:60]!r} holds a control character (a newline, tab, ...)"
+    if len(value) > MAX_TEXT:
+        return f"is {len(value)} characters long (at most {MAX_TEXT})"
+    return None
+
+
+def value_problems(node: Any, path: str = "") -> Iterator[Problem]:
+    """Every value of the spec tree `node` that breaks its rule, with its spec path."""
+    for field in attrs.fields(type(node)):
+        value = getattr(node, field.name)
+        where = f"{path}.{field.name}" if path else field.name
+        if field.name == "source" or value is None:
+            continue
+        if attrs.has(type(value)):
+            yield from value_problems(value, where)
+        elif isinstance(value, tuple):
+            yield from _sequence_problems(value, where)
+        elif isinstance(value, str):
+            message = _text_problem(value)
+            if message is not None:
+                yield Problem("spec-invalid-value", where, message, "fix the value")
+                continue
+        rule = RULES.get((type(node), field.name))
+        if rule is not None and not isinstance(value, tuple):
+            message = rule.check(value)
+            if message is not None:
+                yield Problem("spec-invalid-value", where, message, f"use {rule.text}")
+
+
+def _sequence_problems(values: tuple[Any, ...], path: str) -> Iterator[Problem]:
+    for index, item in enumerate(values):
+        where = f"{path}[{index}]"
+        if attrs.has(type(item)):
+            yield from value_problems(item, where)
+        elif isinstance(item, tuple):  # environment: (name, value)
+            name, value = item
+            if not ENV_NAME.fullmatch(name) or len(name) > 256:
+                yield Problem(
+                    "spec-invalid-value",
+                    f"{path}.{name[:60]}",
+                    f"{name[:60]!r} is not an environment variable name",
+                    "use letters, digits and '_', not starting with a digit",
+                )
+            message = _text_problem(value)
+            if message is not None:
+                yield Problem("spec-invalid-value", f"{path}.{name[:60]}", message, "")
+        elif isinstance(item, str):
+            message = _text_problem(item)
+            if message is not None:
+                yield Problem("spec-invalid-value", where, message, "fix the value")
