@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pvegpu-installed
 OUT ?= out/kpro6
 
-.PHONY: demo test test-floor test-kernel lint typecheck pytest golden-update bench clean
+.PHONY: demo demo-cluster test test-thorough test-floor test-kernel lint typecheck pytest golden-update bench clean sglang-tables fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,17 +20,40 @@ demo: $(STAMP)
 	@echo
 	$(BIN)/pvegpu render --root fixtures/sysfs/kpro6 --spec examples/kpro6.toml --out $(OUT)
 
+# A cluster of three fixture nodes (examples/cluster.toml): a bundle per node under
+# out/cluster/<node>/, one pci.cfg for the cluster, out/cluster/SUMMARY.md.
+CLUSTER_OUT ?= out/cluster
+demo-cluster: $(STAMP)
+	rm -rf $(CLUSTER_OUT)
+	mkdir -p $(dir $(CLUSTER_OUT))
+	$(BIN)/pvegpu render --spec examples/cluster.toml --out $(CLUSTER_OUT) \
+		--root kpro6=fixtures/sysfs/kpro6 --root kpro7=fixtures/sysfs/kpro7 \
+		--root pve-ws=fixtures/sysfs/pve-ws
+
 test: lint typecheck pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench tools
+	$(BIN)/ruff format --check src tests bench tools
 
+# The tests too, tests/qemu included: their helpers (sysfs_sim, strategies, bundled) are
+# code other tests build on.
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict src
+	$(BIN)/mypy --strict src tests tools
 
+# The suite is CPU-bound: two workers where pytest-xdist is installed (expanded when the
+# recipe runs, after the venv exists). Bytecode caches (gitignored) stay on even where
+# the environment turns them off: they save pytest's assertion rewriting and every
+# compile, about 5 s a run.
+PYTEST_JOBS = $(shell $(BIN)/python -c 'import xdist' 2>/dev/null && echo '-n 2')
 pytest: $(STAMP)
-	$(BIN)/pytest
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest $(PYTEST_JOBS)
+
+# The same suite with every case and the full example counts (tests/depth.py): the
+# apply kill test at all four points of every step, the install ways, the properties
+# at their full size. CI runs it after `make test`.
+test-thorough: $(STAMP)
+	env -u PYTHONDONTWRITEBYTECODE PVEGPU_THOROUGH=1 $(BIN)/pytest $(PYTEST_JOBS)
 
 # The suite on the oldest runtime dependencies pyproject.toml admits (the Debian 13 /
 # PVE 9 packages are at or above these), so the floor in docs/install.md stays true.
@@ -42,17 +65,44 @@ test-floor: $(STAMP)
 	$(FLOOR_VENV)/bin/python -m pip install --quiet --no-deps -e .
 	$(FLOOR_VENV)/bin/pytest -q -p no:cacheprovider
 
-# The split script on a real Debian kernel under QEMU (needs: apt-get install
-# qemu-system-x86 busybox-static kmod cpio dash; downloads a kernel .deb once).
+# The split on a real Debian kernel under QEMU (tests/test_split_qemu.py, docs/split.md).
+# Its Debian packages are installed when missing if run as root, else named; the kernel
+# .deb is downloaded once into PVEGPU_KERNEL_CACHE. With CI=true a test that cannot run
+# (no QEMU, no kernel) fails instead of skipping.
+KERNEL_TEST_PACKAGES := qemu-system-x86 busybox-static kmod cpio dash
 test-kernel: $(STAMP)
+	@missing=; for tool in qemu-system-x86_64 busybox kmod cpio dash dpkg-deb; do \
+		command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+			echo "test-kernel: missing$$missing;" \
+				"install: sudo apt-get install $(KERNEL_TEST_PACKAGES)" >&2; \
+			exit 1; \
+		fi; \
+		echo "test-kernel: installing $(KERNEL_TEST_PACKAGES) (missing:$$missing)"; \
+		apt-get update -qq && apt-get install -y -qq $(KERNEL_TEST_PACKAGES) >/dev/null; \
+	fi
 	$(BIN)/pytest -m slow tests/test_split_qemu.py
 
 # Speed targets (see bench/bench.py); never checked by timed unit tests.
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py
 
+# The fuzz test with many more inputs than `make test` tries (FUZZ_EXAMPLES per family
+# and host; FUZZ_SEED picks another fixed sequence): only typed refusals may come out.
+FUZZ_EXAMPLES ?= 1000
+FUZZ_SEED ?= 20261130
+fuzz: $(STAMP)
+	PVEGPU_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) PVEGPU_FUZZ_SEED=$(FUZZ_SEED) $(BIN)/pytest -q tests/test_fuzz.py
+
 golden-update: $(STAMP)
 	$(BIN)/pytest --snapshot-update
 
 clean:
 	rm -rf $(VENV) $(FLOOR_VENV) out .mypy_cache .ruff_cache .pytest_cache
+
+# Maintainers: rebuild src/pvegpu/data/sglang/tables.json.gz from the SGLang wheels on
+# PyPI (every 0.5.x release, or VERSIONS="0.5.24 ..."); downloads wheels, no dependencies.
+sglang-tables: $(STAMP)
+	$(BIN)/python tools/sglang_tables.py $(if $(VERSIONS),--versions $(VERSIONS))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
 from pvegpu.host.facts import (
@@ -103,9 +105,94 @@ def hosts(draw: st.DrawFn, iommu: bool | None = None) -> HostFacts:
     )
 
 
+def _clean(host: HostFacts, gpu: GPU) -> bool:
+    """The GPU's IOMMU group holds only its own functions and bridges: a vfio pool can
+    take it whole."""
+    if gpu.iommu_group is None:
+        return False
+    group = host.group(gpu.iommu_group)
+    own = {f.address for f in gpu.functions}
+    return group is not None and all(
+        a in own or ((f := host.function(a)) is not None and f.is_bridge) for a in group.members
+    )
+
+
+def _pool(name: str, vfio: bool, i: int, **select: Any) -> PoolSpec:
+    """Pool `name` with one selector (`select`), LXC 100+i or vfio with mapping map<i>."""
+    if vfio:
+        return PoolSpec(name=name, vfio=VfioSpec(), mapping=MappingSpec(f"map{i}"), **select)
+    return PoolSpec(name=name, lxc=LxcSpec(vmid=100 + i), **select)
+
+
 @st.composite
-def specs(draw: st.DrawFn, host: HostFacts) -> Spec:
-    """1-3 pools selecting by NUMA node, explicit addresses or count, LXC or vfio."""
+def specs(draw: st.DrawFn, host: HostFacts, vfio_anywhere: bool = False) -> Spec:
+    """Mostly specs plan() accepts, built from the host's GPUs; one in five is wild.
+
+    An accepted spec: 1-3 pools with disjoint selections, by NUMA node (one no other pool
+    takes from), by explicit addresses, or by a count of what the others leave, each an
+    LXC pool or, where every selected GPU's IOMMU group is clean, a vfio pool
+    (`vfio_anywhere`: on any group, for properties of that refusal). The wild ones
+    (wild_specs) select and pick consumers blindly, so refusals stay covered.
+    """
+    if draw(st.integers(0, 4)) == 0:
+        return draw(wild_specs(host))
+    by_node: dict[int, list[GPU]] = {}
+    for gpu in host.gpus:
+        if gpu.numa_node is not None:
+            by_node.setdefault(gpu.numa_node, []).append(gpu)
+    free = list(host.gpus)
+    # (selector, its GPUs); a count pool's GPUs are known once every other pool has chosen.
+    pools: list[tuple[dict[str, object], list[GPU]]] = []
+    for _ in range(draw(st.integers(1, 3))):
+        nodes = sorted(n for n, members in by_node.items() if all(g in free for g in members))
+        options = [*(["gpus", "count"] if free else []), *(["numa"] if nodes else [])]
+        if not options:
+            break
+        how = draw(st.sampled_from(options))
+        if how == "numa":
+            node = draw(st.sampled_from(nodes))
+            pools.append(({"numa_node": node}, by_node[node]))
+        elif how == "gpus":
+            picked = draw(st.lists(st.sampled_from(free), min_size=1, max_size=3, unique=True))
+            short = draw(st.booleans())
+            addresses = tuple(g.address.short if short else str(g.address) for g in picked)
+            pools.append(({"gpus": addresses}, picked))
+        else:
+            pools.append(({"count": 0}, []))
+        free = [g for g in free if all(g not in mine for _, mine in pools)]
+    # Count pools take from the front of what the others leave, in spec order, at least one
+    # each: drop them where too few GPUs are left.
+    counted = [select for select, _ in pools if "count" in select]
+    if len(free) < len(counted):
+        pools = [(select, mine) for select, mine in pools if "count" not in select]
+        counted = []
+    for j, select in enumerate(counted):
+        n = draw(st.integers(1, len(free) - (len(counted) - j - 1)))
+        select["count"] = n
+        next(mine for s, mine in pools if s is select).extend(free[:n])
+        free = free[n:]
+    if not pools:
+        return draw(wild_specs(host))
+    return Spec(
+        node="pve1",
+        pools=tuple(
+            _pool(
+                f"p{i}",
+                host.iommu.enabled
+                and (vfio_anywhere or all(_clean(host, g) for g in mine))
+                and draw(st.booleans()),
+                i,
+                **select,
+            )
+            for i, (select, mine) in enumerate(pools)
+        ),
+    )
+
+
+@st.composite
+def wild_specs(draw: st.DrawFn, host: HostFacts) -> Spec:
+    """1-3 pools selecting by NUMA node, explicit addresses or count, LXC or vfio, with no
+    regard for overlaps, group members or the IOMMU: plan() refuses most."""
     pools = []
     for i in range(draw(st.integers(1, 3))):
         how = draw(st.sampled_from(["numa", "gpus", "count"]))
@@ -117,14 +204,5 @@ def specs(draw: st.DrawFn, host: HostFacts) -> Spec:
             select["gpus"] = tuple(str(g.address) for g in picked)
         else:
             select["count"] = draw(st.integers(1, 4))
-        if draw(st.booleans()):
-            pools.append(
-                PoolSpec(name=f"p{i}", lxc=LxcSpec(vmid=100 + i), **select)  # type: ignore[arg-type]
-            )
-        else:
-            pools.append(
-                PoolSpec(  # type: ignore[arg-type]
-                    name=f"p{i}", vfio=VfioSpec(), mapping=MappingSpec(f"map{i}"), **select
-                )
-            )
+        pools.append(_pool(f"p{i}", draw(st.booleans()), i, **select))
     return Spec(node="pve1", pools=tuple(pools))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import attrs
 from hypothesis import strategies as st
 
 from pvegpu.host.facts import (
@@ -230,10 +229,14 @@ def qwen_serving(**overrides: Any) -> ServingSpec:
     return ServingSpec(**values)
 
 
+ServingPool = tuple[Pool, ServingSpec | None]
+"""A pool as plan() has it before the serving step, and the serving its spec asks for."""
+
+
 def lxc_pool(
     gpus: tuple[GPU, ...], serving: ServingSpec | None, *, name: str = "sglang", vmid: int = 129
-) -> Pool:
-    return Pool(
+) -> ServingPool:
+    pool = Pool(
         name=name,
         kind=PoolKind.LXC,
         gpus=tuple(sorted(gpus)),
@@ -241,26 +244,30 @@ def lxc_pool(
         driver="nvidia",
         numa_nodes=tuple(sorted({g.numa_node for g in gpus}, key=lambda n: -1 if n is None else n)),
         lxc=LxcContainer(vmid, DeviceStyle.DEV, "0666", None, None),
-        serving=serving,
     )
+    return pool, serving
 
 
-def plan_of(facts: HostFacts, *pools: Pool) -> Plan:
+def plan_of(facts: HostFacts, *pools: ServingPool) -> Plan:
+    """The plan as plan() has it before its last step: no server decided yet.
+
+    `decided_servings(plan)` then decides them (or raises), as plan() does.
+    """
     spec = Spec(
         node=facts.node,
         pools=tuple(
             PoolSpec(
-                name=p.name,
-                lxc=LxcSpec(vmid=p.lxc.vmid if p.lxc else 0, serving=p.serving),
+                name=pool.name,
+                lxc=LxcSpec(vmid=pool.lxc.vmid if pool.lxc else 0, serving=serving),
             )
-            for p in pools
+            for pool, serving in pools
         ),
     )
-    return Plan(facts=facts, spec=spec, pools=pools)
+    return Plan(facts=facts, spec=spec, pools=tuple(pool for pool, _ in pools))
 
 
 def kpro6_plan(serving: ServingSpec | None = None, **files: Any) -> Plan:
-    """LXC 129 keeps the four NUMA 0 GPUs of kpro6 and serves Qwen3.5 on them."""
+    """LXC 129 keeps the four NUMA 0 GPUs of kpro6 and serves Qwen3.5 on them (undecided)."""
     gpus = kpro6_gpus()
     file_list, stats = kpro6_files(**files)
     facts = host(gpus, files=file_list, stats=stats)
@@ -270,6 +277,8 @@ def kpro6_plan(serving: ServingSpec | None = None, **files: Any) -> Plan:
 @st.composite
 def pools_on_hosts(draw: st.DrawFn) -> tuple[Plan, Pool]:
     """A host with 1-16 GPUs on one NUMA node, and an LXC pool taking any subset of them.
+
+    The plan is undecided (as plan() has it before its serving step); the pool serves.
 
     Sometimes a second pool gives more GPUs to the same container, so the container sees
     more GPUs than the serving pool has.
@@ -294,7 +303,7 @@ def pools_on_hosts(draw: st.DrawFn) -> tuple[Plan, Pool]:
     if rest and share:
         other = draw(st.lists(st.sampled_from(rest), min_size=1, unique=True))
         pools.append(lxc_pool(tuple(other), None, name="other"))
-    return plan_of(facts, *pools), pool
+    return plan_of(facts, *pools), pool[0]
 
 
 @st.composite
@@ -310,10 +319,3 @@ def model_geometries(draw: st.DrawFn) -> dict[str, int]:
             st.sampled_from([1, 2, 4])
         )
     return geometry
-
-
-def with_gpu_count(plan: Plan, pool: Pool, **serving: Any) -> tuple[Plan, Pool]:
-    """The same plan with the pool's serving spec changed."""
-    assert pool.serving is not None
-    new = attrs.evolve(pool, serving=attrs.evolve(pool.serving, **serving))
-    return attrs.evolve(plan, pools=tuple(new if p is pool else p for p in plan.pools)), new

@@ -28,6 +28,7 @@ import errno
 import os
 import select
 import shutil
+import stat
 import struct
 import subprocess
 import tempfile
@@ -38,48 +39,22 @@ from pathlib import Path
 
 import attrs
 
+from bundled import FIXTURES, KPRO6_SPEC, copy_tree, spec_plan
+from pvegpu.hardware import host_driver
 from pvegpu.host.discover import discover
-from pvegpu.pipeline import discover_for
 from pvegpu.planning.plan import Plan
-from pvegpu.planning.planner import host_driver, plan
-from pvegpu.spec.load import load_spec, parse_spec
-
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "fixtures" / "sysfs"
-
-KPRO6_SPEC = """\
-node = "kpro6"
-
-[[pools]]
-name = "pro6000"
-numa_node = 0
-mapping = { id = "pro6000" }
-lxc = { vmid = 129 }
-
-[[pools]]
-name = "pro6000-vm"
-numa_node = 1
-mapping = { id = "pro6000-vm" }
-vfio = { vm = { vmid = 200 } }
-"""
-"""kpro6's split: NUMA 0 GPUs stay on nvidia for LXC 129, NUMA 1 go to VM 200."""
+from pvegpu.planning.planner import plan
+from pvegpu.spec.load import parse_spec
 
 
 def fixture_plan(name: str, spec: str = KPRO6_SPEC) -> Plan:
     """The plan pvegpu makes for a committed fixture host (discover + plan, no mocks)."""
-    return root_plan(FIXTURES / name, spec, name)
+    return spec_plan(name, spec)
 
 
 def root_plan(root: Path, spec: str = KPRO6_SPEC, name: str = "kpro6") -> Plan:
     """The plan pvegpu makes for the host tree at `root` (discover + plan, no mocks)."""
     return plan(discover(root), parse_spec(spec, f"{name}.toml"))
-
-
-def example_plan(name: str) -> Plan:
-    """The plan for examples/<name>.toml on the fixture host of the same name, as the
-    CLI makes it (discovery with the spec's serving files)."""
-    spec = load_spec(REPO / "examples" / f"{name}.toml")
-    return plan(discover_for(spec, FIXTURES / name), spec)
 
 
 def natural_drivers(split_plan: Plan) -> dict[str, str | None]:
@@ -99,8 +74,8 @@ def natural_drivers(split_plan: Plan) -> dict[str, str | None]:
 
 
 def copy_host(name: str, dest: Path) -> Path:
-    """A writable copy of a fixture host's sys/ tree, links copied as links."""
-    shutil.copytree(FIXTURES / name / "sys", dest / "sys", symlinks=True)
+    """A writable copy of a fixture host's sys/ tree under dest, links copied as links."""
+    copy_tree(FIXTURES / name / "sys", dest / "sys")
     return dest
 
 
@@ -162,6 +137,8 @@ def _relink(link: Path, target: Path) -> None:
 
 # ------------------------------------------------------------------------- the kernel
 
+NAP_S = 0.01
+"""The script's PVEGPU_NAP under the simulator: the seconds between two looks."""
 _IN_CLOSE_WRITE = 0x00000008
 _EVENT = struct.Struct("iIII")
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -256,6 +233,9 @@ class KernelSim:
         self._thread.start()
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
         env |= {"SYSFS": str(self.sys), "MODPROBE": str(self.modprobe)}
+        # This kernel answers within milliseconds: 10 ms naps keep every bounded wait
+        # (1 s per unbind, 0.5 s per probe) far above its latency, and the suite fast.
+        env["PVEGPU_NAP"] = str(NAP_S)
         # Files, not pipes: a hung background unbind may outlive the script.
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             try:
@@ -486,24 +466,32 @@ class KernelSim:
             del self._expected[key]
         self._expected.update(_entries(self.root, path))
 
-    def _snapshot(self) -> dict[str, tuple[str, str]]:
+    def _snapshot(self) -> dict[str, tuple[str, str | bytes]]:
         return dict(_entries(self.root, self.sys))
 
 
-def _entries(root: Path, top: Path) -> Iterator[tuple[str, tuple[str, str]]]:
-    """(relative path, (kind, content)) of top and everything below it, no link following."""
-    if not top.is_symlink() and not top.exists():
+def _entries(root: Path, top: Path) -> Iterator[tuple[str, tuple[str, str | bytes]]]:
+    """(relative path, (kind, content)) of top and everything below it, no link following.
+
+    os-level calls, not pathlib: every test walks its ~1300-entry tree twice."""
+    prefix = len(str(root)) + 1
+    try:
+        mode = os.lstat(top).st_mode
+    except FileNotFoundError:
         return
-    stack = [top]
+    stack = [(str(top), mode)]
     while stack:
-        path = stack.pop()
-        rel = path.relative_to(root).as_posix()
-        if path.is_symlink():
-            yield rel, ("link", str(path.readlink()))
-        elif path.is_dir():
+        path, mode = stack.pop()
+        rel = path[prefix:]
+        if stat.S_ISLNK(mode):
+            yield rel, ("link", os.readlink(path))  # noqa: PTH115 (str paths: see above)
+        elif stat.S_ISDIR(mode):
             yield rel, ("dir", "")
-            stack.extend(path.iterdir())
-        elif path.is_fifo():
+            with os.scandir(path) as it:
+                stack.extend((e.path, e.stat(follow_symlinks=False).st_mode) for e in it)
+        elif stat.S_ISFIFO(mode):
             yield rel, ("fifo", "")
         else:
-            yield rel, ("file", path.read_text())
+            # Bytes: some attributes (PCI `config`) are binary.
+            with open(path, "rb") as f:  # noqa: PTH123 (str paths: see above)
+                yield rel, ("file", f.read())

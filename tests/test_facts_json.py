@@ -9,12 +9,23 @@ from typing import Any
 
 import attrs
 import pytest
+from hypothesis import given, settings
 
+from depth import examples
+from fixture_hosts import HOSTS
 from pvegpu.errors import DiscoveryError
-from pvegpu.fixture_hosts import HOSTS
+from pvegpu.host import facts_dump
+from pvegpu.host.bootconfig import BootConfig, BootLoader, BootModule, KernelCmdline
 from pvegpu.host.discover import discover
 from pvegpu.host.facts import FileStat, HostFacts
-from pvegpu.host.facts_json import SCHEMA, facts_from_json, facts_to_json, unstructure_facts
+from pvegpu.host.facts_json import (
+    SCHEMA,
+    converter,
+    facts_from_json,
+    facts_to_json,
+    unstructure_facts,
+)
+from strategies_host import hosts
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
 
@@ -73,6 +84,7 @@ def _mutations() -> dict[str, tuple[Callable[[dict[str, Any]], None], str]]:
     return {
         "wrong schema": (set_(["schema"], "pvegpu.host.facts/0"), "schema"),
         "uppercase hex": (set_(["functions", 0, "vendor"], "10DE"), "hex digits"),
+        "trailing newline": (set_(["functions", 0, "device"], "2bb5\n"), "hex digits"),
         "0x prefix": (set_(["functions", 0, "class"], "0x060000"), "hex digits"),
         "bad address": (set_(["functions", 0, "address"], "00:00.0"), "not a PCI address"),
         "unknown gpu ref": (set_(["gpus", 0, "address"], "0000:99:00.0"), r"\$\.gpus\[0\]"),
@@ -111,3 +123,30 @@ def test_type_is_hostfacts() -> None:
     facts = facts_from_json(facts_to_json(discover(FIXTURES / "kpro6")))
     assert isinstance(facts, HostFacts)
     assert facts.gpus[0].function == facts.function(facts.gpus[0].address)
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(facts=hosts())
+def test_writer_without_cattrs_is_the_converter(facts: HostFacts) -> None:
+    """`discover --json` writes through pvegpu.host.facts_dump, not cattrs: the same
+    document as the converter's, for any facts, boot, stats and files included."""
+    boot = BootConfig(
+        loader=BootLoader.GRUB,
+        boot_tool=True,
+        cmdlines=(KernelCmdline("etc/default/grub", "quiet", "GRUB_CMDLINE_LINUX"),),
+        modules=(BootModule("etc/modules", "vfio_pci"),),
+    )
+    for variant in (facts, attrs.evolve(facts, boot=boot, stats=(FileStat("a", 1),))):
+        by_converter = {"schema": SCHEMA} | converter.unstructure(variant)
+        by_converter["gpus"] = [
+            {
+                "address": str(g.function.address),
+                "companions": [str(c.address) for c in g.companions],
+                "nvidia_minor": g.nvidia_minor,
+                "model": g.model,
+            }
+            for g in variant.gpus
+        ]
+        assert json.dumps(facts_dump.unstructure_facts(variant), indent=2) == json.dumps(
+            by_converter, indent=2
+        )

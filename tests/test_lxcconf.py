@@ -376,3 +376,21 @@ def test_patch_keeps_everything_but_gpu_lines(
     ]
     owned = cpuset is not None
     assert kept == [line for line in conf.others if not (owned and _CPUSET_LINE.match(line))]
+
+
+@given(lxc_configs(), new_lines, st.integers(-2, 2))
+def test_dev_slot_problems_are_what_the_patch_refuses(
+    conf: GuestConf, new: lxcconf.GpuLines, spare: int
+) -> None:
+    """plan() asks dev_slot_problems: empty exactly when the patch finds devN indices.
+    Other devices take every index but the top `len(new.devices) + spare` (the generated
+    config uses dev0..dev20 only), so both sides of the limit are tried."""
+    free = max(0, len(new.devices) + spare)
+    text = "".join(f"dev{i}: /dev/loop{i}\n" for i in range(256 - free)) + conf.text
+    found = lxcconf.dev_slot_problems(text, new)
+    try:
+        lxcconf.patch_gpu_lines(text, new, LXC_MAJORS)
+    except RenderError as error:
+        assert found == error.problems
+    else:
+        assert found == ()

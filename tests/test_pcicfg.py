@@ -6,9 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pvegpu.errors import RenderError
-from pvegpu.planning.plan import PciMap, PciMapping, Pool, PoolKind
 from pvegpu.pvefiles import pcicfg
-from strategies import kpro6, pci_mapping, pci_mappings
+from pvegpu.pvefiles.pcicfg import PciMap, PciMapping
+from strategies import pci_mapping, pci_mappings
 
 # The reference example (proxmox-formats.md), as Proxmox writes it.
 REFERENCE = """\
@@ -227,48 +227,22 @@ def test_patch_keeps_other_sections(existing: list[PciMapping], new: PciMapping)
     assert list(out) == [*existing, new]
 
 
-def test_mapping_for_pool_from_facts() -> None:
-    """One map line per GPU, every value from sysfs; whole slot since audio shares the group."""
-    facts = kpro6()
-    pool = Pool("vm", PoolKind.VFIO, facts.gpus[4:], (), "vfio-pci", (1,))
-    mapping = pcicfg.mapping_for_pool(facts, pool, "pro6000-vm", "VM GPUs on NUMA 1")
-    assert pcicfg.format([mapping]) == (
-        "pro6000-vm\n"
-        "\tmap id=10de:2bb5,iommugroup=40,node=kpro6,path=0000:81:00,subsystem-id=10de:204b\n"
-        "\tmap id=10de:2bb5,iommugroup=41,node=kpro6,path=0000:91:00,subsystem-id=10de:204b\n"
-        "\tmap id=10de:2bb5,iommugroup=56,node=kpro6,path=0000:e1:00,subsystem-id=10de:204b\n"
-        "\tmap id=10de:2bb5,iommugroup=57,node=kpro6,path=0000:f1:00,subsystem-id=10de:204b\n"
-        "\tdescription VM GPUs on NUMA 1\n"
-        "\n"
-    )
-
-
-def test_mapping_for_pool_uses_function_path_when_audio_is_elsewhere() -> None:
-    """With the audio function in another group, the map names the GPU function only."""
-    facts = kpro6(audio_group_offset=100)
-    pool = Pool("vm", PoolKind.VFIO, facts.gpus[4:5], (), "vfio-pci", (1,))
-    (entry,) = pcicfg.mapping_for_pool(facts, pool, "g1").maps
-    assert entry.path == "0000:81:00.0"
-
-
-def test_mapping_for_pool_marks_mdev_devices() -> None:
-    """A GPU with mdev types needs `mdev 1`, or Proxmox refuses the mapping."""
-    facts = kpro6()
-    gpu = facts.gpus[4]
-    mdev_gpu = attrs.evolve(gpu, function=attrs.evolve(gpu.function, mdev_capable=True))
-    pool = Pool("vm", PoolKind.VFIO, (mdev_gpu,), (), "vfio-pci", (1,))
-    assert pcicfg.mapping_for_pool(facts, pool, "g1").mdev is True
-
-
-def test_mapping_for_pool_refuses_gpus_without_group() -> None:
-    """No IOMMU group means no passthrough: refused, naming every such device."""
-    facts = kpro6()
-    orphans = tuple(
-        attrs.evolve(g, function=attrs.evolve(g.function, iommu_group=None))
-        for g in facts.gpus[4:6]
-    )
-    pool = Pool("vm", PoolKind.VFIO, orphans, (), "vfio-pci", (1,))
+def test_syntax_problems_are_what_parse_refuses() -> None:
+    """plan() asks syntax_problems of the existing file: the problem parse would raise."""
+    broken = REFERENCE.replace("\n\npro6000-vm\n", "\npro6000-vm\n")
     with pytest.raises(RenderError) as caught:
-        pcicfg.mapping_for_pool(facts, pool, "g1")
-    assert [p.subject for p in caught.value.problems] == ["0000:81:00.0", "0000:91:00.0"]
-    assert {p.code for p in caught.value.problems} == {"gpu-without-iommu-group"}
+        pcicfg.parse(broken)
+    assert pcicfg.syntax_problems(broken) == caught.value.problems
+    assert caught.value.problems[0].code == "pcicfg-syntax"
+    assert pcicfg.syntax_problems(REFERENCE) == ()
+
+
+def test_value_problems_are_what_format_refuses() -> None:
+    """plan() asks value_problems of each mapping it built: what format would refuse."""
+    good = PciMapping("pro6000", (gpu_map(0x01, 12),), description="NUMA 0")
+    bad = attrs.evolve(good, description="two\nlines")
+    with pytest.raises(RenderError) as caught:
+        pcicfg.format([bad])
+    assert pcicfg.value_problems(bad) == caught.value.problems
+    assert caught.value.problems[0].code == "pcicfg-value"
+    assert pcicfg.value_problems(good) == ()

@@ -13,6 +13,17 @@ from pvegpu.pipeline import discover_for
 from pvegpu.planning.plan import PoolKind
 from pvegpu.planning.planner import plan
 from pvegpu.spec.load import load_spec, parse_spec
+from pvegpu.spec.schema import (
+    DeviceStyle,
+    LxcSpec,
+    MappingSpec,
+    PoolSpec,
+    Spec,
+    VfioSpec,
+    VmSpec,
+)
+from strategies import KPRO6_LXC_129, KPRO6_PCI_CFG, KPRO6_VM_140
+from strategies import kpro6 as kpro6_facts
 
 REPO = Path(__file__).resolve().parent.parent
 Root = Callable[[str], Path]
@@ -118,7 +129,7 @@ def test_foreign_device_in_group(fixture_root: Root) -> None:
         for g in facts.gpus
         if any(
             not (f := facts.function(a)) or f.pci_class >> 8 == 0x0108
-            for a in facts.group(g.iommu_group).members  # type: ignore[union-attr]
+            for a in facts.group(g.iommu_group).members  # type: ignore[arg-type, union-attr]
         )
     )
     text = spec_text(VFIO.format(select=f'gpus = ["{shared.address}"]'), node=facts.node)
@@ -201,3 +212,119 @@ def test_minors_that_change_at_reboot_are_flagged(kpro6: HostFacts) -> None:
     )
     reference = plan(kpro6, load_spec(REPO / "examples" / "kpro6.toml")).findings
     assert "minors-change-at-reboot" not in {f.code for f in reference}
+
+
+# --- refusals that need the existing files: plan(), never a renderer -------------------
+
+LXC_PATH = "etc/pve/lxc/129.conf"
+VM_PATH = "etc/pve/qemu-server/140.conf"
+
+
+def built_spec(
+    *,
+    vm_gpus: tuple[str, ...] | None = None,
+    vm_mapping: str | None = "pro6000-vm",
+    lxc_mapping: str | None = None,
+    style: DeviceStyle = DeviceStyle.DEV,
+) -> Spec:
+    """The kpro6 split as a program builds it (the spec loader's own checks not run)."""
+    return Spec(
+        "kpro6",
+        (
+            PoolSpec(
+                "ct",
+                numa_node=0,
+                lxc=LxcSpec(129, style),
+                mapping=MappingSpec(lxc_mapping) if lxc_mapping else None,
+            ),
+            PoolSpec(
+                "vm",
+                numa_node=None if vm_gpus else 1,
+                gpus=vm_gpus,
+                vfio=VfioSpec(VmSpec(140, numa=True)),
+                mapping=MappingSpec(vm_mapping) if vm_mapping else None,
+            ),
+        ),
+    )
+
+
+def host(**files: str) -> HostFacts:
+    return kpro6_facts({LXC_PATH: KPRO6_LXC_129, VM_PATH: KPRO6_VM_140, **files})
+
+
+def refused(facts: HostFacts, spec: Spec) -> list[tuple[str, str]]:
+    with pytest.raises(PlanError) as err:
+        plan(facts, spec)
+    return codes(err.value)
+
+
+def test_vm_without_mapping_is_refused() -> None:
+    """hostpci lines name a mapping; a VM pool without one is refused by plan()."""
+    assert refused(host(), built_spec(vm_mapping=None)) == [("vm-without-mapping", "pool 'vm'")]
+
+
+def test_vm_numa_over_two_nodes_is_refused() -> None:
+    """NUMA pinning needs one node; a VM pool with GPUs on two cannot be pinned to both."""
+    spec = built_spec(vm_gpus=("71:00.0", "81:00.0"))
+    spec = attrs.evolve(
+        spec, pools=(attrs.evolve(spec.pools[0], numa_node=None, count=1), spec.pools[1])
+    )
+    assert refused(host(), spec) == [("vm-numa-ambiguous", VM_PATH)]
+
+
+def test_same_mapping_id_twice_is_refused() -> None:
+    """Two pools under one mapping id would hand a VM GPUs of either pool."""
+    spec = built_spec(lxc_mapping="pro6000-vm")
+    assert refused(host(), spec) == [
+        ("mapping-id-twice", "etc/pve/mapping/pci.cfg mapping 'pro6000-vm'")
+    ]
+
+
+def test_broken_pci_cfg_is_refused() -> None:
+    """A pci.cfg Proxmox would misread is not patched: plan() names its line."""
+    broken = KPRO6_PCI_CFG.replace("\n\npro6000\n", "\npro6000\n")
+    facts = host(**{"etc/pve/mapping/pci.cfg": broken})
+    assert refused(facts, built_spec()) == [("pcicfg-syntax", "etc/pve/mapping/pci.cfg line 4")]
+
+
+def test_raw_lines_without_uvm_major_are_refused() -> None:
+    """Raw cgroup rules need nvidia-uvm's dynamic major; without the module loaded there
+    is none to write, so plan() refuses (devN style only warns)."""
+    facts = host()
+    facts = attrs.evolve(
+        facts, char_majors=tuple(c for c in facts.char_majors if c.name != "nvidia-uvm")
+    )
+    assert refused(facts, built_spec(style=DeviceStyle.RAW)) == [
+        ("nvidia-uvm-major-unknown", LXC_PATH)
+    ]
+    assert {f.code for f in plan(facts, built_spec()).findings} >= {"nvidia-uvm-not-loaded"}
+
+
+def test_every_existing_file_problem_comes_at_once() -> None:
+    """No devN slot left, a raw hostpci line mixing a pool GPU with the container's one
+    (which the VM would take from it), and NUMA pinning without `memory:`: one PlanError
+    with all four."""
+    lxc = "".join(f"dev{i}: /dev/loop{i}\n" for i in range(256)) + KPRO6_LXC_129
+    vm = KPRO6_VM_140.replace("memory: 262144\n", "").replace(
+        "machine: q35\n", "hostpci9: 0000:81:00;0000:01:00\nmachine: q35\n"
+    )
+    number = vm.splitlines().index("hostpci9: 0000:81:00;0000:01:00") + 1
+    assert refused(kpro6_facts({LXC_PATH: lxc, VM_PATH: vm}), built_spec()) == [
+        ("lxc-dev-slots-full", "devN entries"),
+        ("vm-hostpci-mixed", f"{VM_PATH} line {number}"),
+        ("vm-memory-unset", VM_PATH),
+        ("vm-takes-pool-gpu", f"{VM_PATH} line {number}"),
+    ]
+
+
+def test_facts_lookups_see_the_facts_they_belong_to(kpro6: HostFacts) -> None:
+    """Lookups are indexed once per facts value; an evolved copy indexes its own."""
+    gpu = kpro6.gpus[0]
+    assert kpro6.gpu(gpu.address) == gpu
+    assert kpro6.function(gpu.address) == gpu.function
+    assert kpro6.slot_functions(gpu.address) == gpu.functions
+    assert kpro6.file("etc/pve/lxc/129.conf") is not None
+    fewer = attrs.evolve(kpro6, gpus=kpro6.gpus[1:], files=())
+    assert fewer.gpu(gpu.address) is None
+    assert fewer.file("etc/pve/lxc/129.conf") is None
+    assert fewer == attrs.evolve(kpro6, gpus=kpro6.gpus[1:], files=())

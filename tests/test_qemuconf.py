@@ -315,3 +315,41 @@ def test_patch_keeps_other_lines(conf: GuestConf, count: int) -> None:
     # split("\n"), not splitlines(): descriptions may hold \x85 and friends.
     main = out.text[: len(out.text) - len(conf.rest)].split("\n")[:-1]
     assert [line for line in main if line not in ours] == conf.others
+
+
+@st.composite
+def vm_texts(draw: st.DrawFn) -> str:
+    """Generated VM configs, some of which the patch refuses: a raw line mixing a mapped
+    device with another, hostpci slots filled up, no `memory:`."""
+    text = draw(vm_configs()).text
+    if draw(st.booleans()):
+        text = re.sub(r"(?m)^memory: .*\n", "", text)
+    extra = [
+        "hostpci15: 0000:81:00;0000:c1:00",
+        *(f"hostpci{i}: 0000:4{i:x}:00" for i in range(8, 15)),
+    ]
+    lines = draw(st.lists(st.sampled_from(extra), unique=True, max_size=8))
+    return "".join(f"{line}\n" for line in lines) + text
+
+
+@given(vm_texts(), st.integers(1, 6), st.booleans())
+def test_hostpci_problems_are_what_the_patch_refuses(text: str, count: int, numa: bool) -> None:
+    """plan() asks hostpci_problems: empty exactly when the patch succeeds, and holding
+    the problem the patch raises when it does not."""
+    found = qemuconf.hostpci_problems(
+        text, MAPPING, count, numa=numa, mapped=MAPPED_PATHS, subject="vm.conf"
+    )
+    try:
+        qemuconf.patch_hostpci(
+            text,
+            MAPPING,
+            count,
+            numa=NODE1 if numa else None,
+            mapped=MAPPED_PATHS,
+            subject="vm.conf",
+        )
+    except RenderError as error:
+        (problem,) = error.problems
+        assert problem in found
+    else:
+        assert found == ()

@@ -1,17 +1,23 @@
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import attrs
-import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from syrupy.assertion import SnapshotAssertion
 
-from pvegpu.errors import RenderError
+from depth import examples
+from pvegpu.errors import PlanError
 from pvegpu.host.facts import HostFacts
-from pvegpu.planning.plan import LxcContainer, PciMapping, Plan, Pool, PoolKind, VmGuest
+from pvegpu.planning import planner
+from pvegpu.planning.plan import Plan, Severity
 from pvegpu.pvefiles import pcicfg
 from pvegpu.rendering.artifact import HOST, REVIEW, Artifact
-from pvegpu.rendering.pve import render_lxc_configs, render_pci_cfg, render_vm_configs
+from pvegpu.rendering.lxc import render_lxc_configs
+from pvegpu.rendering.pci_cfg import render_pci_cfg
+from pvegpu.rendering.vm import render_vm_configs
 from pvegpu.spec.schema import (
     DeviceStyle,
     LxcSpec,
@@ -22,11 +28,20 @@ from pvegpu.spec.schema import (
     VfioSpec,
     VmSpec,
 )
-from strategies import KPRO6_LXC_129, KPRO6_PCI_CFG, KPRO6_VM_140, kpro6
+from strategies import (
+    KPRO6_LXC_129,
+    KPRO6_PCI_CFG,
+    KPRO6_VM_140,
+    kpro6,
+    lxc_configs,
+    pci_mappings,
+    vm_configs,
+)
 
 Golden = Callable[[str], SnapshotAssertion]
 LXC_PATH = "etc/pve/lxc/129.conf"
 VM_PATH = "etc/pve/qemu-server/140.conf"
+KPRO6_FILES = {LXC_PATH: KPRO6_LXC_129, pcicfg.PATH: KPRO6_PCI_CFG, VM_PATH: KPRO6_VM_140}
 
 
 def kpro6_plan(
@@ -35,64 +50,32 @@ def kpro6_plan(
     files: dict[str, str] | None = None,
     numa: bool = True,
     facts: HostFacts | None = None,
+    serving: ServingSpec | None = None,
+    lxc_gpus: tuple[str, ...] | None = None,
+    vm: bool = True,
 ) -> Plan:
     """The kpro6 split as plan() makes it: NUMA 0 GPUs (minors 0-3) to LXC 129, NUMA 1
     GPUs to vfio-pci behind mapping pro6000-vm for VM 140; both pools own a mapping."""
-    if files is None:
-        files = {LXC_PATH: KPRO6_LXC_129, pcicfg.PATH: KPRO6_PCI_CFG, VM_PATH: KPRO6_VM_140}
-    facts = facts or kpro6(files)
-    spec = Spec(
-        "kpro6",
-        (
-            PoolSpec(
-                "sglang",
-                numa_node=0,
-                lxc=LxcSpec(129, style),
-                mapping=MappingSpec("pro6000", "LXC-side GPUs on NUMA 0"),
-            ),
-            PoolSpec(
-                "snp-vm",
-                numa_node=1,
-                vfio=VfioSpec(VmSpec(140, numa)),
-                mapping=MappingSpec("pro6000-vm", "VM-side GPUs on NUMA 1"),
-            ),
-        ),
+    facts = facts or kpro6(KPRO6_FILES if files is None else files)
+    container = PoolSpec(
+        "sglang",
+        numa_node=None if lxc_gpus else 0,
+        gpus=lxc_gpus,
+        lxc=LxcSpec(129, style, serving=serving),
+        mapping=MappingSpec("pro6000", "LXC-side GPUs on NUMA 0"),
     )
-    host, vm = facts.gpus[:4], facts.gpus[4:]
-    pools = (
-        Pool(
-            "sglang",
-            PoolKind.LXC,
-            host,
-            tuple(f for g in host for f in g.functions),
-            "nvidia",
-            (0,),
-            lxc=LxcContainer(129, style, "0666", None, facts.file(LXC_PATH)),
-            mapping=PciMapping("pro6000", description="LXC-side GPUs on NUMA 0"),
-        ),
-        Pool(
-            "snp-vm",
-            PoolKind.VFIO,
-            vm,
-            tuple(f for g in vm for f in g.functions),
-            "vfio-pci",
-            (1,),
-            vm=VmGuest(140, numa, facts.file(VM_PATH)),
-            mapping=PciMapping("pro6000-vm", description="VM-side GPUs on NUMA 1"),
-        ),
+    machine = PoolSpec(
+        "snp-vm",
+        numa_node=1,
+        vfio=VfioSpec(VmSpec(140, numa)),
+        mapping=MappingSpec("pro6000-vm", "VM-side GPUs on NUMA 1"),
     )
-    return Plan(facts, spec, pools)
+    return planner.plan(facts, Spec("kpro6", (container, machine) if vm else (container,)))
 
 
 def only(artifacts: tuple[Artifact, ...]) -> Artifact:
     assert len(artifacts) == 1
     return artifacts[0]
-
-
-def problems(render: Callable[[Plan], object], plan: Plan) -> list[tuple[str, str]]:
-    with pytest.raises(RenderError) as caught:
-        render(plan)
-    return [(p.code, p.subject) for p in caught.value.problems]
 
 
 def test_lxc_config_dev_style(golden: Golden) -> None:
@@ -130,48 +113,27 @@ def test_lxc_config_rendered_twice_is_a_stated_no_op() -> None:
     assert again.reason.startswith("LXC 129 already has exactly these GPU lines")
 
 
-def test_lxc_config_missing_is_refused() -> None:
-    """Containers are created by Proxmox: a missing config is an error with the fix."""
-    plan = kpro6_plan(files={})
-    with pytest.raises(RenderError) as caught:
-        render_lxc_configs(plan)
-    (problem,) = caught.value.problems
-    assert (problem.code, problem.subject) == ("lxc-config-missing", LXC_PATH)
-    assert "pct create 129" in problem.fix
-
-
-def test_lxc_problems_of_all_pools_come_together() -> None:
-    """Two broken pools give two problems in one error, not the first only."""
-    plan = kpro6_plan(files={})
-    second = attrs.evolve(
-        plan.pools[0], name="b", lxc=LxcContainer(130, DeviceStyle.DEV, "0666", None, None)
-    )
-    plan = attrs.evolve(plan, pools=(*plan.pools, second))
-    assert problems(render_lxc_configs, plan) == [
-        ("lxc-config-missing", LXC_PATH),
-        ("lxc-config-missing", "etc/pve/lxc/130.conf"),
-    ]
-
-
-def test_lxc_dev_style_without_uvm_warns_in_the_reason() -> None:
-    """devN for /dev/nvidia-uvm fails the start while nvidia-uvm is not loaded: say so."""
-    plan = kpro6_plan()
+def test_lxc_dev_style_without_uvm_is_a_finding_not_a_reason() -> None:
+    """devN for /dev/nvidia-uvm fails the start while nvidia-uvm is not loaded: a warning
+    on the container's config, and the artifact's reason only says what changes."""
+    facts = kpro6(KPRO6_FILES)
     facts = attrs.evolve(
-        plan.facts, char_majors=tuple(c for c in plan.facts.char_majors if c.name != "nvidia-uvm")
+        facts, char_majors=tuple(c for c in facts.char_majors if c.name != "nvidia-uvm")
     )
-    artifact = only(render_lxc_configs(attrs.evolve(plan, facts=facts)))
-    assert artifact.reason.endswith(
-        "nvidia-uvm is not loaded: load it before starting the container"
-    )
+    result = kpro6_plan(facts=facts)
+    (finding,) = [f for f in result.findings if f.code == "nvidia-uvm-not-loaded"]
+    assert (finding.severity, finding.subject) == (Severity.WARNING, LXC_PATH)
+    assert "before starting the container" in finding.message
+    assert "nvidia-uvm is not loaded" not in only(render_lxc_configs(result)).reason
+    assert "nvidia-uvm-not-loaded" not in {f.code for f in kpro6_plan().findings}
 
 
-SERVING = ServingSpec("0.5.23", "/models/qwen")
+SERVING = ServingSpec(version="0.5.23", model_path="/models/qwen")
 
 
 def serving_plan(lxc_conf: str = KPRO6_LXC_129) -> Plan:
-    """kpro6_plan with SGLang served from LXC 129 (so its unit is pinned to NUMA node 0)."""
-    plan = kpro6_plan(files={LXC_PATH: lxc_conf})
-    return attrs.evolve(plan, pools=(attrs.evolve(plan.pools[0], serving=SERVING),))
+    """LXC 129 alone, serving SGLang (so its unit is pinned to NUMA node 0)."""
+    return kpro6_plan(files={LXC_PATH: lxc_conf}, serving=SERVING, vm=False)
 
 
 def _main(text: str) -> list[str]:
@@ -213,11 +175,15 @@ def test_lxc_serving_cpuset_replaces_an_old_pin_and_is_a_no_op_twice() -> None:
     )
 
 
-def test_lxc_cores_beyond_the_node_are_warned_about() -> None:
-    """More cores than the node has CPUs cannot be honoured inside the pinned cpuset."""
-    plan = serving_plan(KPRO6_LXC_129.replace("cores: 64\n", "cores: 96\n", 1))
-    artifact = only(render_lxc_configs(plan))
-    assert artifact.reason.endswith("; cores: 96 > 64 CPUs of NUMA node 0: lower cores")
+def test_lxc_cores_beyond_the_node_are_a_finding() -> None:
+    """More cores than the node has CPUs cannot be honoured inside the pinned cpuset: a
+    warning on the container's config, not a clause of the artifact's reason."""
+    result = serving_plan(KPRO6_LXC_129.replace("cores: 64\n", "cores: 96\n", 1))
+    (finding,) = [f for f in result.findings if f.code == "lxc-cores-beyond-node"]
+    assert (finding.severity, finding.subject) == (Severity.WARNING, LXC_PATH)
+    assert finding.message.startswith("cores: 96 > 64 CPUs of NUMA node 0")
+    assert "cores" not in only(render_lxc_configs(result)).reason
+    assert "lxc-cores-beyond-node" not in {f.code for f in serving_plan().findings}
 
 
 def test_lxc_without_a_single_serving_node_leaves_the_cpuset_alone() -> None:
@@ -228,9 +194,13 @@ def test_lxc_without_a_single_serving_node_leaves_the_cpuset_alone() -> None:
         "lxc.apparmor.profile: unconfined\nlxc.cgroup2.cpuset.cpus: 32-47\n",
         1,
     )
-    plain = kpro6_plan(files={LXC_PATH: old})
-    spread = serving_plan(old)
-    spread = attrs.evolve(spread, pools=(attrs.evolve(spread.pools[0], numa_nodes=(0, 1)),))
+    plain = kpro6_plan(files={LXC_PATH: old}, vm=False)
+    spread = kpro6_plan(
+        files={LXC_PATH: old},
+        serving=attrs.evolve(SERVING, allow_multi_numa=True),
+        lxc_gpus=("01:00.0", "11:00.0", "81:00.0", "91:00.0"),
+        vm=False,
+    )
     for plan in (plain, spread):
         artifact = only(render_lxc_configs(plan))
         assert [line for line in _main(artifact.content) if "cpuset" in line] == [
@@ -259,7 +229,7 @@ def test_pci_cfg(golden: Golden) -> None:
 
 def test_pci_cfg_created_when_absent() -> None:
     """No pci.cfg yet: a new file (no base) in canonical form."""
-    artifact = only(render_pci_cfg(kpro6_plan(files={})))
+    artifact = only(render_pci_cfg(kpro6_plan(files={LXC_PATH: KPRO6_LXC_129})))
     assert artifact.base is None
     assert pcicfg.parse(artifact.content)[1].maps[0].value == (
         "id=10de:2bb5,iommugroup=40,node=kpro6,path=0000:81:00,subsystem-id=10de:204b"
@@ -269,7 +239,8 @@ def test_pci_cfg_created_when_absent() -> None:
 def test_pci_cfg_uses_the_plans_map_lines_as_given() -> None:
     """Map lines the plan already built are written as they are, not rebuilt."""
     plan = kpro6_plan()
-    given = pcicfg.mapping_for_pool(plan.facts, plan.pools[1], "pro6000-vm")
+    given = plan.pools[1].mapping
+    assert given is not None
     given = attrs.evolve(given, maps=given.maps[:1])
     plan = attrs.evolve(plan, pools=(attrs.evolve(plan.pools[1], mapping=given),))
     out = {m.id: m for m in pcicfg.parse_mappings(only(render_pci_cfg(plan)).content)}
@@ -278,11 +249,16 @@ def test_pci_cfg_uses_the_plans_map_lines_as_given() -> None:
     assert len(out["pro6000"].maps) == 8
 
 
-def test_pci_cfg_reports_dropped_comments() -> None:
-    """Comments do not survive a write (Proxmox drops them too): the reason says so."""
-    files = {pcicfg.PATH: "# do not edit\n" + KPRO6_PCI_CFG}
-    artifact = only(render_pci_cfg(kpro6_plan(files=files)))
-    assert artifact.reason.endswith("drops 1 # comment line, as every Proxmox write does")
+def test_pci_cfg_dropped_comments_are_a_finding() -> None:
+    """Comments do not survive a write (Proxmox drops them too): an info finding on
+    pci.cfg names them; the artifact's reason only says what changes."""
+    files = {**KPRO6_FILES, pcicfg.PATH: "# do not edit\n" + KPRO6_PCI_CFG}
+    result = kpro6_plan(files=files)
+    (finding,) = [f for f in result.findings if f.code == "pcicfg-comments-dropped"]
+    assert (finding.severity, finding.subject) == (Severity.INFO, pcicfg.PATH)
+    assert "drops 1 # comment line (line 1)" in finding.message
+    assert "comment" not in only(render_pci_cfg(result)).reason
+    assert "pcicfg-comments-dropped" not in {f.code for f in kpro6_plan().findings}
 
 
 def test_pci_cfg_nothing_to_map() -> None:
@@ -290,24 +266,6 @@ def test_pci_cfg_nothing_to_map() -> None:
     plan = kpro6_plan()
     plan = attrs.evolve(plan, pools=tuple(attrs.evolve(p, mapping=None) for p in plan.pools))
     assert render_pci_cfg(plan) == ()
-
-
-def test_pci_cfg_same_mapping_id_twice_is_refused() -> None:
-    """Two pools under one mapping id would hand a VM GPUs of either pool."""
-    plan = kpro6_plan()
-    clash = attrs.evolve(plan.pools[0], mapping=PciMapping("pro6000-vm"))
-    plan = attrs.evolve(plan, pools=(clash, plan.pools[1]))
-    assert problems(render_pci_cfg, plan) == [
-        ("mapping-id-twice", f"{pcicfg.PATH} mapping 'pro6000-vm'")
-    ]
-
-
-def test_pci_cfg_broken_existing_file_is_refused() -> None:
-    """A pci.cfg Proxmox would misread is not patched: the problem names its line."""
-    files = {pcicfg.PATH: KPRO6_PCI_CFG.replace("\n\npro6000\n", "\npro6000\n")}
-    assert problems(render_pci_cfg, kpro6_plan(files=files)) == [
-        ("pcicfg-syntax", f"{pcicfg.PATH} line 4")
-    ]
 
 
 def test_vm_config(golden: Golden) -> None:
@@ -326,19 +284,25 @@ def test_vm_config(golden: Golden) -> None:
     assert artifact.content == golden("conf")
 
 
-def test_vm_config_not_q35_says_why_pcie_is_missing() -> None:
-    """An i440fx VM gets hostpci without pcie=1, and the reason gives the fix."""
-    files = {VM_PATH: KPRO6_VM_140.replace("machine: q35\n", "")}
-    artifact = only(render_vm_configs(kpro6_plan(files=files, numa=False)))
+def test_vm_config_not_q35_is_a_finding() -> None:
+    """An i440fx VM gets hostpci without pcie=1; a warning on the VM's config gives the
+    fix, and the artifact's reason only says what changes."""
+    files = {**KPRO6_FILES, VM_PATH: KPRO6_VM_140.replace("machine: q35\n", "")}
+    result = kpro6_plan(files=files, numa=False)
+    (finding,) = [f for f in result.findings if f.code == "vm-not-q35"]
+    assert (finding.severity, finding.subject) == (Severity.WARNING, VM_PATH)
+    assert "qm set 140 --machine q35" in finding.message
+    artifact = only(render_vm_configs(result))
     assert "pcie=1" not in artifact.content
-    assert artifact.reason.endswith(
-        "no pcie=1: the machine is not q35 (qm set 140 --machine q35 for PCIe passthrough)"
+    assert artifact.reason == (
+        "VM 140: hostpci0, hostpci1, hostpci2, hostpci3 use mapping pro6000-vm"
     )
+    assert "vm-not-q35" not in {f.code for f in kpro6_plan().findings}
 
 
 def test_vm_missing_gets_a_review_snippet(golden: Golden) -> None:
     """pvegpu never creates a VM: a missing one gets review-only lines to add."""
-    artifact = only(render_vm_configs(kpro6_plan(files={})))
+    artifact = only(render_vm_configs(kpro6_plan(files={LXC_PATH: KPRO6_LXC_129})))
     assert (artifact.path, artifact.target, artifact.base) == (
         "snippets/qemu-server/140.conf",
         REVIEW,
@@ -349,7 +313,10 @@ def test_vm_missing_gets_a_review_snippet(golden: Golden) -> None:
 
 def vm_with(line: str) -> dict[str, str]:
     """VM 140's config with one more line, where qemu-server sorts it (before `machine`)."""
-    return {VM_PATH: KPRO6_VM_140.replace("machine: q35\n", f"{line}\nmachine: q35\n")}
+    return {
+        **KPRO6_FILES,
+        VM_PATH: KPRO6_VM_140.replace("machine: q35\n", f"{line}\nmachine: q35\n"),
+    }
 
 
 def test_vm_raw_address_of_a_pool_gpu_becomes_the_mapping() -> None:
@@ -370,32 +337,75 @@ def test_vm_raw_address_of_a_pool_gpu_becomes_the_mapping() -> None:
 
 
 def test_vm_raw_address_of_another_gpu_stays() -> None:
-    """A raw line for a GPU outside the pool (NUMA 0's, on nvidia) is not the pool's."""
-    artifact = only(
-        render_vm_configs(kpro6_plan(files=vm_with("hostpci0: 0000:01:00"), numa=False))
-    )
-    assert "hostpci0: 0000:01:00\n" in artifact.content
+    """A raw line for a GPU in no pool (71:00.0, on nvidia) is not the pool's. (One of a
+    container pool's GPUs would be refused: vm-takes-pool-gpu, test_whole_host_guests.)"""
+    files = vm_with("hostpci0: 0000:71:00")
+    lxc_gpus = ("01:00.0", "11:00.0", "61:00.0")
+    artifact = only(render_vm_configs(kpro6_plan(files=files, numa=False, lxc_gpus=lxc_gpus)))
+    assert "hostpci0: 0000:71:00\n" in artifact.content
     assert "raw host address" not in artifact.reason
 
 
-def test_vm_raw_line_mixing_pool_and_other_devices_is_refused() -> None:
-    """A `;` list of a pool GPU and another device cannot be split: refused, naming the line."""
-    files = vm_with("hostpci0: 0000:81:00;0000:01:00")
-    number = files[VM_PATH].splitlines().index("hostpci0: 0000:81:00;0000:01:00") + 1
-    assert problems(render_vm_configs, kpro6_plan(files=files, numa=False)) == [
-        ("vm-hostpci-mixed", f"{VM_PATH} line {number}")
-    ]
+# --- renderers only format: every plan() accepts renders -------------------------------
+
+_REFUSABLE_VM_LINES = (
+    "hostpci14: 0000:81:00;0000:01:00",  # a pool GPU with a host-side one: vm-hostpci-mixed
+    *(f"hostpci{i}: 0000:c{i:x}:00" for i in range(10, 16)),  # fills slots: vm-hostpci-full
+)
 
 
-def test_vm_without_mapping_is_refused() -> None:
-    """hostpci lines name a mapping; a VM pool without one cannot be rendered."""
-    plan = kpro6_plan()
-    plan = attrs.evolve(plan, pools=(attrs.evolve(plan.pools[1], mapping=None),))
-    assert problems(render_vm_configs, plan) == [("vm-without-mapping", "pool 'snp-vm'")]
+@st.composite
+def kpro6_files(draw: st.DrawFn) -> dict[str, str]:
+    """Existing guest configs and pci.cfg as hand edits leave them, some of which plan()
+    must refuse: devN slots used up, a mixed raw hostpci line, no `memory:` for NUMA
+    pinning, a pci.cfg section without its closing blank line."""
+    lxc, vm = draw(lxc_configs()), draw(vm_configs())
+    lxc_text = lxc.text
+    if draw(st.booleans()):
+        taken = draw(st.integers(240, 256))
+        lxc_text = "".join(f"dev{i}: /dev/loop{i}\n" for i in range(21, taken)) + lxc_text
+    vm_text = vm.text
+    if draw(st.booleans()):
+        vm_text = re.sub(r"(?m)^memory: .*\n", "", vm_text)
+    extra = draw(st.lists(st.sampled_from(_REFUSABLE_VM_LINES), unique=True, max_size=7))
+    vm_text = "".join(f"{line}\n" for line in extra) + vm_text
+    files = {LXC_PATH: lxc_text, VM_PATH: vm_text}
+    mappings = draw(st.none() | pci_mappings)
+    if mappings is not None:
+        text = pcicfg.format(mappings)
+        if draw(st.booleans()):
+            text = "# kept by hand\n" + text.replace("\n\n", "\n", 1)
+        files[pcicfg.PATH] = text
+    return files
 
 
-def test_vm_numa_over_two_nodes_is_refused() -> None:
-    """NUMA pinning needs one node; GPUs on two cannot be pinned to both."""
-    plan = kpro6_plan()
-    plan = attrs.evolve(plan, pools=(attrs.evolve(plan.pools[1], numa_nodes=(0, 1)),))
-    assert problems(render_vm_configs, plan) == [("vm-numa-ambiguous", VM_PATH)]
+@settings(max_examples=examples(150), deadline=None)
+@given(kpro6_files(), st.sampled_from(DeviceStyle), st.booleans())
+def test_render_never_refuses_an_accepted_plan(
+    files: dict[str, str], style: DeviceStyle, numa: bool
+) -> None:
+    """plan() finds every problem of the existing files; a renderer raising on a plan it
+    accepted would be a bug. Refused plans must name one of the existing files' codes."""
+    try:
+        result = kpro6_plan(style, files=files, numa=numa)
+    except PlanError as error:
+        codes = {p.code for p in error.problems}
+        assert codes <= {
+            "lxc-dev-slots-full",
+            "vm-hostpci-mixed",
+            "vm-hostpci-full",
+            "vm-memory-unset",
+            "pcicfg-syntax",
+            # the raw line above also hands the VM 01:00, LXC 129's GPU
+            "vm-takes-pool-gpu",
+            # `lxc.cgroup2.devices.allow: a` also grants the VM's GPUs to the container
+            "lxc-grants-all-gpus",
+            # a pending devN for a VM GPU
+            "pending-grants-pool-gpu",
+        }
+        event("refused")
+        return
+    event("accepted")
+    render_lxc_configs(result)
+    render_pci_cfg(result)
+    render_vm_configs(result)

@@ -11,12 +11,18 @@ from syrupy.assertion import SnapshotAssertion
 
 from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
+from pvegpu.host.serving_files import with_serving_files
 from pvegpu.planning.plan import Plan
 from pvegpu.planning.planner import plan
 from pvegpu.rendering.artifact import Artifact
+from pvegpu.rendering.registry import render
 from pvegpu.rendering.serving import render_serving
-from pvegpu.serving import environment_assignment, exec_word, servings, with_serving_files
+from pvegpu.serving import build
+from pvegpu.serving.build import decided_servings
+from pvegpu.serving.checks import Checks
+from pvegpu.serving.option_check import parse_command_line
 from pvegpu.serving.options import load_table
+from pvegpu.serving.systemd import environment_assignment, exec_word
 from pvegpu.spec.load import load_spec
 from strategies_serving import ROOTFS, kpro6_plan, qwen_serving
 
@@ -36,7 +42,8 @@ STUB_TARGETS = (
 
 
 def unit(plan: Plan) -> Artifact:
-    (artifact,) = render_serving(plan)
+    """The unit rendered for `plan` (undecided, as the test helpers make it)."""
+    (artifact,) = render_serving(decided_servings(plan))
     return artifact
 
 
@@ -115,10 +122,11 @@ def test_new_unit_has_no_base() -> None:
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
 def test_rendered_command_line_passes_the_version_table(version: str) -> None:
     """The ExecStart words after the module name are a clean line for that version."""
-    plan = kpro6_plan(qwen_serving(version=version))
-    (serving,) = servings(plan)
+    (pool,) = decided_servings(kpro6_plan(qwen_serving(version=version))).pools
+    serving = pool.serving
+    assert serving is not None
     table = load_table(version)
-    assert table.parse(serving.argv[3:], subject="t").problems == ()
+    assert parse_command_line(table, serving.argv[3:], subject="t").problems == ()
     assert serving.argv[:3] == ("/root/ml-env/bin/python3", "-m", "sglang.launch_server")
 
 
@@ -219,15 +227,15 @@ def test_environment_escaping_in_the_unit() -> None:
 
 
 def test_control_characters_are_refused() -> None:
-    """A newline in a value could inject unit lines: refused before rendering."""
+    """A newline in a value could inject unit lines: refused by plan(), before rendering."""
     with pytest.raises(PlanError) as err:
-        render_serving(kpro6_plan(qwen_serving(model_path="/m\nExecStartPre=/bin/rm")))
+        decided_servings(kpro6_plan(qwen_serving(model_path="/m\nExecStartPre=/bin/rm")))
     assert [p.code for p in err.value.problems] == ["serving-unprintable"]
 
 
 def test_plan_without_servers_renders_nothing() -> None:
     """Pools without a serving spec produce no unit."""
-    plan = kpro6_plan()
+    plan = decided_servings(kpro6_plan())
     bare = attrs.evolve(plan, pools=tuple(attrs.evolve(p, serving=None) for p in plan.pools))
     assert render_serving(bare) == ()
 
@@ -260,3 +268,26 @@ def test_kpro6_example_carries_the_old_unit_over(fixture_root: Callable[[str], P
     words = exec_start(artifact.content).split()
     assert "--trust-remote-code" in words
     assert words[words.index("--reasoning-parser") + 1] == "qwen3"
+
+
+def test_rendering_only_reads_the_decided_servers(
+    fixture_root: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """render() of a plan formats Pool.serving: with every way to decide a server broken,
+    it still gives the same artifacts, so it can neither redo the work nor raise PlanError."""
+    root = fixture_root("kpro6")
+    spec = load_spec(REPO / "examples" / "kpro6.toml")
+    planned = plan(with_serving_files(discover(root), root, spec), spec)
+    before = render(planned)
+
+    def no_deciding(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a renderer decided a server")
+
+    # Checks is what every decision is collected in, however its builder was imported.
+    monkeypatch.setattr(Checks, "__init__", no_deciding)
+    monkeypatch.setattr(build, "decide_serving", no_deciding)
+    monkeypatch.setattr(build, "decided_servings", no_deciding)
+    assert any(a.path.endswith("sglang-qwen.service") for a in before)
+    assert render(planned) == before
+    with pytest.raises(AssertionError, match="decided a server"):
+        plan(with_serving_files(discover(root), root, spec), spec)

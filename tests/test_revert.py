@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from pvegpu.pipeline import discover_for, plan_and_render
+from bundled import FIXTURES, copy_tree, example_plan
 from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE
 from pvegpu.rendering.bundle import write_bundle
-from pvegpu.spec.load import load_spec
+from pvegpu.rendering.registry import render
+from sysfs_sim import copy_host
 
-REPO = Path(__file__).resolve().parent.parent
-KPRO6 = REPO / "fixtures" / "sysfs" / "kpro6"
-SPEC = REPO / "examples" / "kpro6.toml"
+KPRO6 = FIXTURES / "kpro6"
 DASH = shutil.which("dash")
 
 # Stand-ins for the Proxmox and systemd commands: each logs its arguments.
@@ -35,12 +34,11 @@ STUBS = {
 @pytest.fixture
 def applied(tmp_path: Path) -> tuple[Path, Path]:
     """A copy of kpro6 with the change applied, and the rendered bundle beside it."""
-    spec = load_spec(SPEC)
-    _, artifacts = plan_and_render(discover_for(spec, KPRO6), spec)
+    artifacts = render(example_plan("kpro6"))
     out = tmp_path / "out"
     write_bundle(artifacts, out, node="kpro6")
     root = tmp_path / "root"
-    shutil.copytree(KPRO6 / "etc", root / "etc", symlinks=True)
+    copy_tree(KPRO6 / "etc", root / "etc")
     for artifact in artifacts:
         if artifact.target == HOST and artifact.bundle != REVERT_BUNDLE:
             path = root / artifact.path
@@ -49,7 +47,7 @@ def applied(tmp_path: Path) -> tuple[Path, Path]:
     (root / "usr/local/sbin/pvegpu-vfio-split").chmod(0o755)
     # The real split script runs its revert against the fixture's sysfs, where every GPU
     # is already on its host driver: a no-op (its moves are tested in test_split_script).
-    shutil.copytree(KPRO6 / "sys", root / "sys", symlinks=True)
+    copy_host("kpro6", root)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, body in STUBS.items():

@@ -11,7 +11,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from pvegpu.host.discover import discover
+from bundled import example_plan, spec_plan
 from pvegpu.host.facts import ConfigFile
 from pvegpu.pci import PciAddress
 from pvegpu.pipeline import discover_for
@@ -37,8 +37,7 @@ from pvegpu.rendering.review import (
     runbook,
 )
 from pvegpu.rendering.review.render import SUMMARY, cell, render_review, render_summary
-from pvegpu.spec.load import load_spec, parse_spec
-from pvegpu.spec.schema import ServingSpec
+from pvegpu.spec.load import parse_spec
 
 REPO = Path(__file__).resolve().parent.parent
 KPRO6_SPEC = REPO / "examples" / "kpro6.toml"
@@ -55,17 +54,6 @@ numa_node = 0
 vmid = 129
 """
 
-WORKSTATION_VM = """
-node = "pve-ws"
-[[pools]]
-name = "vm"
-gpus = ["39:00.0"]
-mapping = { id = "ws-gpu" }
-[pools.vfio]
-vm = { vmid = 110 }
-"""
-
-
 # ---------------------------------------------------------------------------- helpers
 
 
@@ -76,19 +64,8 @@ def _artifacts(planned: Plan) -> tuple[Artifact, ...]:
 
 
 @pytest.fixture
-def kpro6(fixture_root: Callable[[str], Path]) -> Plan:
-    spec = load_spec(KPRO6_SPEC)
-    return plan(discover_for(spec, fixture_root("kpro6")), spec)
-
-
-@pytest.fixture
 def kpro6_artifacts(kpro6: Plan) -> tuple[Artifact, ...]:
     return _artifacts(kpro6)
-
-
-@pytest.fixture
-def workstation(fixture_root: Callable[[str], Path]) -> Plan:
-    return plan(discover(fixture_root("workstation")), parse_spec(WORKSTATION_VM))
 
 
 def _commands(steps: Sequence[Step]) -> list[str]:
@@ -244,7 +221,8 @@ def test_runbook_order_kpro6(kpro6: Plan, kpro6_artifacts: tuple[Artifact, ...])
         f"{SPLIT_SCRIPT} bind",
         f"{SPLIT_SCRIPT} status",
     )
-    assert "health" in steps[-1].commands[0]
+    assert "health" in steps[-2].commands[0]
+    assert steps[-1].title.startswith("At the next reboot")
 
 
 def test_gpu_check_gives_exact_count_and_addresses(
@@ -282,9 +260,9 @@ def test_holders_checked_before_unbinding(
     )
 
 
-def test_no_vfio_pool_no_bind_steps(fixture_root: Callable[[str], Path]) -> None:
+def test_no_vfio_pool_no_bind_steps() -> None:
     """A plan without a VM pool has no split script, no holder check and no attach section."""
-    planned = plan(discover(fixture_root("kpro6")), parse_spec(LXC_ONLY))
+    planned = spec_plan("kpro6", LXC_ONLY)
     artifacts = _artifacts(planned)
     commands = _commands(runbook(planned, artifacts)) + _commands(revert_steps(planned, artifacts))
     assert not [c for c in commands if "vfio" in c or "fuser" in c or "update-initramfs" in c]
@@ -292,9 +270,9 @@ def test_no_vfio_pool_no_bind_steps(fixture_root: Callable[[str], Path]) -> None
     assert "## Attaching the VM GPUs" not in render_summary(planned, artifacts).content
 
 
-def test_no_serving_no_server_steps(fixture_root: Callable[[str], Path]) -> None:
+def test_no_serving_no_server_steps() -> None:
     """A container without a server gets its GPU check but no stop/start/health of a unit."""
-    planned = plan(discover(fixture_root("kpro6")), parse_spec(LXC_ONLY))
+    planned = spec_plan("kpro6", LXC_ONLY)
     commands = _commands(runbook(planned, _artifacts(planned)))
     assert not [c for c in commands if "systemctl stop" in c or "systemctl start" in c]
     assert not [c for c in commands if "/health" in c]
@@ -304,7 +282,8 @@ def test_no_serving_no_server_steps(fixture_root: Callable[[str], Path]) -> None
 def test_vm_plan_starts_and_stops_the_vm(workstation: Plan) -> None:
     """An existing VM is started after the bind and stopped before the revert."""
     artifacts = _artifacts(workstation)
-    apply_commands = _commands(runbook(workstation, artifacts))
+    # The last step checks the split after a reboot; the VM start comes just before it.
+    apply_commands = _commands(runbook(workstation, artifacts)[:-1])
     assert apply_commands[-1] == "qm start 110"
     assert apply_commands.index(f"{SPLIT_SCRIPT} bind") < apply_commands.index("qm start 110")
     revert_commands = _commands(revert_steps(workstation, artifacts))
@@ -328,11 +307,6 @@ def test_vm_not_created_yet_gets_lines_and_snippet(fixture_root: Callable[[str],
 # ---------------------------------------------------------------------------- revert check
 
 
-def _mixed(fixture_root: Callable[[str], Path]) -> Plan:
-    spec = load_spec(REPO / "examples" / "mixed.toml")
-    return plan(discover_for(spec, fixture_root("mixed")), spec)
-
-
 def test_revert_checks_nvidia_smi_when_gpus_return_to_nvidia(
     kpro6: Plan, kpro6_artifacts: tuple[Artifact, ...]
 ) -> None:
@@ -344,10 +318,10 @@ def test_revert_checks_nvidia_smi_when_gpus_return_to_nvidia(
 
 @pytest.mark.parametrize("host", ["mixed", "workstation"])
 def test_revert_skips_nvidia_smi_when_no_gpu_returns_to_nvidia(
-    host: str, workstation: Plan, fixture_root: Callable[[str], Path]
+    host: str, workstation: Plan
 ) -> None:
     """A Radeon back to amdgpu, a GPU that was on vfio-pci before: only the sysfs readout."""
-    planned = workstation if host == "workstation" else _mixed(fixture_root)
+    planned = workstation if host == "workstation" else example_plan("mixed")
     artifacts = _artifacts(planned)
     steps = revert_steps(planned, artifacts)
     assert not [c for c in _commands(steps) if "nvidia-smi" in c]
@@ -357,11 +331,9 @@ def test_revert_skips_nvidia_smi_when_no_gpu_returns_to_nvidia(
     assert "nvidia-smi" not in render_summary(planned, artifacts).content.split("## Revert")[1]
 
 
-def test_counts_agree_with_their_nouns(
-    kpro6: Plan, kpro6_artifacts: tuple[Artifact, ...], fixture_root: Callable[[str], Path]
-) -> None:
+def test_counts_agree_with_their_nouns(kpro6: Plan, kpro6_artifacts: tuple[Artifact, ...]) -> None:
     """One GPU `moves` and is `1 GPU`; the facts line counts GPUs and nodes the same way."""
-    mixed = _mixed(fixture_root)
+    mixed = example_plan("mixed")
     text = render_summary(mixed, _artifacts(mixed)).content
     assert "- **radeon**: 1 GPU on NUMA 0 (04:00.0) moves to vfio-pci," in text
     assert "· 2 GPUs on 1 NUMA node\n" in text
@@ -383,9 +355,11 @@ def test_counts_agree_with_their_nouns(
         ("fd00::5", "http://[fd00::5]:30000/health"),
     ],
 )
-def test_health_url(host: str, url: str) -> None:
+def test_health_url(kpro6: Plan, host: str, url: str) -> None:
     """A wildcard listen address is polled on loopback, a specific one on itself."""
-    assert health_url(ServingSpec(version="0.5.23", model_path="/m", host=host)) == url
+    serving = kpro6.lxc_pools[0].serving
+    assert serving is not None and serving.port == 30000
+    assert health_url(attrs.evolve(serving, host=host)) == url
 
 
 def test_nvidia_smi_bus_id_is_uppercase_with_long_domain() -> None:
@@ -413,7 +387,7 @@ def test_health_wait_polls_until_healthy(
     kpro6: Plan, kpro6_artifacts: tuple[Artifact, ...], tmp_path: Path
 ) -> None:
     """The health loop retries a failing endpoint and prints `healthy` once it answers."""
-    wait = runbook(kpro6, kpro6_artifacts)[-1].commands[0]
+    wait = runbook(kpro6, kpro6_artifacts)[-2].commands[0]  # [-1]: the reboot check
     assert wait.startswith(f"timeout {HEALTH_TIMEOUT_S} ")
     result = _sh(wait, _fake_tools(tmp_path, pct_succeeds_after=2))
     assert (result.returncode, result.stdout) == (0, "healthy\n")
@@ -424,8 +398,9 @@ def test_health_wait_is_bounded(
     kpro6: Plan, kpro6_artifacts: tuple[Artifact, ...], tmp_path: Path
 ) -> None:
     """A server that never answers ends the wait with timeout's 124, not an endless loop."""
-    wait = runbook(kpro6, kpro6_artifacts)[-1].commands[0]
-    short = wait.replace(f"timeout {HEALTH_TIMEOUT_S} ", "timeout 1 ", 1)
+    wait = runbook(kpro6, kpro6_artifacts)[-2].commands[0]  # [-1]: the reboot check
+    short = wait.replace(f"timeout {HEALTH_TIMEOUT_S} ", "timeout 0.2 ", 1)  # coreutils'
+    assert short != wait
     result = _sh(short, _fake_tools(tmp_path, pct_succeeds_after=10**6))
     assert result.returncode == 124
     assert "healthy" not in result.stdout

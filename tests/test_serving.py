@@ -12,21 +12,14 @@ from hypothesis import strategies as st
 from pvegpu.errors import PlanError, PvegpuError, RenderError
 from pvegpu.hardware import GPU_MEMORY
 from pvegpu.host.facts import ConfigFile, FileStat, IommuGroupType
-from pvegpu.planning.plan import Plan, Pool, Severity
-from pvegpu.serving import (
-    DroppedSetting,
-    P2PSource,
-    SglangServing,
-    compare_units,
-    container_driver_problems,
-    container_driver_state,
-    read_serving_files,
-    serving_findings,
-    servings,
-    unit_content,
-    visible_indices,
-    with_serving_files,
-)
+from pvegpu.host.serving_files import read_serving_files, with_serving_files
+from pvegpu.planning.plan import Finding, Plan, Pool, Severity
+from pvegpu.serving import versions
+from pvegpu.serving.build import decided_servings
+from pvegpu.serving.container import container_driver_problems, container_driver_state
+from pvegpu.serving.decision import P2PSource, SglangServing
+from pvegpu.serving.drops import DroppedSetting, compare_units
+from pvegpu.serving.environment import visible_indices
 from pvegpu.serving.model_config import (
     ModelConfig,
     checkpoint_bytes_from_index,
@@ -37,7 +30,9 @@ from pvegpu.serving.model_config import (
     valid_tp_sizes,
 )
 from pvegpu.serving.options import load_table
+from pvegpu.serving.unit import unit_content
 from pvegpu.serving.unitfile import environment_pairs, exec_words, launch_options, parse_unit
+from pvegpu.serving.versions import EnvironmentRule, Versions, When
 from pvegpu.spec.schema import LxcSpec, P2PSetting, PoolSpec, Spec
 from strategies_serving import (
     HOST_DRIVER,
@@ -76,13 +71,14 @@ def llama() -> ModelConfig:
 
 
 def only(plan: Plan) -> SglangServing:
-    (serving,) = servings(plan)
+    """The one server plan() decides for `plan` (undecided, as the test helpers make it)."""
+    (serving,) = (p.serving for p in decided_servings(plan).pools if p.serving is not None)
     return serving
 
 
 def refused(plan: Plan) -> PvegpuError:
     with pytest.raises(PvegpuError) as err:
-        servings(plan)
+        decided_servings(plan)
     return err.value
 
 
@@ -90,8 +86,13 @@ def codes_of(err: PvegpuError) -> list[str]:
     return [p.code for p in err.problems]
 
 
-def finding_codes(serving: SglangServing) -> list[str]:
-    return [f.code for f in serving.findings]
+def findings_of(plan: Plan) -> tuple[Finding, ...]:
+    """What deciding the servers adds to the plan's findings."""
+    return decided_servings(plan).findings[len(plan.findings) :]
+
+
+def finding_codes(plan: Plan) -> list[str]:
+    return [f.code for f in findings_of(plan)]
 
 
 def option(serving: SglangServing, name: str) -> tuple[str, ...] | None:
@@ -313,7 +314,7 @@ def test_default_mem_fraction_is_used_for_the_estimate_only() -> None:
 def test_tp_is_the_pool_gpu_count_by_construction(case: tuple[Plan, Pool]) -> None:
     """For any pool, tp_size == len(pool.gpus) and the rendered TP flag says the same."""
     plan, pool = case
-    serving = SglangServing.from_pool(plan, pool)
+    serving = only(plan)
     assert serving.tp_size == len(pool.gpus)
     tp = [o for o in serving.options if o[0] in ("--tp-size", "--tensor-parallel-size")]
     assert tp == [(tp[0][0], str(len(pool.gpus)))]
@@ -323,7 +324,7 @@ def test_tp_is_the_pool_gpu_count_by_construction(case: tuple[Plan, Pool]) -> No
 def test_cuda_indices_are_pci_positions_in_the_container(case: tuple[Plan, Pool]) -> None:
     """CUDA_VISIBLE_DEVICES points at exactly the pool's GPUs among the container's GPUs."""
     plan, pool = case
-    serving = SglangServing.from_pool(plan, pool)
+    serving = only(plan)
     container = sorted(g.address for p in plan.pools for g in p.gpus)
     picked = [container[i] for i in serving.cuda_visible_devices]
     assert picked == [g.address for g in pool.gpus]
@@ -343,9 +344,9 @@ def test_second_pool_in_same_container_shifts_indices() -> None:
 
 
 def test_direct_construction_is_refused() -> None:
-    """SglangServing cannot be built around from_pool (so TP cannot be set by hand)."""
+    """SglangServing cannot be built around plan() (so TP cannot be set by hand)."""
     serving = only(kpro6_plan())
-    with pytest.raises(TypeError, match="from_pool"):
+    with pytest.raises(TypeError, match="decide_serving"):
         attrs.evolve(serving, _key=object())
     with pytest.raises(ValueError, match="tp_size 8"):
         attrs.evolve(serving, tp_size=8)
@@ -395,14 +396,15 @@ def test_unknown_gpu_memory_asks_for_it() -> None:
 
 def test_kv_cache_below_context_is_a_warning() -> None:
     """A budget for fewer tokens than one context: the plan holds, with a warning."""
-    serving = only(kpro6_plan(qwen_serving(gpu_memory_bytes=62 * 10**9, mem_fraction_static=0.99)))
-    assert "serving-kv-below-context" in finding_codes(serving)
+    plan = kpro6_plan(qwen_serving(gpu_memory_bytes=62 * 10**9, mem_fraction_static=0.99))
+    assert "serving-kv-below-context" in finding_codes(plan)
 
 
 def test_no_kv_budget_is_a_warning() -> None:
     """Weights fit but mem_fraction_static leaves nothing for KV: a warning, not an error."""
-    serving = only(kpro6_plan(qwen_serving(mem_fraction_static=0.5)))
-    assert "serving-no-kv-budget" in finding_codes(serving)
+    plan = kpro6_plan(qwen_serving(mem_fraction_static=0.5))
+    serving = only(plan)
+    assert "serving-no-kv-budget" in finding_codes(plan)
     assert serving.fit is not None and serving.fit.kv_tokens == 0
 
 
@@ -427,6 +429,39 @@ def test_0_5_9_hybrid_mtp_flags_and_env() -> None:
     assert option(serving, "--tp-size") == ("4",)
     assert env(serving)["SGLANG_ENABLE_SPEC_V2"] == "1"
     assert "SGLANG_AUTO_NUMA_BIND" not in env(serving)
+
+
+def test_the_version_table_drives_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row changed in the version rules table changes the unit; nothing else decides it."""
+    rules = versions.RULES
+    renamed_early = tuple(
+        attrs.evolve(r, versions=Versions(since="0.5.9"))
+        if r.option == "--mamba-radix-cache-strategy"
+        else attrs.evolve(r, versions=Versions(before="0.5.9"))
+        if r.option == "--mamba-scheduler-strategy"
+        else attrs.evolve(r, value="7")
+        if r.option == "--speculative-num-steps"
+        else r
+        for r in rules.options
+    )
+    extra_env = EnvironmentRule(When.NUMA_PINNED, "SGLANG_TEST_RULE", "on", Versions("0.5.23"), "")
+    fake = attrs.evolve(rules, options=renamed_early, environment=(*rules.environment, extra_env))
+    monkeypatch.setattr(versions, "RULES", fake)
+    serving = only(kpro6_plan())
+    assert option(serving, "--speculative-num-steps") == ("7",)
+    assert env(serving)["SGLANG_TEST_RULE"] == "on"
+    # 0.5.9 now gets the new spelling, which its option table does not have.
+    err = refused(kpro6_plan(qwen_serving(version="0.5.9")))
+    assert "sglang-option-unknown" in codes_of(err)
+    assert any("--mamba-radix-cache-strategy" in p.message for p in err.problems)
+
+
+def test_version_ranges_compare_releases_numerically() -> None:
+    """0.5.10 is after 0.5.9; `post` releases count as their release; junk is in no range."""
+    since = Versions(since="0.5.10")
+    assert "0.5.9" not in since and "0.5.10.post1" in since and "0.5.23" in since
+    assert "0.5.9" in Versions(before="0.5.14") and "0.5.14" not in Versions(before="0.5.14")
+    assert "latest" not in since and "latest" in versions.ALL
 
 
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
@@ -494,11 +529,11 @@ def test_cuda_graph_max_bs_passes_on_0_5_9() -> None:
 
 
 def test_unknown_version_is_refused_naming_the_shipped_ones() -> None:
-    """A version with no table: RenderError listing 0.5.9 and 0.5.23."""
-    err = refused(kpro6_plan(qwen_serving(version="0.5.15")))
+    """A release with no table: RenderError naming the shipped range."""
+    err = refused(kpro6_plan(qwen_serving(version="0.5.24")))
     assert isinstance(err, RenderError)
     assert codes_of(err) == ["sglang-version-unknown"]
-    assert "0.5.9" in err.problems[0].message and "0.5.23" in err.problems[0].message
+    assert "0.5.1 to 0.5.23" in err.problems[0].message
 
 
 @pytest.mark.parametrize("args", [("--tp-size", "8"), ("--tp", "8")])
@@ -517,8 +552,8 @@ def test_kv_cache_dtype_changes_the_estimate() -> None:
 
 def test_spec_v2_set_by_hand_on_0_5_23_is_flagged() -> None:
     """SGLANG_ENABLE_SPEC_V2 is gone in 0.5.14+: a warning says it does nothing."""
-    serving = only(kpro6_plan(qwen_serving(environment=(("SGLANG_ENABLE_SPEC_V2", "1"),))))
-    assert "serving-spec-v2-removed" in finding_codes(serving)
+    plan = kpro6_plan(qwen_serving(environment=(("SGLANG_ENABLE_SPEC_V2", "1"),)))
+    assert "serving-spec-v2-removed" in finding_codes(plan)
 
 
 # ------------------------------------------------------------------ P2P, NUMA, env
@@ -553,11 +588,12 @@ def test_p2p_override_without_reason_is_refused() -> None:
 def test_p2p_override_with_reason_is_exposed() -> None:
     """With a reason the override wins, is shown on the decision and warned about."""
     reason = "nccl-tests all_reduce_perf -c 1 clean on 2026-11-01 after BIOS ACS change"
-    serving = only(kpro6_plan(qwen_serving(p2p=P2PSetting.ON, p2p_reason=reason)))
+    plan = kpro6_plan(qwen_serving(p2p=P2PSetting.ON, p2p_reason=reason))
+    serving = only(plan)
     assert serving.p2p.enabled and serving.p2p.source is P2PSource.SPEC
     assert serving.p2p.reason == reason and not serving.p2p.facts_enabled
     assert "NCCL_P2P_DISABLE" not in env(serving)
-    assert "serving-p2p-forced-on" in finding_codes(serving)
+    assert "serving-p2p-forced-on" in finding_codes(plan)
 
 
 def test_p2p_setting_agreeing_with_facts_needs_no_reason() -> None:
@@ -575,9 +611,10 @@ def test_multi_numa_pool_is_refused_unless_allowed() -> None:
     err = refused(plan_of(facts, lxc_pool(pair, spec)))
     assert codes_of(err) == ["serving-pool-spans-numa-nodes"]
     allowed = attrs.evolve(spec, allow_multi_numa=True)
-    serving = only(plan_of(facts, lxc_pool(pair, allowed)))
+    plan = plan_of(facts, lxc_pool(pair, allowed))
+    serving = only(plan)
     assert serving.numa is None
-    assert "serving-unpinned" in finding_codes(serving)
+    assert "serving-unpinned" in finding_codes(plan)
     assert "SGLANG_AUTO_NUMA_BIND" not in env(serving)
 
 
@@ -678,8 +715,7 @@ def test_other_unit_copies_and_dropins_are_flagged() -> None:
         ConfigFile(f"{ROOTFS}/root/sglang-qwen.service", "stale copy\n"),
         ConfigFile(f"{ROOTFS}/etc/systemd/system/sglang-qwen.service.d/tp.conf", "[Service]\n"),
     )
-    serving = only(kpro6_plan(extra=extra))
-    by_code = {f.code: f for f in serving.findings}
+    by_code = {f.code: f for f in findings_of(kpro6_plan(extra=extra))}
     copies = by_code["serving-unit-copies"]
     assert copies.severity is Severity.WARNING
     assert "/root/sglang-qwen.service" in copies.message
@@ -689,7 +725,7 @@ def test_other_unit_copies_and_dropins_are_flagged() -> None:
 
 def test_serving_findings_for_the_planner() -> None:
     """The planner gets the P2P decision first, then the server's own findings."""
-    findings = serving_findings(kpro6_plan())
+    findings = findings_of(kpro6_plan())
     assert findings[0].code == "serving-p2p"
     assert "NCCL_P2P_DISABLE=1" in findings[0].message
     assert "serving-memory" in [f.code for f in findings]
@@ -734,9 +770,10 @@ def test_reader_collects_what_the_checks_need(tmp_path: Path) -> None:
     assert {s.path for s in found.stats} == {s.path for s in stats}
     gpus = kpro6_gpus()
     facts = with_serving_files(host(gpus), tmp_path, spec)
-    serving = only(plan_of(facts, lxc_pool(gpus[:4], qwen_serving())))
+    plan = plan_of(facts, lxc_pool(gpus[:4], qwen_serving()))
+    serving = only(plan)
     assert serving.fit is not None and serving.fit.checkpoint_bytes == QWEN_CHECKPOINT
-    assert "serving-unit-copies" in finding_codes(serving)
+    assert "serving-unit-copies" in finding_codes(plan)
 
 
 def test_reader_sums_shards_without_an_index(tmp_path: Path) -> None:
@@ -849,8 +886,8 @@ def old_unit_plan(old: str, **overrides: Any) -> Plan:
 
 def test_dropped_settings_are_one_warning_naming_each_and_the_fix() -> None:
     """One serving-drops-settings warning lists the items and where the spec carries them."""
-    serving = only(old_unit_plan(KPRO6_UNIT))
-    (finding,) = [f for f in serving.findings if f.code == "serving-drops-settings"]
+    findings = findings_of(old_unit_plan(KPRO6_UNIT))
+    (finding,) = [f for f in findings if f.code == "serving-drops-settings"]
     assert finding.severity is Severity.WARNING
     assert finding.subject == "pool sglang"
     for item in ("--reasoning-parser qwen3", "--trust-remote-code", "NCCL_DEBUG=WARN"):
@@ -864,14 +901,14 @@ def test_dropped_settings_are_one_warning_naming_each_and_the_fix() -> None:
 
 def test_the_seed_unit_of_the_fixtures_drops_nothing() -> None:
     """The test helpers' old unit (`--model`, `--tp 8`) only has settings pvegpu rewrites."""
-    assert "serving-drops-settings" not in finding_codes(only(kpro6_plan()))
+    assert "serving-drops-settings" not in finding_codes(kpro6_plan())
 
 
 def test_a_new_unit_is_compared_with_nothing() -> None:
     """No unit in the container: nothing to drop, no warning."""
-    serving = only(kpro6_plan(qwen_serving(unit="sglang-new")))
-    assert serving.base is None
-    assert "serving-drops-settings" not in finding_codes(serving)
+    plan = kpro6_plan(qwen_serving(unit="sglang-new"))
+    assert only(plan).base is None
+    assert "serving-drops-settings" not in finding_codes(plan)
 
 
 OLD_OPTIONS = """[Service]
@@ -931,7 +968,7 @@ def test_old_environment_and_settings_are_classified() -> None:
         DroppedSetting("HF_HOME=/hf", "serving.environment"),
         DroppedSetting("After=nfs-client.target", "pvegpu does not render it"),
         DroppedSetting("Nice=5", "pvegpu does not render it"),
-        DroppedSetting("EnvironmentFile=/etc/default/sglang", "serving.environment, its variables"),
+        DroppedSetting("EnvironmentFile=/etc/default/sglang", "serving.environment_file"),
     )
     # NCCL_P2P_DISABLE=1 is kept (P2P is off on kpro6); NCCL_SHM_DISABLE is refused.
     assert [item for item, _ in comparison.retired] == ["NCCL_SHM_DISABLE=1"]
@@ -959,9 +996,9 @@ def test_unit_settings_are_checked(field: str, value: object) -> None:
 
 def test_shell_variable_in_environment_is_a_warning() -> None:
     """`$PATH` in Environment= stays literal text; the spec should spell the value out."""
-    serving = only(kpro6_plan(qwen_serving(environment=(("PATH", "/opt/cuda/bin:$PATH"),))))
-    assert "serving-env-unexpanded" in finding_codes(serving)
-    literal = only(kpro6_plan(qwen_serving(environment=(("PATH", "/opt/cuda/bin:/usr/bin"),))))
+    shell = kpro6_plan(qwen_serving(environment=(("PATH", "/opt/cuda/bin:$PATH"),)))
+    assert "serving-env-unexpanded" in finding_codes(shell)
+    literal = kpro6_plan(qwen_serving(environment=(("PATH", "/opt/cuda/bin:/usr/bin"),)))
     assert "serving-env-unexpanded" not in finding_codes(literal)
 
 

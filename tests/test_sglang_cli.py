@@ -1,23 +1,22 @@
 from __future__ import annotations
 
+import difflib
 import json
 
 import pytest
 
 from pvegpu.errors import RenderError
-from pvegpu.serving.options import (
-    OptionSpec,
-    OptionTable,
-    load_table,
-    shipped_versions,
-    version_key,
-)
+from pvegpu.serving.option_check import check_command_line, parse_command_line
+from pvegpu.serving.options import OptionSpec, OptionTable, load_table, shipped_versions
+from pvegpu.serving.versions import version_key
 
 SHIPPED = shipped_versions()
 
 
 def codes(table: OptionTable, *args: str, complete: bool = False) -> list[str]:
-    return [p.code for p in table.parse(args, subject="t", complete=complete).problems]
+    return [
+        p.code for p in parse_command_line(table, args, subject="t", complete=complete).problems
+    ]
 
 
 def sample_values(spec: OptionSpec) -> list[str]:
@@ -35,10 +34,12 @@ def sample_values(spec: OptionSpec) -> list[str]:
     return [one]
 
 
-def test_both_reference_versions_ship() -> None:
-    """The tables copied from the reference are package data, oldest first."""
-    assert SHIPPED[:1] == ("0.5.9",)
-    assert "0.5.23" in SHIPPED
+def test_every_0_5_release_ships() -> None:
+    """0.5.1 (the first 0.5 PyPI serves) to 0.5.23, post releases too, oldest first."""
+    assert SHIPPED[0] == "0.5.1"
+    assert SHIPPED[-1] == "0.5.23"
+    assert {"0.5.9", "0.5.10.post1", "0.5.13.post1", "0.5.15.post1"} <= set(SHIPPED)
+    assert len(SHIPPED) == 42
     assert list(SHIPPED) == sorted(SHIPPED, key=version_key)
 
 
@@ -93,7 +94,7 @@ def test_canonical_tp_name_is_the_newest_versions() -> None:
 def test_tp_abbreviation_is_refused(version: str) -> None:
     """`--tp 8` (the seed's flag) works only by argparse prefix matching: refused."""
     table = load_table(version)
-    problems = table.parse(["--tp", "8"], subject="t", complete=False).problems
+    problems = parse_command_line(table, ["--tp", "8"], subject="t", complete=False).problems
     assert [p.code for p in problems] == ["sglang-option-abbreviated"]
     assert "--t" in problems[0].fix
 
@@ -101,7 +102,9 @@ def test_tp_abbreviation_is_refused(version: str) -> None:
 def test_cuda_graph_max_bs_is_ambiguous_from_0_5_20() -> None:
     """--cuda-graph-max-bs is fine on 0.5.9 and an ambiguous prefix on 0.5.23."""
     assert codes(load_table("0.5.9"), "--cuda-graph-max-bs", "8") == []
-    problems = load_table("0.5.23").parse(["--cuda-graph-max-bs", "8"], subject="t").problems
+    problems = parse_command_line(
+        load_table("0.5.23"), ["--cuda-graph-max-bs", "8"], subject="t"
+    ).problems
     assert [p.code for p in problems if p.code != "sglang-option-required"] == [
         "sglang-option-ambiguous"
     ]
@@ -110,11 +113,8 @@ def test_cuda_graph_max_bs_is_ambiguous_from_0_5_20() -> None:
 
 def test_removed_mamba_flag_is_unknown_with_a_suggestion() -> None:
     """0.5.23 has no --mamba-scheduler-strategy; the fix names the new spelling."""
-    problems = (
-        load_table("0.5.23")
-        .parse(["--mamba-scheduler-strategy", "extra_buffer"], subject="t", complete=False)
-        .problems
-    )
+    args = ["--mamba-scheduler-strategy", "extra_buffer"]
+    problems = parse_command_line(load_table("0.5.23"), args, subject="t", complete=False).problems
     assert [p.code for p in problems] == ["sglang-option-unknown"]
     assert "--mamba-radix-cache-strategy" in problems[0].fix
     assert codes(load_table("0.5.9"), "--mamba-radix-cache-strategy", "extra_buffer") == [
@@ -124,9 +124,8 @@ def test_removed_mamba_flag_is_unknown_with_a_suggestion() -> None:
 
 def test_deprecated_option_is_refused_with_its_replacement() -> None:
     """--disable-cuda-graph is deprecated in 0.5.23; the fix says what replaces it."""
-    problems = (
-        load_table("0.5.23").parse(["--disable-cuda-graph"], subject="t", complete=False).problems
-    )
+    args = ["--disable-cuda-graph"]
+    problems = parse_command_line(load_table("0.5.23"), args, subject="t", complete=False).problems
     assert [p.code for p in problems] == ["sglang-option-deprecated"]
     assert "cuda-graph-backend" in problems[0].fix
 
@@ -181,14 +180,13 @@ def test_negative_numbers_are_values() -> None:
 
 
 def test_unknown_version_names_the_shipped_ones() -> None:
-    """A version without a table is refused, listing the versions pvegpu has."""
+    """A release without a table is refused, naming the shipped range and the tool."""
     with pytest.raises(RenderError) as err:
-        load_table("0.5.15")
+        load_table("0.5.24")
     (problem,) = err.value.problems
     assert problem.code == "sglang-version-unknown"
-    for version in SHIPPED:
-        assert version in problem.message
-    assert "sglang-0.5.15.json" in problem.fix
+    assert "0.5.1 to 0.5.23" in problem.message
+    assert "make sglang-tables VERSIONS=0.5.24" in problem.fix
 
 
 @pytest.mark.parametrize(
@@ -231,3 +229,31 @@ def test_version_key_orders_numerically() -> None:
     assert version_key("0.5.10.post1") == (0, 5, 10)
     with pytest.raises(ValueError, match="not a version"):
         version_key("latest")
+
+
+def test_check_raises_every_problem_of_the_line() -> None:
+    """check_command_line raises one RenderError naming each problem; a clean line passes."""
+    table = load_table("0.5.23")
+    check_command_line(table, ["--model-path", "/m", "--tp-size", "4"], subject="t")
+    with pytest.raises(RenderError) as err:
+        check_command_line(table, ["--tp", "4", "--no-such-flag"], subject="t", complete=False)
+    assert [p.code for p in err.value.problems] == [
+        "sglang-option-abbreviated",
+        "sglang-option-unknown",
+    ]
+
+
+def test_suggestions_are_worked_out_only_when_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a line for its options (an old unit) runs no fuzzy search over the table."""
+    calls: list[str] = []
+
+    def counting(word: str, names: list[str], n: int = 3) -> list[str]:
+        calls.append(word)
+        return []
+
+    monkeypatch.setattr(difflib, "get_close_matches", counting)
+    parsed = parse_command_line(load_table("0.5.23"), ["--reasoning-parsr", "x"], subject="t")
+    assert [o.written for o in parsed.options] == ["--reasoning-parsr"]
+    assert calls == []
+    assert "sglang-option-unknown" in [p.code for p in parsed.problems]
+    assert calls == ["--reasoning-parsr"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pvegpu.fixture_hosts import HOSTS
+from fixture_hosts import HOSTS
 from pvegpu.host.discover import discover
 from pvegpu.host.snapshot import snapshot, unpack
 from pvegpu.pipeline import discover_for, plan_and_render

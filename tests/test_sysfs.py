@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from pvegpu.host import sysfs
 from pvegpu.host.facts import CharMajor, IommuGroupType, KernelModuleFlavor, NvidiaDriver
+from pvegpu.host.paths import NVIDIA_LIBRARY
 
 
 def test_hex_ids() -> None:
@@ -121,3 +124,28 @@ def test_vfio_ids_from_modprobe() -> None:
         "softdep nvidia pre: vfio-pci\n"
     )
     assert sysfs.modprobe_vfio_ids(text) == (("10de:24b0", "10de:228b"),)
+
+
+@pytest.mark.parametrize(
+    ("parse", "raw"),
+    [
+        (lambda raw: sysfs.link_width(raw), "\u0661\u0666\n"),  # Arabic-Indic 16
+        (lambda raw: sysfs.link_width(raw), "\u00b2\n"),  # superscript two
+        (lambda raw: sysfs.device_minor({"Device Minor": raw}), "\u0663"),
+        (lambda raw: sysfs.device_minor({"Device Minor": raw}), "\u00b2"),
+        (lambda raw: sysfs.proc_devices(f"Character devices:\n{raw} nvidia\n"), "\u0663"),
+        (lambda raw: sysfs.proc_devices(f"Character devices:\n{raw} nvidia\n"), "\u00b2"),
+        (lambda raw: sysfs.numa_node(raw), "\u0661\n"),
+    ],
+)
+def test_unicode_digits_are_not_numbers(parse: Callable[[str], object], raw: str) -> None:
+    """str.isdigit() accepts '\u00b2' and '\u0661'; the kernel only writes ASCII digits."""
+    with pytest.raises(ValueError, match="expected"):
+        parse(raw)
+
+
+def test_nvidia_library_names_are_whole_ascii_names() -> None:
+    """Even `.match` takes only a whole name: no trailing newline, no Unicode digits."""
+    assert NVIDIA_LIBRARY.match("libcuda.so.590.48.01") is not None
+    for bad in ("libcuda.so.590.48.01\n", "libcuda.so.\u0665\u0669\u0660.48", "libcuda.so.1"):
+        assert NVIDIA_LIBRARY.match(bad) is None, bad

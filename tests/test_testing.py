@@ -8,8 +8,9 @@ from pathlib import Path
 import attrs
 import pytest
 
+import fixture_hosts
+from fixture_hosts import HOSTS
 from pvegpu import testing
-from pvegpu.fixture_hosts import HOSTS
 from pvegpu.testing import (
     DeviceSpec,
     HostSpec,
@@ -47,7 +48,7 @@ def test_committed_tree_is_builder_output(name: str, tmp_path: Path) -> None:
     write_host(HOSTS[name](), tmp_path / name)
     fresh = tree_entries(tmp_path / name)
     committed = tree_entries(FIXTURES / name)
-    assert sorted(committed) == sorted(fresh), "run: python -m pvegpu.testing regenerate"
+    assert sorted(committed) == sorted(fresh), "run: python tests/fixture_hosts.py regenerate"
     different = [path for path in fresh if fresh[path] != committed[path]]
     assert different == []
 
@@ -268,16 +269,22 @@ def test_refuses_non_empty_root(tmp_path: Path) -> None:
 
 
 def test_regenerate_entry_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`python -m pvegpu.testing regenerate DEST NAME` rewrites that tree, replacing old files."""
+    """`python tests/fixture_hosts.py regenerate DEST NAME` rewrites that tree, old files gone."""
     (tmp_path / "mixed").mkdir()
     (tmp_path / "mixed" / "stale").write_text("old")
-    assert testing.main(["regenerate", str(tmp_path), "mixed"]) == 0
+    assert fixture_hosts.main(["regenerate", str(tmp_path), "mixed"]) == 0
     assert not (tmp_path / "mixed" / "stale").exists()
     assert tree_entries(tmp_path / "mixed") == tree_entries(FIXTURES / "mixed")
     assert "wrote" in capsys.readouterr().out
-    assert testing.main(["bogus"]) == 2
+    assert fixture_hosts.main(["bogus"]) == 2
     with pytest.raises(KeyError, match="no fixture host nope"):
-        testing.regenerate(tmp_path, ["nope"])
+        fixture_hosts.regenerate(tmp_path, ["nope"])
+
+
+def test_installed_package_has_no_test_hosts() -> None:
+    """The descriptions of this project's test hosts live with the tests, not in pvegpu."""
+    assert not hasattr(testing, "fixture_hosts")
+    assert not (Path(testing.__file__).parent.parent / "fixture_hosts.py").exists()
 
 
 def test_docstring_example_runs(tmp_path: Path) -> None:

@@ -10,28 +10,18 @@ from pathlib import Path
 import attrs
 import pytest
 
-from pvegpu.host.discover import discover
+from bundled import spec_plan
 from pvegpu.pipeline import discover_for
 from pvegpu.planning.plan import Plan
 from pvegpu.planning.planner import plan
 from pvegpu.rendering.artifact import REVIEW
 from pvegpu.rendering.review.render import render_topology_svg
 from pvegpu.rendering.review.topology import topology_mermaid, topology_svg, topology_table
-from pvegpu.spec.load import load_spec, parse_spec
+from pvegpu.spec.load import load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 SVG = "{http://www.w3.org/2000/svg}"
 MERMAID_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-
-WORKSTATION_VM = """
-node = "pve-ws"
-[[pools]]
-name = "vm"
-gpus = ["39:00.0"]
-mapping = { id = "ws-gpu" }
-[pools.vfio]
-vm = { vmid = 110 }
-"""
 
 # Four pools of uneven size on kpro6, so boxes compete for the same vertical space.
 FOUR_POOLS = """
@@ -59,17 +49,6 @@ gpus = ["e1:00.0"]
 mapping = { id = "rest-vm" }
 [pools.vfio]
 """
-
-
-@pytest.fixture
-def kpro6(fixture_root: Callable[[str], Path]) -> Plan:
-    spec = load_spec(REPO / "examples" / "kpro6.toml")
-    return plan(discover_for(spec, fixture_root("kpro6")), spec)
-
-
-@pytest.fixture
-def workstation(fixture_root: Callable[[str], Path]) -> Plan:
-    return plan(discover(fixture_root("workstation")), parse_spec(WORKSTATION_VM))
 
 
 def _rects(root: ET.Element) -> dict[str, tuple[int, int, int, int]]:
@@ -162,9 +141,9 @@ def test_svg_escapes_text(kpro6: Plan) -> None:
     assert 'GPU split on lab&<"1">' in "".join(root.itertext())
 
 
-def test_svg_boxes_never_overlap(fixture_root: Callable[[str], Path]) -> None:
+def test_svg_boxes_never_overlap() -> None:
     """With uneven pools and stacked consumers, no two boxes overlap and edges go rightwards."""
-    planned = plan(discover(fixture_root("kpro6")), parse_spec(FOUR_POOLS))
+    planned = spec_plan("kpro6", FOUR_POOLS)
     root = ET.fromstring(topology_svg(planned))
     boxes = list(_rects(root).items())
     for i, (a, (ax, ay, aw, ah)) in enumerate(boxes):

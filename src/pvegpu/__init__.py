@@ -25,6 +25,11 @@ from pvegpu.errors import (
     SpecError,
 )
 
+__version__ = "0.1.0"
+"""The one place the version is written: pyproject.toml reads it from here (dynamic), and
+`pvegpu --version` prints it without package metadata, which a checkout run as
+`PYTHONPATH=src python3 -m pvegpu` does not have."""
+
 if TYPE_CHECKING:
     from pvegpu.host.discover import discover
     from pvegpu.host.facts import GPU, HostFacts, IommuGroup, NumaNode, PciFunction

@@ -24,6 +24,14 @@ HOST_GPU_DRIVERS = {0x10DE: "nvidia", 0x1002: "amdgpu", 0x8086: "i915"}
 """The driver a GPU returns to when it leaves vfio-pci, by PCI vendor: GPUs on vfio-pci
 (or unbound) today show no host driver in sysfs."""
 
+GPU_DRIVER_MODULES = {
+    0x10DE: frozenset({"nvidia", "nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nouveau"}),
+    0x1002: frozenset({"amdgpu", "radeon"}),
+    0x8086: frozenset({"i915", "xe"}),
+}
+"""Modules (kmod names, `_` not `-`) whose loading binds a vendor's GPUs: its drivers,
+and the modules that load the driver as a dependency (nvidia_drm needs nvidia)."""
+
 HOST_AUDIO_DRIVER = "snd_hda_intel"
 """The host driver of a GPU's HDMI/DP audio function (class 0x0403)."""
 CLASS_AUDIO = 0x0403
@@ -43,3 +51,15 @@ def host_driver(function: PciFunction) -> str | None:
     if function.is_display:
         return HOST_GPU_DRIVERS.get(function.vendor)
     return None
+
+
+def binding_modules(function: PciFunction) -> frozenset[str]:
+    """The modules that, once loaded, bind `function` unless its driver_override says otherwise."""
+    found = set()
+    if function.driver and function.driver != VFIO_DRIVER:
+        found.add(function.driver.replace("-", "_"))
+    if function.pci_class >> 8 == CLASS_AUDIO:
+        found.add(HOST_AUDIO_DRIVER)
+    if function.is_display:
+        found |= GPU_DRIVER_MODULES.get(function.vendor, frozenset())
+    return frozenset(found)

@@ -2,26 +2,45 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
-from pvegpu.host.discover import discover
+from pvegpu.host.discover import read_host
 from pvegpu.host.facts import HostFacts
+from pvegpu.host.reader import RootReader
+from pvegpu.host.serving_files import add_serving_files, read_serving
+from pvegpu.planning.cluster import ClusterPlan, plan_cluster
 from pvegpu.planning.plan import Plan
 from pvegpu.planning.planner import plan
 from pvegpu.rendering.artifact import Artifact
+from pvegpu.rendering.cluster import NodeArtifacts, render_cluster
 from pvegpu.rendering.registry import render
-from pvegpu.serving import with_serving_files
 from pvegpu.spec.schema import Spec
 
 
 def discover_for(spec: Spec, root: Path = Path("/")) -> HostFacts:
     """Host facts plus the files this spec's servers need (model config, container rootfs).
 
-    The only I/O of the pipeline: after this, planning and rendering are pure.
+    The only I/O of the pipeline: after this, planning and rendering are pure. Both
+    readings share one `RootReader`: one set of rules, links and directories looked up once.
     """
-    return with_serving_files(discover(root), root, spec)
+    reader = RootReader(root)
+    return add_serving_files(read_host(reader), read_serving(reader, spec))
 
 
 def plan_and_render(facts: HostFacts, spec: Spec) -> tuple[Plan, tuple[Artifact, ...]]:
     planned = plan(facts, spec)
     return planned, render(planned)
+
+
+def discover_cluster(spec: Spec, roots: Mapping[str, Path]) -> dict[str, HostFacts]:
+    """Each node's facts from its root (by node name), with the files its own pools'
+    servers need. The nodes are checked against the spec by `plan_cluster`."""
+    return {node: discover_for(spec.for_node(node), root) for node, root in roots.items()}
+
+
+def plan_and_render_cluster(
+    facts: Mapping[str, HostFacts], spec: Spec
+) -> tuple[ClusterPlan, NodeArtifacts]:
+    planned = plan_cluster(facts, spec)
+    return planned, render_cluster(planned)

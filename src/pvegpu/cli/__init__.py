@@ -1,54 +1,65 @@
-"""`pvegpu` command line. Each subcommand lives in its own module with `register()`."""
+"""`pvegpu` command line: parse (cli/arguments.py), then import and run one subcommand.
+
+The run functions live in cli/discover.py, cli/snapshot.py and cli/plan.py; only the
+module of the command given is imported, so `pvegpu --help` and `pvegpu discover` start
+without the planner, the renderers or jinja2.
+"""
 
 from __future__ import annotations
 
-import argparse
+import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
+from pvegpu.cli.arguments import EPILOG, build_parser
 from pvegpu.errors import PvegpuError
 
-EPILOG = """\
-exit codes:
-  0  success
-  1  unexpected internal error (a bug: please report it with `pvegpu snapshot`)
-  2  usage error (bad command line)
-  3  the sysfs/procfs tree under --root is broken (discovery error)
-  4  the spec is malformed
-  5  the plan is refused on this host (every problem is listed)
-  6  an artifact cannot be rendered
-  7  applying to the host failed (see the rollback notes printed)
-"""
+if TYPE_CHECKING:
+    import argparse
+
+__all__ = ["EPILOG", "REFUSAL_SCHEMA", "build_parser", "main", "refusal_document"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from pvegpu.cli import discover as discover_cmd
-    from pvegpu.cli import plan as plan_cmd
+def _run_function(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
+    module, _, name = args.run.partition(":")
+    run: Callable[[argparse.Namespace], int] = getattr(import_module(module), name)
+    return run
 
-    parser = argparse.ArgumentParser(
-        prog="pvegpu",
-        description="Plan, render and apply GPU splits on a Proxmox VE host.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (discover_cmd, plan_cmd):
-        module.register(sub)
-    return parser
+
+REFUSAL_SCHEMA = "pvegpu.refusal/1"
+
+
+def refusal_document(command: str, err: PvegpuError) -> dict[str, Any]:
+    """What `--json` prints on a refusal (docs/cli.md, "Refusals as JSON")."""
+    return {
+        "schema": REFUSAL_SCHEMA,
+        "command": command,
+        "exit_code": err.exit_code,
+        "problems": [
+            {"code": p.code, "subject": p.subject, "message": p.message, "fix": p.fix}
+            for p in err.problems
+        ],
+        "written": err.partial,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        code: int = args.func(args)
+        code: int = _run_function(args)(args)
     except PvegpuError as err:
         print(f"pvegpu {args.command}: refused", file=sys.stderr)
         for problem in err.problems:
             print(f"  {problem}", file=sys.stderr)
         if not err.partial:
             print("nothing was written.", file=sys.stderr)
+        if getattr(args, "json", False):
+            # The same refusal for automation, on stdout where --json output always goes.
+            print(json.dumps(refusal_document(args.command, err), indent=2))
         return err.exit_code
     except BrokenPipeError:
         # `pvegpu plan | head`: the reader left; say nothing more, like other tools.

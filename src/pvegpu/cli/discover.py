@@ -1,64 +1,23 @@
-"""`pvegpu discover` (what the host has) and `pvegpu snapshot` (capture it for later)."""
+"""`pvegpu discover`: what the host has, as a table or the facts JSON.
+
+Its arguments are in cli/arguments.py; this module is imported only to run it, and
+imports nothing of planning, rendering or serving.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from pvegpu.host.discover import discover
 from pvegpu.host.facts import HostFacts
-from pvegpu.host.facts_json import facts_to_json
-from pvegpu.host.snapshot import snapshot
-from pvegpu.spec.load import load_spec
-
-
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    d = sub.add_parser(
-        "discover",
-        help="show the host's GPUs, NUMA nodes, IOMMU groups and drivers",
-        description="Read sysfs, procfs and /etc under --root and print the GPU topology: "
-        "one line per GPU in PCI order, the host line (node, IOMMU mode, SEV-SNP, "
-        "nvidia module) and the GPUs of each NUMA node. Reads only; writes nothing.",
-    )
-    d.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
-    d.add_argument("--json", action="store_true", help="the facts document (docs/facts-schema.md)")
-    d.set_defaults(func=run_discover)
-
-    s = sub.add_parser(
-        "snapshot",
-        help="archive exactly what discover reads into a .tar.gz",
-        description="Capture every file and symlink discover reads under --root into "
-        "a .tar.gz that `pvegpu discover --root <unpacked>` reads back to the same "
-        "facts. Attach it to bug reports; it holds no secrets beyond /etc/pve configs.",
-    )
-    s.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
-    s.add_argument("--out", type=Path, required=True, help="archive to write (.tar.gz)")
-    s.add_argument(
-        "--spec",
-        type=Path,
-        help="also capture what planning this spec's servers reads (model config, "
-        "container files), so `pvegpu plan` works on the unpacked archive",
-    )
-    s.set_defaults(func=run_snapshot)
+from pvegpu.host.facts_dump import facts_to_json
 
 
 def run_discover(args: argparse.Namespace) -> int:
     facts = discover(args.root)
     sys.stdout.write(facts_to_json(facts) if args.json else format_table(facts))
     return 0
-
-
-def run_snapshot(args: argparse.Namespace) -> int:
-    spec = load_spec(args.spec) if args.spec is not None else None
-    result = snapshot(args.root, args.out, spec)
-    print(f"wrote {result.path} ({result.entries} entries)")
-    if result.error is None:
-        return 0
-    print("pvegpu snapshot: discovery failed; the archive holds what was read", file=sys.stderr)
-    for problem in result.error.problems:
-        print(f"  {problem}", file=sys.stderr)
-    return result.error.exit_code
 
 
 def _dash(value: object) -> str:

@@ -1,81 +1,43 @@
-"""`pvegpu plan` (what would change, as diffs) and `pvegpu render` (write it all to OUT)."""
+"""`pvegpu plan` (what would change, as diffs) and `pvegpu render` (write it all to OUT).
+
+Their arguments are in cli/arguments.py; this module, and with it the planner and the
+renderers, is imported only when one of the two runs.
+"""
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+from pvegpu.cli.cluster import run_cluster_plan, run_cluster_render, single_root
+from pvegpu.cli.diffs import diff
 from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.planning.plan import Plan
-from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.rendering.artifact import REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.rendering.bundle import manifest_entry, write_bundle
+from pvegpu.rendering.review.apply_doc import manifest_header
 from pvegpu.rendering.review.topology import topology_table
 from pvegpu.spec.load import load_spec
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--root", type=Path, default=Path("/"), help="host root to read (default: /)"
-    )
-    common.add_argument("--spec", type=Path, required=True, help="split spec (TOML)")
-
-    p = sub.add_parser(
-        "plan",
-        parents=[common],
-        help="show what would change, as unified diffs, and the plan's findings",
-        description="Plan the split and show every file it would change as a unified diff "
-        "against what is under --root. Writes nothing. Exit 0 when the plan is valid.",
-    )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=run_plan)
-
-    r = sub.add_parser(
-        "render",
-        parents=[common],
-        help="write every artifact under OUT, with MANIFEST.json and a revert bundle",
-        description="Render every artifact into OUT at its target path (OUT/etc/pve/lxc/"
-        "129.conf; container files under OUT/ct/<vmid>/), the revert bundle under "
-        "OUT/revert/, SUMMARY.md and topology.svg, and OUT/MANIFEST.json. Never touches "
-        "the host; nothing is written when the plan is refused.",
-    )
-    r.add_argument("--out", type=Path, required=True, help="output directory")
-    r.set_defaults(func=run_render)
-
-
-def _load(args: argparse.Namespace) -> tuple[Plan, tuple[Artifact, ...]]:
+def _load(args: argparse.Namespace) -> tuple[Path, Plan, tuple[Artifact, ...]] | None:
+    """The root, plan and artifacts of a single-node run; None for a cluster's (the spec
+    has `nodes` or a root is given as NODE=DIR): cli/cluster.py runs those."""
     spec = load_spec(args.spec)
-    return plan_and_render(discover_for(spec, args.root), spec)
-
-
-def _current(root: Path, artifact: Artifact) -> str | None:
-    """What the file is now: the host file under root, else the base the patch read."""
-    if artifact.target == HOST:
-        path = root / artifact.path
-        if path.is_file():
-            return path.read_text(encoding="utf-8")
-    return artifact.base.content if artifact.base else None
-
-
-def _diff(root: Path, artifact: Artifact) -> str:
-    before = _current(root, artifact)
-    where = artifact.path if artifact.target == HOST else f"{artifact.target}/{artifact.path}"
-    lines = difflib.unified_diff(
-        (before or "").splitlines(keepends=True),
-        artifact.content.splitlines(keepends=True),
-        fromfile=f"a/{where}" if before is not None else "/dev/null",
-        tofile=f"b/{where}",
-    )
-    return "".join(
-        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
-    )
+    root = single_root(spec, args.root)
+    if root is None:
+        return None
+    return root, *plan_and_render(discover_for(spec, root), spec)
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    plan, artifacts = _load(args)
+    loaded = _load(args)
+    if loaded is None:
+        return run_cluster_plan(args)
+    root, plan, artifacts = loaded
     installed = [a for a in artifacts if a.target != REVIEW and a.bundle != REVERT_BUNDLE]
     if args.json:
         doc: dict[str, Any] = {
@@ -101,13 +63,13 @@ def run_plan(args: argparse.Namespace) -> int:
                 }
                 for f in plan.findings
             ],
-            "changes": [{**manifest_entry(a), "diff": _diff(args.root, a)} for a in installed],
+            "changes": [{**manifest_entry(a), "diff": diff(root, a)} for a in installed],
         }
         print(json.dumps(doc, indent=2))
         return 0
     for artifact in installed:
-        diff = _diff(args.root, artifact)
-        print(diff if diff else f"# {artifact.target}:{artifact.path}: unchanged\n", end="")
+        text = diff(root, artifact)
+        print(text if text else f"# {artifact.target}:{artifact.path}: unchanged\n", end="")
     print()
     print(f"plan for node {plan.facts.node}: {len(installed)} file(s)")
     for pool in plan.pools:
@@ -119,8 +81,24 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def run_render(args: argparse.Namespace) -> int:
-    plan, artifacts = _load(args)
-    written = write_bundle(artifacts, args.out, node=plan.facts.node, spec=str(args.spec))
+    loaded = _load(args)
+    if loaded is None:
+        return run_cluster_render(args)
+    _, plan, artifacts = loaded
+    # The header carries the runbook as actions: `pvegpu apply --bundle` runs those.
+    header = manifest_header(plan, artifacts, str(args.spec))
+    written = write_bundle(artifacts, args.out, **header)
+    if args.json:
+        doc = {
+            "schema": "pvegpu.render/1",
+            "node": plan.facts.node,
+            "out": str(args.out),
+            # Relative to out, as in MANIFEST.json.
+            "written": [os.path.relpath(path, args.out) for path in written],
+            "summary": str(args.out / "SUMMARY.md"),
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
     print(f"rendered {len(written)} files for node {plan.facts.node} into {args.out}:")
     for path in written:
         print(f"  {path}")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
+from collections.abc import Callable
 from enum import StrEnum
+from typing import TypeVar
 
 import attrs
 
+from pvegpu.host.bootconfig import BootConfig
 from pvegpu.pci import CpuList, PciAddress
 
 NVIDIA_VENDOR = 0x10DE
@@ -212,6 +214,8 @@ class ConfigFile:
 
     @property
     def sha256(self) -> str:
+        import hashlib  # here: loading OpenSSL is start-up time `discover` does not need
+
         return hashlib.sha256(self.content.encode()).hexdigest()
 
 
@@ -240,18 +244,37 @@ class HostFacts:
     files: tuple[ConfigFile, ...] = ()
     stats: tuple[FileStat, ...] = ()
     """Files whose name and size matter, not their content (serving.read_serving_files)."""
+    boot: BootConfig = attrs.field(factory=BootConfig)
+    """The next boot's kernel command lines and early modules (`/proc/cmdline` is this one)."""
+
+    _index: _FactsIndex | None = attrs.field(default=None, init=False, eq=False, repr=False)
+    """Lookups by key, built on first use (see `_lookups`); not a fact, never compared."""
+
+    @property
+    def _lookups(self) -> _FactsIndex:
+        # Planning asks for a function, GPU, group or file per device: scanning the tuples
+        # each time made a plan quadratic in the host's size. Built once, on first use,
+        # because facts are frozen and an evolved copy starts without one.
+        if self._index is None:
+            object.__setattr__(self, "_index", _FactsIndex.of(self))
+        assert self._index is not None  # set just above; for mypy
+        return self._index
 
     def function(self, address: PciAddress) -> PciFunction | None:
-        return next((f for f in self.functions if f.address == address), None)
+        return self._lookups.functions.get(address)
 
     def gpu(self, address: PciAddress) -> GPU | None:
-        return next((g for g in self.gpus if g.address == address), None)
+        return self._lookups.gpus.get(address)
 
     def group(self, group_id: int) -> IommuGroup | None:
-        return next((g for g in self.iommu_groups if g.id == group_id), None)
+        return self._lookups.groups.get(group_id)
 
     def file(self, path: str) -> ConfigFile | None:
-        return next((f for f in self.files if f.path == path), None)
+        return self._lookups.files.get(path)
+
+    def slot_functions(self, address: PciAddress) -> tuple[PciFunction, ...]:
+        """Every function of the address's slot (`dddd:bb:dd`), in facts order."""
+        return self._lookups.slots.get(address.slot, ())
 
     def stats_in(self, directory: str) -> tuple[FileStat, ...]:
         """Stats of the files directly in `directory` (relative to the root)."""
@@ -273,3 +296,37 @@ class HostFacts:
         if kinds == {True, False}:
             return IommuMode.MIXED
         return IommuMode.TRANSLATED
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _first_by_key(items: tuple[_V, ...], key: Callable[[_V], _K]) -> dict[_K, _V]:
+    """The first item per key, as a scan from the front would find it."""
+    found: dict[_K, _V] = {}
+    for item in items:
+        found.setdefault(key(item), item)
+    return found
+
+
+@attrs.frozen
+class _FactsIndex:
+    functions: dict[PciAddress, PciFunction]
+    gpus: dict[PciAddress, GPU]
+    groups: dict[int, IommuGroup]
+    files: dict[str, ConfigFile]
+    slots: dict[str, tuple[PciFunction, ...]]
+
+    @classmethod
+    def of(cls, facts: HostFacts) -> _FactsIndex:
+        slots: dict[str, list[PciFunction]] = {}
+        for function in facts.functions:
+            slots.setdefault(function.address.slot, []).append(function)
+        return cls(
+            functions=_first_by_key(facts.functions, lambda f: f.address),
+            gpus=_first_by_key(facts.gpus, lambda g: g.address),
+            groups=_first_by_key(facts.iommu_groups, lambda g: g.id),
+            files=_first_by_key(facts.files, lambda f: f.path),
+            slots={slot: tuple(members) for slot, members in slots.items()},
+        )

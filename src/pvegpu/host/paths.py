@@ -28,11 +28,25 @@ OTHER_UNIT_DIRS = (
     "etc/systemd/user",
     "usr/lib/systemd/user",
 )
+SYSTEM_UNIT_PATH = (
+    UNIT_DIR,
+    "run/systemd/system",
+    "usr/local/lib/systemd/system",
+    "usr/lib/systemd/system",
+    "lib/systemd/system",
+)
+"""systemd's search path for system units, highest priority first (systemd.unit(5)).
+/run is a tmpfs of the running container: read from the host it is usually empty."""
 HOME_DIRS = ("root", "home", "opt", "srv")
 HOME_DEPTH = 3
 
-NVIDIA_LIBRARY = re.compile(r"^(?P<lib>libcuda|libnvidia-ml)\.so\.(?P<version>\d+\.\d+(?:\.\d+)?)$")
-"""libcuda.so.<driver version> / libnvidia-ml.so.<driver version>: a userspace library."""
+NVIDIA_LIBRARY = re.compile(
+    r"(?P<lib>libcuda|libnvidia-ml)\.so\.(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)\Z"
+)
+"""libcuda.so.<driver version> / libnvidia-ml.so.<driver version>: a userspace library.
+
+ASCII digits only (a Unicode digit is not a version), anchored at the very end (`$` would
+also take a name ending in a newline), so even `.match` takes only the whole name."""
 
 
 def root_relative(path: str) -> str:
@@ -41,3 +55,17 @@ def root_relative(path: str) -> str:
     if norm == ".." or norm.startswith("../"):
         raise ValueError(f"{path!r} leaves the root")
     return norm
+
+
+def dropin_dirs(unit: str) -> tuple[str, ...]:
+    """The drop-in directories of `<unit>.service`, in the order systemd collects them.
+
+    For each directory of SYSTEM_UNIT_PATH: `<unit>.service.d`, then the dash prefixes
+    (`sglang-qwen` -> `sglang-.service.d`); after all of those, the top-level
+    `service.d` of each. A drop-in file name met again later is shadowed by the first.
+    """
+    names = [f"{unit}.service.d"]
+    parts = unit.split("-")
+    names += [f"{'-'.join(parts[:i])}-.service.d" for i in range(len(parts) - 1, 0, -1)]
+    specific = [f"{d}/{n}" for d in SYSTEM_UNIT_PATH for n in names]
+    return (*specific, *(f"{d}/service.d" for d in SYSTEM_UNIT_PATH))

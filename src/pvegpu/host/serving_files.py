@@ -1,14 +1,23 @@
-"""The thin reader: the host files the serving checks look at, added to the facts."""
+"""The host files the serving checks look at, read through the root reader into the facts.
+
+A spec's paths (model config, container rootfs) are root-relative; every read goes through
+`pvegpu.host.reader.RootReader`, so a link pointing out of the root (absolute or `../..`)
+is resolved inside it like any other, and a file that is not there inside the root reads
+as missing (the serving checks then report it), never as the outside file.
+
+The container's root file system is found from its `rootfs:` line and storage.cfg
+(`host.rootfs`); the spec's `container_rootfs` is read too when it names another path.
+"""
 
 from __future__ import annotations
 
-import os
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 
+from pvegpu.host.container_python import read_installed_sglang
 from pvegpu.host.facts import ConfigFile, FileStat, HostFacts
 from pvegpu.host.paths import (
     CONTAINER_LIBDIRS,
@@ -17,106 +26,149 @@ from pvegpu.host.paths import (
     HOME_DIRS,
     NVIDIA_LIBRARY,
     OTHER_UNIT_DIRS,
-    UNIT_DIR,
+    SYSTEM_UNIT_PATH,
+    dropin_dirs,
     root_relative,
 )
+from pvegpu.host.reader import RootReader, Trace
+from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.serving.decision import ServingFiles
 from pvegpu.spec.schema import Spec
 
-
-def _read_file(root: Path, rel: str) -> ConfigFile | None:
-    path = root / rel
-    if not path.is_file():
-        return None
-    return ConfigFile(rel, path.read_text(encoding="utf-8", errors="replace"))
+MASKED = "/dev/null"
+"""A unit file or drop-in linked here is masked (systemd.unit(5))."""
 
 
-def _has_symlink(root: Path, rel: str) -> bool:
-    # A symlinked directory (merged-/usr `lib -> usr/lib`) is an alias of one read anyway,
-    # or points outside the container's tree; either way it is not read twice.
-    current = root
-    for part in rel.split("/"):
-        current = current / part
-        if current.is_symlink():
-            return True
-    return False
+def _is_shard(name: str) -> bool:
+    return name.endswith(".safetensors")
 
 
-def _walk(root: Path, start: str, depth: int) -> Iterator[str]:
-    """Root-relative paths of files under `start`, at most `depth` directories down."""
-    base = root / start
-    if not base.is_dir() or _has_symlink(root, start):
-        return
-    for dirpath, dirnames, filenames in os.walk(base):
-        rel = Path(dirpath).relative_to(root).as_posix()
-        if rel.count("/") - start.count("/") >= depth:
-            dirnames.clear()
-        for name in filenames:
-            yield f"{rel}/{name}"
+def _is_library(name: str) -> bool:
+    return NVIDIA_LIBRARY.fullmatch(name) is not None
 
 
-def read_serving_files(root: Path, spec: Spec) -> ServingFiles:
-    """Read what the servings of `spec` check: model config/index/shards, container files.
+def _is_dropin(name: str) -> bool:
+    return name.endswith(".conf")
+
+
+class _Found:
+    """The files and sizes read so far, each path once."""
+
+    def __init__(self, reader: RootReader) -> None:
+        self.reader = reader
+        self.files: dict[str, ConfigFile] = {}
+        self.stats: dict[str, FileStat] = {}
+
+    def add(self, rel: str) -> None:
+        if rel not in self.files and (text := self.reader.read(rel)) is not None:
+            self.files[rel] = ConfigFile(rel, text)
+
+    def add_text(self, rel: str, text: str) -> None:
+        self.files.setdefault(rel, ConfigFile(rel, text))
+
+    def add_sizes(self, directory: str, keep: Callable[[str], bool]) -> None:
+        for name in self.reader.listdir(directory, keep):
+            rel = f"{directory}/{name}"
+            if (size := self.reader.size(rel)) is not None:
+                self.stats[rel] = FileStat(rel, size)
+
+
+def read_serving_files(root: Path, spec: Spec, *, trace: Trace | None = None) -> ServingFiles:
+    """Read what the servings of `spec` check: model config/index/shards, container files."""
+    return read_serving(RootReader(root, trace), spec)
+
+
+def read_serving(reader: RootReader, spec: Spec) -> ServingFiles:
+    """`read_serving_files` on a reader the caller keeps (one reading with discovery).
 
     The only I/O of serving checks; everything else takes the facts this returns.
     """
-    files: dict[str, ConfigFile] = {}
-    stats: dict[str, FileStat] = {}
-
-    def add(rel: str) -> None:
-        if rel not in files and (found := _read_file(root, rel)) is not None:
-            files[rel] = found
-
+    found = _Found(reader)
     for pool in spec.pools:
         serving = pool.lxc.serving if pool.lxc else None
-        if serving is None:
+        if pool.lxc is None or serving is None:
             continue
         try:
             model_config = root_relative(serving.model_config) if serving.model_config else None
             rootfs = root_relative(serving.container_rootfs) if serving.container_rootfs else None
         except ValueError:
-            continue  # from_pool reports the path
+            continue  # the serving checks report the path
         if model_config is not None:
-            add(model_config)
+            found.add(model_config)
             model_dir = posixpath.dirname(model_config)
-            add(f"{model_dir}/model.safetensors.index.json")
-            directory = root / model_dir
-            if directory.is_dir():
-                for entry in sorted(directory.iterdir()):
-                    if entry.name.endswith(".safetensors") and entry.is_file():
-                        rel = f"{model_dir}/{entry.name}"
-                        stats[rel] = FileStat(rel, entry.stat().st_size)
-        if rootfs is not None:
-            add(f"{rootfs}/{DPKG_STATUS}")
-            for libdir in CONTAINER_LIBDIRS:
-                directory = root / rootfs / libdir
-                if not directory.is_dir() or _has_symlink(root, f"{rootfs}/{libdir}"):
-                    continue
-                for entry in sorted(directory.iterdir()):
-                    if NVIDIA_LIBRARY.match(entry.name) and entry.is_file():
-                        rel = f"{rootfs}/{libdir}/{entry.name}"
-                        stats[rel] = FileStat(rel, entry.stat().st_size)
-            unit = f"{serving.unit}.service"
-            add(f"{rootfs}/{UNIT_DIR}/{unit}")
-            dropin_dir = f"{rootfs}/{UNIT_DIR}/{unit}.d"
-            if (root / dropin_dir).is_dir():
-                for entry in sorted((root / dropin_dir).iterdir()):
-                    if entry.name.endswith(".conf"):
-                        add(f"{dropin_dir}/{entry.name}")
-            for directory_name in OTHER_UNIT_DIRS:
-                rel_dir = f"{rootfs}/{directory_name}"
-                if not _has_symlink(root, rel_dir):
-                    add(f"{rel_dir}/{unit}")
-            for home in HOME_DIRS:
-                for rel in _walk(root, f"{rootfs}/{home}", HOME_DEPTH):
-                    if posixpath.basename(rel) == unit:
-                        add(rel)
-    return ServingFiles(tuple(files.values()), tuple(stats.values()))
+            found.add(f"{model_dir}/model.safetensors.index.json")
+            if reader.is_dir(model_dir):
+                found.add_sizes(model_dir, _is_shard)
+        for directory in _rootfs_candidates(reader, pool.lxc.vmid, rootfs):
+            _read_container(found, directory, serving.unit)
+            for installed in read_installed_sglang(reader, directory, serving.python):
+                found.files.setdefault(installed.path, installed)
+    return ServingFiles(tuple(found.files.values()), tuple(found.stats.values()))
 
 
-def with_serving_files(facts: HostFacts, root: Path, spec: Spec) -> HostFacts:
-    """`facts` plus what `read_serving_files` finds (call between discover and plan)."""
-    found = read_serving_files(root, spec)
+def _rootfs_candidates(reader: RootReader, vmid: int, spec_rootfs: str | None) -> list[str]:
+    """Where the container's files may be: its storage's directory, then the spec's path.
+
+    Both are read when they differ; the serving checks use the first that has files
+    (`serving.container.container_rootfs`), so a subvolume that is not mounted falls back
+    to the spec's path.
+    """
+    candidates: list[str] = []
+    config = reader.read(f"etc/pve/lxc/{vmid}.conf")
+    location = locate_rootfs(vmid, config, reader.read(STORAGE_CFG))
+    if location.path is not None:
+        candidates.append(location.path)
+    if spec_rootfs is not None and spec_rootfs not in candidates:
+        candidates.append(spec_rootfs)
+    return candidates
+
+
+def _read_container(found: _Found, rootfs: str, unit_name: str) -> None:
+    """The driver files, the unit wherever systemd finds it, its drop-ins and its copies."""
+    reader = found.reader
+    found.add(f"{rootfs}/{DPKG_STATUS}")
+    for libdir in CONTAINER_LIBDIRS:
+        # A symlinked libdir (merged-/usr `lib -> usr/lib`) is an alias of one read anyway.
+        directory = f"{rootfs}/{libdir}"
+        if not reader.through_link(directory) and reader.is_dir(directory):
+            found.add_sizes(directory, _is_library)
+    unit = f"{unit_name}.service"
+    for directory_name in dict.fromkeys((*SYSTEM_UNIT_PATH, *OTHER_UNIT_DIRS)):
+        rel_dir = f"{rootfs}/{directory_name}"
+        if not reader.through_link(rel_dir):
+            _add_unit_file(found, rootfs, f"{rel_dir}/{unit}")
+    for directory_name in dropin_dirs(unit_name):
+        rel_dir = f"{rootfs}/{directory_name}"
+        if reader.through_link(rel_dir) or not reader.is_dir(rel_dir):
+            continue
+        for name in reader.listdir(rel_dir, _is_dropin):
+            _add_unit_file(found, rootfs, f"{rel_dir}/{name}")
+    for home in HOME_DIRS:
+        for rel in reader.find(f"{rootfs}/{home}", unit, HOME_DEPTH):
+            found.add(rel)
+
+
+def _add_unit_file(found: _Found, rootfs: str, rel: str) -> None:
+    """A unit or drop-in, its link resolved inside the container; a masked one reads empty.
+
+    A drop-in linked to /dev/null sets nothing and hides the drop-ins of the same name
+    further down the search path, exactly what an empty file does, so the facts get an
+    empty file (the link itself is in the trace; the host's /dev/null, a device, is never
+    opened). An absolute link target is a path inside the container, not on the host.
+    """
+    target = found.reader.readlink(rel)
+    if target == MASKED:
+        found.add_text(rel, "")
+    elif target is not None and target.startswith("/"):
+        text = found.reader.read(f"{rootfs}/{target.lstrip('/')}", subject=rel)
+        if text is not None:
+            found.add_text(rel, text)
+    else:
+        found.add(rel)
+
+
+def add_serving_files(facts: HostFacts, found: ServingFiles) -> HostFacts:
+    """`facts` plus the serving files found, those discovery read already kept once."""
     have = {f.path for f in facts.files}
     have_stats = {s.path for s in facts.stats}
     return attrs.evolve(
@@ -124,3 +176,8 @@ def with_serving_files(facts: HostFacts, root: Path, spec: Spec) -> HostFacts:
         files=(*facts.files, *(f for f in found.files if f.path not in have)),
         stats=(*facts.stats, *(s for s in found.stats if s.path not in have_stats)),
     )
+
+
+def with_serving_files(facts: HostFacts, root: Path, spec: Spec) -> HostFacts:
+    """`facts` plus what `read_serving_files` finds (call between discover and plan)."""
+    return add_serving_files(facts, read_serving_files(root, spec))

@@ -20,9 +20,11 @@ from pathlib import Path
 import attrs
 
 from pvegpu.errors import DiscoveryError
-from pvegpu.host.discover import Trace, discover
+from pvegpu.host.discover import discover
 from pvegpu.host.facts import HostFacts
-from pvegpu.serving import read_serving_files, with_serving_files
+from pvegpu.host.reader import Trace
+from pvegpu.host.serving_files import add_serving_files, read_serving_files
+from pvegpu.redact import redact_text
 from pvegpu.spec.schema import Spec
 
 
@@ -34,6 +36,8 @@ class Snapshot:
     entries: int
     facts: HostFacts | None
     error: DiscoveryError | None = None
+    redacted: tuple[str, ...] = ()
+    """Archived files whose secret values (tokens, API keys, passwords) were blanked."""
 
 
 def snapshot(root: Path, out: Path, spec: Spec | None = None) -> Snapshot:
@@ -45,7 +49,9 @@ def snapshot(root: Path, out: Path, spec: Spec | None = None) -> Snapshot:
     checks use (the checkpoint size comes from model.safetensors.index.json).
 
     Discovery errors do not stop the capture: whatever was read before the problem is
-    archived (that is what a bug report needs) and the error is returned, not raised.
+    archived (that is what a bug report needs) and the first error is returned, not raised.
+    Both readings go through `pvegpu.host.reader`, whose trace is what is archived: there
+    is no second list of what was read.
     """
     trace = Trace()
     facts: HostFacts | None = None
@@ -55,14 +61,14 @@ def snapshot(root: Path, out: Path, spec: Spec | None = None) -> Snapshot:
     except DiscoveryError as err:
         error = err
     if spec is not None:
-        found = read_serving_files(root, spec)
-        for file in found.files:
-            trace.files[file.path] = file.content.encode()
-        for stat in found.stats:
-            trace.files.setdefault(stat.path, b"")
-        if facts is not None:
-            facts = with_serving_files(facts, root, spec)
-    members = _members(trace)
+        try:
+            found = read_serving_files(root, spec, trace=trace)
+        except DiscoveryError as err:
+            error = error or err
+            facts = None
+        else:
+            facts = None if facts is None else add_serving_files(facts, found)
+    members, redacted = _members(trace)
     out.parent.mkdir(parents=True, exist_ok=True)
     with (
         out.open("wb") as raw,
@@ -71,19 +77,40 @@ def snapshot(root: Path, out: Path, spec: Spec | None = None) -> Snapshot:
     ):
         for info, data in members:
             tar.addfile(info, None if data is None else io.BytesIO(data))
-    return Snapshot(out, len(members), facts, error)
+    return Snapshot(out, len(members), facts, error, redacted)
 
 
-def _members(trace: Trace) -> list[tuple[tarfile.TarInfo, bytes | None]]:
+def _redacted(files: dict[str, bytes]) -> tuple[dict[str, bytes], tuple[str, ...]]:
+    """Files with every secret value blanked: a snapshot is attached to bug reports.
+
+    Only text that holds a secret changes (a unit's `Environment=HF_TOKEN=...`, an
+    `--api-key` value); a plan made from the archive then sees that file's sha256 differ
+    from the host's, which the runbook's file check reports before anything is written.
+    """
+    out: dict[str, bytes] = {}
+    changed: list[str] = []
+    for path, data in files.items():
+        text = data.decode("utf-8", errors="surrogateescape")
+        clean = redact_text(text)
+        if clean != text:
+            changed.append(path)
+            data = clean.encode("utf-8", errors="surrogateescape")
+        out[path] = data
+    return out, tuple(sorted(changed))
+
+
+def _members(trace: Trace) -> tuple[list[tuple[tarfile.TarInfo, bytes | None]], tuple[str, ...]]:
+    # Files known by size only are archived empty: their names are what the checks use.
+    files, redacted = _redacted({path: b"" for path in trace.sized} | trace.files)
     dirs = set(trace.dirs)
-    for path in [*trace.files, *trace.links, *trace.dirs]:
+    for path in [*files, *trace.links, *trace.dirs]:
         parts = path.split("/")
         dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
     dirs.discard("")
     # A path seen as a link is kept as the link, even if discovery also listed through it.
     dirs -= set(trace.links)
     entries: list[tuple[tarfile.TarInfo, bytes | None]] = []
-    for path in sorted({*dirs, *trace.files, *trace.links}):
+    for path in sorted({*dirs, *files, *trace.links}):
         info = tarfile.TarInfo(path)
         info.mtime = 0
         info.uid = info.gid = 0
@@ -93,15 +120,15 @@ def _members(trace: Trace) -> list[tuple[tarfile.TarInfo, bytes | None]]:
             info.type = tarfile.SYMTYPE
             info.linkname = trace.links[path]
             info.mode = 0o777
-        elif path in trace.files:
-            data = trace.files[path]
+        elif path in files:
+            data = files[path]
             info.size = len(data)
             info.mode = 0o644
         else:
             info.type = tarfile.DIRTYPE
             info.mode = 0o755
         entries.append((info, data))
-    return entries
+    return entries, redacted
 
 
 def unpack(archive: Path, dest: Path) -> Path:

@@ -13,17 +13,22 @@ import shlex
 from pvegpu.host.facts import CharMajor, IommuGroupType, KernelModuleFlavor, NvidiaDriver
 from pvegpu.pci import CpuList
 
-_HEX = re.compile(r"^0x([0-9a-f]+)$")
-_INT = re.compile(r"^-?[0-9]+$")
+# Patterns are used with fullmatch: `$` also matches before a trailing newline. Digits
+# are ASCII: str.isdigit() and `\d` also accept '²' and other Unicode digits.
+_HEX = re.compile(r"0x([0-9a-f]+)")
+_INT = re.compile(r"-?[0-9]+")
+_NUMBER = re.compile(r"[0-9]+")
 # nv-procfs.c prints one of these two banners; the open module names its flavor, the
 # proprietary one names the architecture where the open one says "for x86_64".
 _NVRM = re.compile(
     r"^NVRM version: NVIDIA UNIX (?P<kind>Open Kernel Module for \S+|\S+ Kernel Module)"
     r"\s+(?P<version>[0-9]+(?:\.[0-9]+)+)\s"
 )
-_NVIDIA_VERSION = re.compile(r"^[0-9]+(?:\.[0-9]+)+$")
+_NVIDIA_VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)+")
 # vfio-pci's ids= takes vendor:device[:subvendor[:subdevice[:class[:class_mask]]]].
-_VFIO_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}(:[0-9a-f]{1,8}){0,4}$")
+_VFIO_ID = re.compile(r"[0-9a-f]{4}:[0-9a-f]{4}(:[0-9a-f]{1,8}){0,4}")
+_HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?")
+_TAINT = re.compile(r"[A-Z]*")
 
 
 def _one_line(raw: str) -> str:
@@ -37,16 +42,51 @@ def _one_line(raw: str) -> str:
 def hex_id(raw: str, digits: int) -> int:
     """`0x10de\\n` -> 0x10de: vendor/device/subsystem_* (4 digits), class (6 digits)."""
     text = _one_line(raw)
-    match = _HEX.match(text)
+    match = _HEX.fullmatch(text)
     if match is None or len(match.group(1)) != digits:
         raise ValueError(f"expected 0x and {digits} lowercase hex digits, got {text!r}")
     return int(match.group(1), 16)
 
 
+# The kernel's pci_uevent: `PCI_CLASS=%04X`, `PCI_ID=%04X:%04X`, `PCI_SUBSYS_ID=%04X:%04X`
+# (uppercase hex; the class without its leading zeros, at least 4 digits).
+_UEVENT_PAIR = re.compile(r"([0-9A-F]{4}):([0-9A-F]{4})")
+_UEVENT_CLASS = re.compile(r"[0-9A-F]{4,6}")
+
+
+def pci_uevent(raw: str) -> tuple[int, int, int, int, int, str]:
+    """A PCI device's `uevent` -> (vendor, device, subsystem vendor, subsystem device,
+    class, PCI_SLOT_NAME): the values the `vendor`, `device`, `subsystem_*` and `class`
+    attributes print, from the same fields of the kernel's pci_dev, in one read."""
+    fields: dict[str, str] = {}
+    for line in raw.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"expected KEY=value lines, got {line!r}")
+        fields[key] = value
+    ids = _UEVENT_PAIR.fullmatch(fields.get("PCI_ID", ""))
+    subsys = _UEVENT_PAIR.fullmatch(fields.get("PCI_SUBSYS_ID", ""))
+    klass = fields.get("PCI_CLASS", "")
+    slot = fields.get("PCI_SLOT_NAME")
+    if ids is None or subsys is None or not _UEVENT_CLASS.fullmatch(klass) or slot is None:
+        raise ValueError(
+            "expected the kernel's PCI_CLASS=<hex>, PCI_ID=<VVVV:DDDD>, "
+            f"PCI_SUBSYS_ID=<VVVV:DDDD> and PCI_SLOT_NAME lines (uppercase hex), got {raw!r}"
+        )
+    return (
+        int(ids.group(1), 16),
+        int(ids.group(2), 16),
+        int(subsys.group(1), 16),
+        int(subsys.group(2), 16),
+        int(klass, 16),
+        slot,
+    )
+
+
 def numa_node(raw: str) -> int | None:
     """`0\\n` -> 0; `-1\\n` (firmware gave no proximity domain) -> None."""
     text = _one_line(raw)
-    if not _INT.match(text) or int(text) < -1:
+    if not _INT.fullmatch(text) or int(text) < -1:
         raise ValueError(f"expected a node number or -1, got {text!r}")
     value = int(text)
     return None if value == -1 else value
@@ -76,7 +116,7 @@ def link_width(raw: str) -> int | None:
     text = _one_line(raw).strip()
     if text == "Unknown":
         return None
-    if not text.isdigit():
+    if not _NUMBER.fullmatch(text):
         raise ValueError(f"expected a lane count such as 16, got {text!r}")
     return int(text)
 
@@ -107,7 +147,7 @@ def hostname(raw: str) -> str:
     if len(lines) != 1:
         raise ValueError(f"expected one host name, got {raw!r}")
     name = lines[0].split(".", 1)[0]
-    if not re.match(r"^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?$", name):
+    if not _HOSTNAME.fullmatch(name):
         raise ValueError(f"{name!r} is not a valid host name")
     return name
 
@@ -131,7 +171,7 @@ def nvidia_proc_version(raw: str) -> NvidiaDriver:
 def nvidia_module_version(raw: str) -> str:
     """sys/module/nvidia/version: just `590.48.01`."""
     text = _one_line(raw).strip()
-    if not _NVIDIA_VERSION.match(text):
+    if not _NVIDIA_VERSION.fullmatch(text):
         raise ValueError(f"expected a version such as 590.48.01, got {text!r}")
     return text
 
@@ -139,7 +179,7 @@ def nvidia_module_version(raw: str) -> str:
 def module_flavor(raw: str) -> KernelModuleFlavor:
     """sys/module/nvidia/taint: the proprietary module taints `P`, the open one does not."""
     text = _one_line(raw)
-    if not re.match(r"^[A-Z]*$", text):
+    if not _TAINT.fullmatch(text):
         raise ValueError(f"expected taint letters such as OE or POE, got {text!r}")
     return KernelModuleFlavor.PROPRIETARY if "P" in text else KernelModuleFlavor.OPEN
 
@@ -160,7 +200,7 @@ def nvidia_information(raw: str) -> dict[str, str]:
 def device_minor(fields: dict[str, str]) -> int:
     """`Device Minor` is N of /dev/nvidiaN, which is NOT the index in PCI order."""
     text = fields.get("Device Minor")
-    if text is None or not text.isdigit():
+    if text is None or not _NUMBER.fullmatch(text):
         raise ValueError(f"expected a 'Device Minor:' line with a number, got {text!r}")
     return int(text)
 
@@ -175,7 +215,7 @@ def proc_devices(raw: str) -> tuple[CharMajor, ...]:
         if not line.strip() or line.endswith(":"):
             break
         number, _, name = line.strip().partition(" ")
-        if not number.isdigit() or not name:
+        if not _NUMBER.fullmatch(number) or not name:
             raise ValueError(f"expected '<major> <name>' lines, got {line!r}")
         majors.append(CharMajor(int(number), name.strip()))
     return tuple(sorted(majors, key=lambda m: (m.major, m.name)))
@@ -183,7 +223,7 @@ def proc_devices(raw: str) -> tuple[CharMajor, ...]:
 
 def _vfio_ids(value: str) -> tuple[str, ...]:
     ids = tuple(part.strip().lower() for part in value.split(",") if part.strip())
-    bad = [i for i in ids if not _VFIO_ID.match(i)]
+    bad = [i for i in ids if not _VFIO_ID.fullmatch(i)]
     if not ids or bad:
         raise ValueError(f"expected vendor:device ids such as 10de:2bb5, got {value!r}")
     return ids
@@ -215,3 +255,90 @@ def modprobe_vfio_ids(raw: str) -> tuple[tuple[str, ...], ...]:
             if sep and key == "ids":
                 found.append(_vfio_ids(value))
     return tuple(found)
+
+
+def kernel_params(raw: str) -> tuple[tuple[str, str], ...]:
+    """A kernel command line as (key, value) pairs in order; `-` in a key is `_`.
+
+    The kernel treats `-` and `_` in parameter names alike and, for the ones pvegpu
+    judges, the last occurrence wins, so callers scan the pairs in order.
+    """
+    params: list[tuple[str, str]] = []
+    for token in raw.split():
+        key, _, value = token.partition("=")
+        params.append((key.replace("-", "_"), value.strip('"')))
+    return tuple(params)
+
+
+def module_names(raw: str) -> tuple[str, ...]:
+    """The modules of a list that loads them at boot: etc/initramfs-tools/modules,
+    etc/modules, etc/modules-load.d/*.conf. One per line, the first word (initramfs-tools
+    and /etc/modules allow arguments after it); `#` and `;` start a comment line."""
+    names: list[str] = []
+    for line in raw.splitlines():
+        words = line.split()
+        if words and not words[0].startswith(("#", ";")):
+            names.append(words[0])
+    return tuple(names)
+
+
+_ASSIGNMENT = re.compile(r"[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=")
+_VARIABLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def shell_assignments(raw: str, env: dict[str, str]) -> dict[str, str]:
+    """The `NAME=value` assignments of a sourced shell file (etc/default/grub, grub.d).
+
+    grub-mkconfig sources /etc/default/grub, then each grub.d/*.cfg, so a file sees and
+    may extend what the ones before it set (`GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX x"`):
+    `env` holds those values. Quotes, backslashes and `$NAME`/`${NAME}` are handled as sh
+    does in an assignment; any other statement is skipped, and an assignment inside an
+    `if` counts as made. Returns this file's assignments, the last one per name.
+    """
+    scope = dict(env)
+    made: dict[str, str] = {}
+    at = 0
+    while at < len(raw):
+        match = _ASSIGNMENT.match(raw, at)
+        if match is not None:
+            value, at = _shell_word(raw, match.end(), scope)
+            scope[match.group(1)] = made[match.group(1)] = value
+        end = raw.find("\n", at)
+        at = len(raw) if end < 0 else end + 1
+    return made
+
+
+def _shell_word(raw: str, at: int, env: dict[str, str]) -> tuple[str, int]:
+    """One sh word from `at` (quotes may span lines): its value and where it ends."""
+    out: list[str] = []
+    quote = ""
+    while at < len(raw):
+        char = raw[at]
+        if quote == "'":
+            quote = "" if char == "'" else quote
+            out.append("" if char == "'" else char)
+        elif char == "\\" and at + 1 < len(raw):
+            escaped = raw[at + 1]
+            if escaped != "\n":
+                # Inside double quotes a backslash escapes only $ ` " \ (and a newline).
+                keep = quote == '"' and escaped not in '$`"\\'
+                out.append("\\" + escaped if keep else escaped)
+            at += 2
+            continue
+        elif char == "$" and (name := _VARIABLE.match(raw, at + 1)) is not None:
+            out.append(env.get(name.group(1) or name.group(2), ""))
+            at = name.end()
+            continue
+        elif quote == '"':
+            quote = "" if char == '"' else quote
+            out.append("" if char == '"' else char)
+        elif char in "'\"":
+            quote = char
+        elif char in " \t\n;&|":
+            break
+        else:
+            out.append(char)
+        at += 1
+    if quote:
+        raise ValueError(f"a {quote} quote is never closed")
+    return "".join(out), at

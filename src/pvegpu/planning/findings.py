@@ -36,7 +36,8 @@ def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
                 f"GPUs are on NUMA nodes {', '.join(str(n) for n in pool.numa_nodes)}: "
                 "cross-socket traffic for every transfer",
             )
-        extra = [f for f in pool.functions if f.address not in {g.address for g in pool.gpus}]
+        gpu_addresses = {g.address for g in pool.gpus}
+        extra = [f for f in pool.functions if f.address not in gpu_addresses]
         if pool.kind is PoolKind.VFIO and extra:
             yield Finding(
                 Severity.INFO,
@@ -87,7 +88,8 @@ def _minors_after_reboot(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Fi
                 "the container config names today's /dev/nvidiaN minors, but after a reboot "
                 "with the split nvidia numbers its GPUs afresh (probe order, normally PCI "
                 f"order): {', '.join(moved)}. Reboot, then run pvegpu plan again before "
-                "starting the container",
+                "starting the container: the runbook does, and stops there",
+                reboot_first=True,
             )
 
 

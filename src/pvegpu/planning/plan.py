@@ -6,8 +6,15 @@ from enum import StrEnum
 
 import attrs
 
-from pvegpu.host.facts import GPU, ConfigFile, HostFacts, PciFunction
-from pvegpu.spec.schema import DeviceStyle, ServingSpec, Spec
+from pvegpu.hardware import NVIDIA_MAJOR
+from pvegpu.host.facts import GPU, ConfigFile, HostFacts, NumaNode, PciFunction
+from pvegpu.planning.released import ContainerGpusRemoved, MapLinesMoved
+from pvegpu.pvefiles.lxcconf import GpuLines
+from pvegpu.pvefiles.pcicfg import PciMap as PciMap
+from pvegpu.pvefiles.pcicfg import PciMapping as PciMapping
+from pvegpu.pvefiles.qemuconf import NumaPin
+from pvegpu.serving.decision import SglangServing
+from pvegpu.spec.schema import DeviceStyle, Spec
 
 
 class PoolKind(StrEnum):
@@ -30,6 +37,9 @@ class Finding:
     code: str
     subject: str
     message: str
+    reboot_first: bool = False
+    """The plan holds only until the next boot: the runbook reboots after the split and
+    plans again there, and starts no container before (rendering/review/apply_steps)."""
 
 
 @attrs.frozen
@@ -39,7 +49,14 @@ class LxcContainer:
     mode: str
     gid: int | None
     config: ConfigFile | None
-    """The existing etc/pve/lxc/<vmid>.conf; None when it does not exist (render refuses)."""
+    """The existing etc/pve/lxc/<vmid>.conf; plan() refuses a container without one."""
+    gpu_lines: GpuLines = attrs.field(factory=GpuLines)
+    """The device lines plan() decided: the pool's GPUs by their real minors."""
+    nvidia_majors: frozenset[int] = frozenset({NVIDIA_MAJOR})
+    """Char majors of this host's NVIDIA stack: old cgroup rules on them are GPU lines."""
+    cpuset: NumaNode | None = None
+    """The NUMA node whose CPUs the container's cpuset holds: the one its server's unit
+    is pinned to (CPUAffinity= inside the container needs those CPUs). None: unpinned."""
 
     @property
     def config_path(self) -> str:
@@ -51,33 +68,21 @@ class VmGuest:
     vmid: int
     numa: bool
     config: ConfigFile | None
+    """The existing etc/pve/qemu-server/<vmid>.conf; None: the VM gets a review snippet."""
+    mapping_id: str = ""
+    """The pool's PCI mapping, which every hostpci line of the pool names."""
+    count: int = 0
+    """How many hostpci lines: one per GPU of the pool."""
+    numa_pin: NumaPin | None = None
+    """The host node the VM is pinned to; plan() sets it exactly when `numa` is on."""
+    mapped: tuple[str, ...] = ()
+    """The mapping's pci.cfg paths on this node: raw hostpci lines for them are converted."""
+    pcie: bool = True
+    """`pcie=1` on the lines: only a q35 machine (or a VM yet to be created as one)."""
 
     @property
     def config_path(self) -> str:
         return f"etc/pve/qemu-server/{self.vmid}.conf"
-
-
-@attrs.frozen
-class PciMap:
-    """One `map` line of pci.cfg. Keys as Proxmox names them."""
-
-    id: str
-    node: str
-    path: str
-    iommugroup: int | None = None
-    subsystem_id: str | None = None
-    description: str | None = None
-
-
-@attrs.frozen
-class PciMapping:
-    """One section of /etc/pve/mapping/pci.cfg."""
-
-    id: str
-    maps: tuple[PciMap, ...] = ()
-    description: str | None = None
-    live_migration_capable: bool | None = None
-    mdev: bool | None = None
 
 
 @attrs.frozen
@@ -94,11 +99,27 @@ class Pool:
     lxc: LxcContainer | None = None
     vm: VmGuest | None = None
     mapping: PciMapping | None = None
-    serving: ServingSpec | None = None
+    serving: SglangServing | None = None
+    """The server plan() decided for the pool's container (its last step), if the spec asks one."""
 
     @property
     def size(self) -> int:
         return len(self.gpus)
+
+
+@attrs.frozen
+class SharedPciCfg:
+    """The cluster's one pci.cfg as a cluster plan decided it (planning/cluster.py)."""
+
+    writer: str
+    """The node whose bundle writes the file; pmxcfs hands it to every other node."""
+    nodes: tuple[str, ...]
+    """The nodes planned together: their map lines come from their own facts."""
+    mappings: tuple[PciMapping, ...]
+    """Every pool mapping, with the map lines of each node that contributes to it."""
+    drop: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """By mapping id, the map strings (verbatim) that leave it: devices that move into a
+    pool's mapping on one of `nodes`."""
 
 
 @attrs.frozen
@@ -107,6 +128,13 @@ class Plan:
     spec: Spec
     pools: tuple[Pool, ...]
     findings: tuple[Finding, ...] = ()
+    containers_losing_gpus: tuple[ContainerGpusRemoved, ...] = ()
+    """Other containers' lines for the pools' GPUs, which the bundle removes."""
+    moved_map_lines: tuple[MapLinesMoved, ...] = ()
+    """Map lines of other mappings for devices that move into a pool's mapping."""
+    shared_pci_cfg: SharedPciCfg | None = None
+    """Set when the node is planned as part of a cluster: pci.cfg is then written once,
+    whole, by the writer's bundle, and by no other node's."""
 
     @property
     def vfio_pools(self) -> tuple[Pool, ...]:

@@ -9,29 +9,33 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
-import attrs
-
-from pvegpu.errors import PlanError, Problem, RenderError
+from pvegpu.errors import PlanError, Problem
+from pvegpu.gcpause import gc_paused
 from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.host.facts import GPU, HostFacts, PciFunction
 from pvegpu.pci import PciAddress
+from pvegpu.planning.boot import boot_findings, boot_problems, vfio_ids_settings
 from pvegpu.planning.findings import plan_findings
-from pvegpu.planning.plan import (
-    Finding,
-    LxcContainer,
-    Plan,
-    Pool,
-    PoolKind,
-    VmGuest,
-)
-from pvegpu.pvefiles.pcicfg import mapping_for_pool
-from pvegpu.serving import serving_findings
+from pvegpu.planning.guests import lxc_container, pin_containers, vm_guest
+from pvegpu.planning.host_guests import judge_host
+from pvegpu.planning.mapping import pci_cfg_findings, pci_cfg_problems, pool_mapping
+from pvegpu.planning.plan import Finding, Plan, Pool, PoolKind
+from pvegpu.serving.build import decided_servings
 from pvegpu.spec.schema import PoolSpec, Spec
 
 
+@gc_paused
 def plan(facts: HostFacts, spec: Spec) -> Plan:
     """Turn facts + spec into a Plan, or raise PlanError listing every problem found."""
     problems: list[Problem] = []
+    if spec.is_cluster:
+        # One plan is one node's: planning/cluster.py plans each node of a cluster spec.
+        raise PlanError.one(
+            "cluster-spec",
+            spec.source,
+            f"the spec is for the nodes {', '.join(spec.nodes)}, not for one host",
+            "plan it with plan_cluster (pvegpu plan --root NODE=DIR for every node)",
+        )
     if spec.node != facts.node:
         problems.append(
             Problem(
@@ -44,20 +48,34 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     selections = _select(facts, spec, problems)
     problems.extend(_overlaps(spec, selections))
     pools: list[Pool] = []
+    guest_findings: list[Finding] = []
     for index, (pool_spec, gpus) in enumerate(zip(spec.pools, selections, strict=True)):
         if gpus:
-            pool, pool_problems = _build_pool(facts, pool_spec, f"pools[{index}]", gpus)
-            pools.append(pool)
-            problems.extend(pool_problems)
+            where = f"pools[{index}]"
+            pools.append(_build_pool(facts, pool_spec, where, gpus, problems, guest_findings))
+    problems.extend(pci_cfg_problems(facts, pools))
     problems.extend(_vfio_ids_problems(facts, pools))
+    problems.extend(boot_problems(facts, pools))
+    # Every other guest and mapping on the node that names the pools' GPUs.
+    mappings, others = judge_host(facts, pools)
+    problems.extend((*mappings.problems, *others.problems))
     if problems:
         raise PlanError(problems)
+    guest_findings.extend(pci_cfg_findings(facts, pools))
+    guest_findings.extend((*mappings.findings, *others.findings))
+    findings = (*plan_findings(facts, pools), *boot_findings(facts, pools), *guest_findings)
     result = Plan(
-        facts=facts, spec=spec, pools=tuple(pools), findings=tuple(plan_findings(facts, pools))
+        facts=facts,
+        spec=spec,
+        pools=tuple(pools),
+        findings=findings,
+        containers_losing_gpus=others.removed,
+        moved_map_lines=mappings.moved,
     )
-    # Serving checks (TP vs heads, memory fit, container driver, P2P) need the whole
-    # plan; they raise PlanError themselves and otherwise add their findings.
-    return with_findings(result, serving_findings(result))
+    # Each server is decided here, once, and carried on its pool: the checks (TP vs
+    # heads, memory fit, container driver, P2P) need the whole plan; they raise
+    # PlanError themselves and otherwise add their findings. Renderers only read them.
+    return pin_containers(decided_servings(result))
 
 
 def _select(facts: HostFacts, spec: Spec, problems: list[Problem]) -> list[tuple[GPU, ...]]:
@@ -80,21 +98,25 @@ def _select(facts: HostFacts, spec: Spec, problems: list[Problem]) -> list[tuple
         elif pool.gpus is not None:
             selections[i] = tuple(_explicit(facts, pool.gpus, where, problems))
     claimed = {g.address for sel in selections for g in sel}
+    # `count` pools take from the front of what is left, in spec order: one list of the
+    # unclaimed GPUs and a cursor into it, instead of a scan of the host per pool.
+    free = [g for g in facts.gpus if g.address not in claimed]
+    taken = 0
     for i, pool in enumerate(spec.pools):
         if pool.count is None:
             continue
-        free = [g for g in facts.gpus if g.address not in claimed]
-        if len(free) < pool.count:
+        left = len(free) - taken
+        if left < pool.count:
             problems.append(
                 Problem(
                     "not-enough-gpus",
                     f"pools[{i}].count",
-                    f"asks for {pool.count} GPUs but only {len(free)} are not in another pool",
-                    f"lower count to {len(free)} or free GPUs from another pool",
+                    f"asks for {pool.count} GPUs but only {left} are not in another pool",
+                    f"lower count to {left} or free GPUs from another pool",
                 )
             )
-        selections[i] = tuple(free[: pool.count])
-        claimed.update(g.address for g in selections[i])
+        selections[i] = tuple(free[taken : taken + pool.count])
+        taken += len(selections[i])
     return selections
 
 
@@ -140,9 +162,14 @@ def _overlaps(spec: Spec, selections: list[tuple[GPU, ...]]) -> Iterator[Problem
 
 
 def _build_pool(
-    facts: HostFacts, spec: PoolSpec, where: str, gpus: tuple[GPU, ...]
-) -> tuple[Pool, list[Problem]]:
-    problems: list[Problem] = []
+    facts: HostFacts,
+    spec: PoolSpec,
+    where: str,
+    gpus: tuple[GPU, ...],
+    problems: list[Problem],
+    findings: list[Finding],
+) -> Pool:
+    """The pool with every decision made; its refusals go to `problems`."""
     kind = PoolKind.VFIO if spec.vfio is not None else PoolKind.LXC
     if kind is PoolKind.VFIO:
         functions = _vfio_functions(facts, gpus, where, problems)
@@ -151,12 +178,13 @@ def _build_pool(
         functions = tuple(sorted(f for g in gpus for f in g.functions))
         drivers = {host_driver(g.function) for g in gpus}
         driver = ", ".join(sorted(d or "?" for d in drivers))
-    lxc = _lxc(facts, spec, where, gpus, problems)
-    vm = None
-    if spec.vfio is not None and spec.vfio.vm is not None:
-        vmid = spec.vfio.vm.vmid
-        vm = VmGuest(vmid, spec.vfio.vm.numa, facts.file(f"etc/pve/qemu-server/{vmid}.conf"))
-    pool = Pool(
+    lxc = lxc_container(facts, spec, gpus, problems, findings)
+    mapping = None
+    # Without an IOMMU a vfio pool is already refused (no-iommu); no second report.
+    if spec.mapping is not None and (facts.iommu.enabled or kind is PoolKind.LXC):
+        mapping, mapping_problems = pool_mapping(facts, gpus, spec.mapping)
+        problems.extend(mapping_problems)
+    return Pool(
         name=spec.name,
         kind=kind,
         gpus=gpus,
@@ -164,18 +192,9 @@ def _build_pool(
         driver=driver,
         numa_nodes=tuple(sorted({g.numa_node for g in gpus}, key=lambda n: -1 if n is None else n)),
         lxc=lxc,
-        vm=vm,
-        serving=spec.lxc.serving if spec.lxc else None,
+        vm=vm_guest(facts, spec, gpus, mapping, problems, findings),
+        mapping=mapping,
     )
-    # Without an IOMMU a vfio pool is already refused (no-iommu); no second report.
-    if spec.mapping is not None and (facts.iommu.enabled or kind is PoolKind.LXC):
-        try:
-            mapping = mapping_for_pool(facts, pool, spec.mapping.id, spec.mapping.description)
-        except RenderError as err:
-            problems.extend(err.problems)
-        else:
-            pool = attrs.evolve(pool, mapping=mapping)
-    return pool, problems
 
 
 def _vfio_functions(
@@ -196,6 +215,8 @@ def _vfio_functions(
         return tuple(sorted(f for g in gpus for f in g.functions))
     own = {f.address for g in gpus for f in g.functions}
     members: dict[PciAddress, PciFunction] = {}
+    # Each group's members are looked at once, however many of the pool's GPUs it holds.
+    foreign_in: dict[int, list[PciFunction]] = {}
     for gpu in gpus:
         group = facts.group(gpu.iommu_group) if gpu.iommu_group is not None else None
         if group is None:
@@ -208,86 +229,44 @@ def _vfio_functions(
                 )
             )
             continue
-        for address in group.members:
-            function = facts.function(address)
-            if function is None or function.is_bridge:
-                continue
-            if address not in own:
-                problems.append(
-                    Problem(
-                        "foreign-device-in-group",
-                        str(gpu.address),
-                        f"IOMMU group {group.id} also holds {address} "
-                        f"({function.vendor_device}, class {function.pci_class:#08x}, "
-                        f"driver {function.driver or 'none'}); passing the GPU through would "
-                        "take that device away from the host",
-                        "move the GPU to a slot with its own group (or enable ACS in firmware); "
-                        "never use pcie_acs_override on a host that matters",
-                    )
+        if group.id not in foreign_in:
+            foreign_in[group.id] = []
+            for address in group.members:
+                function = facts.function(address)
+                if function is None or function.is_bridge:
+                    continue
+                if address not in own:
+                    foreign_in[group.id].append(function)
+                members[address] = function
+        for function in foreign_in[group.id]:
+            problems.append(
+                Problem(
+                    "foreign-device-in-group",
+                    str(gpu.address),
+                    f"IOMMU group {group.id} also holds {function.address} "
+                    f"({function.vendor_device}, class {function.pci_class:#08x}, "
+                    f"driver {function.driver or 'none'}); passing the GPU through would "
+                    "take that device away from the host",
+                    "move the GPU to a slot with its own group (or enable ACS in firmware); "
+                    "never use pcie_acs_override on a host that matters",
                 )
-            members[address] = function
+            )
     return tuple(members[a] for a in sorted(members))
 
 
-def _lxc(
-    facts: HostFacts, spec: PoolSpec, where: str, gpus: tuple[GPU, ...], problems: list[Problem]
-) -> LxcContainer | None:
-    if spec.lxc is None:
-        return None
-    vmid = spec.lxc.vmid
-    config = facts.file(f"etc/pve/lxc/{vmid}.conf")
-    if config is None:
-        problems.append(
-            Problem(
-                "lxc-config-missing",
-                f"etc/pve/lxc/{vmid}.conf",
-                f"container {vmid} does not exist on this node",
-                f"create it first (pct create {vmid} ...); pvegpu edits containers, "
-                "Proxmox creates them",
-            )
-        )
-    for gpu in gpus:
-        if not gpu.is_nvidia:
-            problems.append(
-                Problem(
-                    "lxc-gpu-not-nvidia",
-                    str(gpu.address),
-                    f"is a {gpu.vendor_device}; only NVIDIA device nodes are handed to "
-                    "containers so far",
-                    "give this GPU to a vfio pool, or leave it out of the container's pool",
-                )
-            )
-        elif gpu.nvidia_minor is None:
-            problems.append(
-                Problem(
-                    "gpu-minor-unknown",
-                    str(gpu.address),
-                    f"is on {gpu.driver or 'no driver'}, so its /dev/nvidiaN minor is unknown "
-                    "(nvidia assigns it when it binds)",
-                    "return it to nvidia first (pvegpu-vfio-split revert), then plan again",
-                )
-            )
-    return LxcContainer(vmid, spec.lxc.devices, spec.lxc.mode, spec.lxc.gid, config)
-
-
 def _vfio_ids_problems(facts: HostFacts, pools: list[Pool]) -> Iterator[Problem]:
-    """`vfio-pci ids=` claims by vendor:device: it would take host-side twins too."""
+    """`vfio-pci ids=` claims by vendor:device: it would take host-side twins too, now
+    (proc/cmdline, modprobe.d) or at the next boot (the boot loader's command line)."""
     host_side = [g for p in pools if p.kind is PoolKind.LXC for g in p.gpus]
-    for setting in facts.vfio_ids:
+    for setting, what, fix in vfio_ids_settings(facts):
         for gpu in host_side:
             hit = sorted({i for f in gpu.functions for i in setting.claimed(f)})
             if hit:
                 yield Problem(
                     "vfio-ids-grab-host-gpu",
                     setting.source,
-                    f"sets vfio-pci ids={','.join(setting.ids)}, which also claims "
-                    f"{gpu.address} ({', '.join(hit)}) that must stay on the host",
-                    "remove that ids= setting; pvegpu binds vfio GPUs by address "
-                    "(driver_override) instead",
+                    f"{what}, which also claims {gpu.address} ({', '.join(hit)}) that must "
+                    "stay on the host",
+                    fix,
                 )
                 break
-
-
-def with_findings(plan_: Plan, findings: Iterable[Finding]) -> Plan:
-    """A plan with more findings (later stages, such as serving checks, add theirs)."""
-    return attrs.evolve(plan_, findings=(*plan_.findings, *findings))

@@ -104,6 +104,21 @@ def split_sections(text: str) -> tuple[Section, ...]:
     return tuple(sections)
 
 
+PENDING_SECTIONS = frozenset({"pve:pending", "pending"})
+"""Lower-cased names of the pending sections: `[pve:pending]` (LXC), `[PENDING]` (VM)."""
+
+
+def is_pending(section: Section) -> bool:
+    """Changes Proxmox applies at the guest's next start (or `pct/qm set --revert`)."""
+    return (section.name or "").lower() in PENDING_SECTIONS
+
+
+def is_snapshot(section: Section) -> bool:
+    """A snapshot: a named section that is neither pending nor `[special:...]`."""
+    name = (section.name or "").lower()
+    return bool(name) and name not in PENDING_SECTIONS and not name.startswith("special:")
+
+
 def section_named(text: str, *names: str) -> Section | None:
     """The first section whose name is one of `names` (case-insensitive, like Proxmox)."""
     wanted = {n.lower() for n in names}

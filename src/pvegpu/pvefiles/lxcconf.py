@@ -1,8 +1,8 @@
 """/etc/pve/lxc/<vmid>.conf: swap the container's NVIDIA device lines, keep every other byte.
 
 Only the main section is edited: `[pve:pending]` and snapshot sections describe other
-states of the container and are carried over byte for byte. Rules:
-/work/shared/reference/proxmox-formats.md, "LXC config" and "NVIDIA device nodes".
+states of the container and are carried over byte for byte. The rules, in our words:
+docs/formats.md, "LXC container config".
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ CPUSET = "lxc.cgroup2.cpuset.cpus"
 _NVIDIA_NODE = re.compile(r"^/dev/nvidia(?:\d+|ctl|-uvm|-uvm-tools|-modeset|-caps(?:/.*)?)$")
 _DEV_KEY = re.compile(r"^dev(\d+)$")
 _CGROUP_RULE = re.compile(r"^c\s+(\d+):")
+# A devices.allow rule: type (a: every device, b, c), then optionally major:minor (`*`
+# for any) and access; a bare `a` allows everything.
+_ALLOW_RULE = re.compile(r"^([abc])(?:\s+(\*|\d+):(\*|\d+))?(?:\s+[rwm]+)?\s*$")
+_GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
 _MODE = re.compile(r"^[0-7]{3,4}$")
 _SHARED_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 """What CUDA opens besides /dev/nvidiaN: control node and unified memory (+ its tools node)."""
@@ -146,6 +150,51 @@ def is_cpuset_line(line: ConfLine) -> bool:
     return line.kind is LineKind.RAW and line.key == CPUSET
 
 
+def _allow_rule(line: ConfLine) -> tuple[str, str, str] | None:
+    """(type, major, minor) of a cgroup2 devices.allow line, `*` where any matches."""
+    if line.kind is not LineKind.RAW or line.key != CGROUP_ALLOW:
+        return None
+    rule = _ALLOW_RULE.match(line.value)
+    return None if rule is None else (rule[1], rule[2] or "*", rule[3] or "*")
+
+
+def gpu_minor(line: ConfLine) -> int | None:
+    """N of the one `/dev/nvidiaN` a line hands to the container, or None.
+
+    A `devN` entry or `lxc.mount.entry` of the node, or a `c 195:N` rule: the lines that
+    name one GPU by the minor nvidia gave it.
+    """
+    node = None
+    if line.kind is LineKind.KEY and _DEV_KEY.match(line.key):
+        node = _GPU_NODE.match(_dev_path(line.value))
+    elif line.kind is LineKind.RAW and line.key == MOUNT_ENTRY:
+        source = line.value.split(maxsplit=1)
+        node = _GPU_NODE.match(source[0]) if source else None
+    elif (rule := _allow_rule(line)) is not None:
+        kind, major, minor = rule
+        if kind != "b" and major.isdigit() and int(major) == NVIDIA_MAJOR and minor.isdigit():
+            return int(minor)
+    return int(node[1]) if node else None
+
+
+def grants_every_gpu(line: ConfLine) -> bool:
+    """A rule for every minor of major 195 (`c 195:* rwm`, `c *:* rwm`, `a`): it reaches
+    every GPU nvidia holds, whichever guest they are meant for."""
+    rule = _allow_rule(line)
+    if rule is None or rule[0] == "b":
+        return False
+    major, minor = rule[1], rule[2]
+    return minor == "*" and (major == "*" or int(major) == NVIDIA_MAJOR)
+
+
+def remove_gpu_nodes(text: str, minors: Collection[int]) -> str:
+    """The config without the main section's lines for `/dev/nvidiaN`, N in `minors`
+    (`gpu_minor`); every other line, and the sections after main, keep their bytes."""
+    main, *others = split_sections(text)
+    kept = [line for line in parse_lines(main.text) if gpu_minor(line) not in minors]
+    return join(kept) + "".join(s.text for s in others)
+
+
 def cores(text: str) -> int | None:
     """The main section's `cores:` (None when unset: then the container may use all CPUs)."""
     main = split_sections(text)[0]
@@ -153,6 +202,31 @@ def cores(text: str) -> int | None:
         (ln.value for ln in main.lines if ln.kind is LineKind.KEY and ln.key == "cores"), ""
     )
     return int(value) if value.isdigit() else None
+
+
+def _slots_full(needed: int, free: int) -> Problem:
+    return Problem(
+        "lxc-dev-slots-full",
+        "devN entries",
+        f"{needed} device entries needed but only {free} of dev0..dev{MAX_DEV_INDEX} are free",
+        "remove unused devN entries from the container",
+    )
+
+
+def dev_slot_problems(text: str, new: GpuLines) -> tuple[Problem, ...]:
+    """Whether `patch_gpu_lines` finds devN indices for `new` (`lxc-dev-slots-full`).
+
+    The indices it may use are those no other device takes, in the main section (old GPU
+    entries give theirs back) or as a pending change.
+    """
+    main = split_sections(text)[0]
+    taken = used_indices(section_named(text, "pve:pending"), "dev")
+    for line in parse_lines(main.text):
+        match = _DEV_KEY.match(line.key) if line.kind is LineKind.KEY else None
+        if match and not is_gpu_line(line):
+            taken.add(int(match[1]))
+    free = sum(1 for i in range(MAX_DEV_INDEX + 1) if i not in taken)
+    return (_slots_full(len(new.devices), free),) if free < len(new.devices) else ()
 
 
 def patch_gpu_lines(
@@ -196,13 +270,7 @@ def patch_gpu_lines(
 
     free = [i for i in range(MAX_DEV_INDEX + 1) if i not in taken]
     if len(free) < len(new.devices):
-        raise RenderError.one(
-            "lxc-dev-slots-full",
-            "devN entries",
-            f"{len(new.devices)} device entries needed but only {len(free)} of "
-            f"dev0..dev{MAX_DEV_INDEX} are free",
-            "remove unused devN entries from the container",
-        )
+        raise RenderError([_slots_full(len(new.devices), len(free))])
     dev_block = [ConfLine.new(f"dev{i}", v) for i, v in zip(free, new.devices, strict=False)]
     raw_block = [ConfLine.new(k, v) for k, v in new.raw]
     if cpuset is not None:

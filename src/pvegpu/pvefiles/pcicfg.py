@@ -3,19 +3,19 @@
 The file is a PVE SectionConfig: a bare id line, TAB-indented `key value` lines, a blank
 line after every section. Proxmox rewrites the whole file on every GUI/API change, so
 writing it canonically (and dropping `#` comments, as Proxmox does) is what keeps a
-later GUI edit from producing a diff. Rules: /work/shared/reference/proxmox-formats.md.
+later GUI edit from producing a diff. The rules, in our words: docs/formats.md, "pci.cfg".
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from functools import lru_cache
+from types import MappingProxyType
 
 import attrs
 
 from pvegpu.errors import Problem, RenderError
-from pvegpu.host.facts import HostFacts
-from pvegpu.planning.plan import PciMap, PciMapping, Pool
 
 PATH = "etc/pve/mapping/pci.cfg"
 
@@ -35,6 +35,29 @@ _REQUIRED_MAP_KEYS = ("id", "node", "path")
 _BOOLEAN_OPTIONS = ("live-migration-capable", "mdev")
 _TRUE = {"1", "yes", "on", "true"}
 _FALSE = {"0", "no", "off", "false"}
+
+
+@attrs.frozen
+class PciMap:
+    """One `map` line of pci.cfg. Keys as Proxmox names them."""
+
+    id: str
+    node: str
+    path: str
+    iommugroup: int | None = None
+    subsystem_id: str | None = None
+    description: str | None = None
+
+
+@attrs.frozen
+class PciMapping:
+    """One section of /etc/pve/mapping/pci.cfg."""
+
+    id: str
+    maps: tuple[PciMap, ...] = ()
+    description: str | None = None
+    live_migration_capable: bool | None = None
+    mdev: bool | None = None
 
 
 @attrs.frozen
@@ -131,6 +154,7 @@ def _parse_map(value: str, path: str, line: int) -> MapLine:
     return entry
 
 
+@lru_cache(maxsize=8)  # one cluster file, read by every node's plan: parsed once
 def parse(text: str, path: str = PATH) -> tuple[PciCfgSection, ...]:
     """Sections in file order; RenderError (`pcicfg-syntax`) naming file and line.
 
@@ -305,6 +329,28 @@ def format(mappings: Iterable[PciMapping]) -> str:
     )
 
 
+def value_problems(mapping: PciMapping) -> tuple[Problem, ...]:
+    """Why this mapping cannot be written (`pcicfg-value`), or nothing.
+
+    plan() asks before anything is formatted, so that `format` and `patch` of a planned
+    mapping cannot fail; they still refuse the same values for any other caller.
+    """
+    try:
+        format([mapping])
+    except RenderError as error:
+        return error.problems
+    return ()
+
+
+def syntax_problems(text: str, path: str = PATH) -> tuple[Problem, ...]:
+    """Why Proxmox would misread this existing file (`pcicfg-syntax`), or nothing."""
+    try:
+        parse(text, path)
+    except RenderError as error:
+        return error.problems
+    return ()
+
+
 def _merge(section: PciCfgSection, mapping: PciMapping) -> str:
     """The section rewritten with this node's devices and the mapping's options.
 
@@ -326,61 +372,29 @@ def _merge(section: PciCfgSection, mapping: PciMapping) -> str:
     return _emit(section.id, maps, options.items())
 
 
-def patch(existing: str, mappings: Sequence[PciMapping], path: str = PATH) -> str:
+def patch(
+    existing: str,
+    mappings: Sequence[PciMapping],
+    path: str = PATH,
+    *,
+    drop: Mapping[str, Collection[str]] = MappingProxyType({}),
+) -> str:
     """Replace the sections with these ids in place, append new ones, keep the rest.
 
     Untouched sections are re-printed canonically with their `map` strings verbatim,
     exactly what Proxmox's next write would produce. Comments are dropped like it does.
+    `drop`: map strings (verbatim) to leave out of other sections, by mapping id: devices
+    that move to one of `mappings`; a section left without any map line goes.
     """
     wanted = {_checked_id(m): m for m in mappings}
     parts: list[str] = []
     for section in parse(existing, path):
         mapping = wanted.pop(section.id, None)
+        gone = drop.get(section.id, ())
+        maps = [m.value for m in section.maps if m.value not in gone]
         if mapping is not None:
             parts.append(_merge(section, mapping))
-        else:
-            parts.append(_emit(section.id, (m.value for m in section.maps), section.options))
+        elif maps or not section.maps:
+            parts.append(_emit(section.id, maps, section.options))
     parts.append(format(wanted.values()))
     return "".join(parts)
-
-
-def mapping_for_pool(
-    facts: HostFacts, pool: Pool, mapping_id: str, description: str | None = None
-) -> PciMapping:
-    """A pci.cfg section over the pool's GPUs, every value from discovered facts.
-
-    Proxmox checks `id`, `subsystem-id` and `iommugroup` of each map line against sysfs
-    at VM start, so all three are always written and none is typed by hand.
-    """
-    maps: list[PciMap] = []
-    problems: list[Problem] = []
-    for gpu in pool.gpus:
-        if gpu.iommu_group is None:
-            problems.append(
-                Problem(
-                    "gpu-without-iommu-group",
-                    str(gpu.address),
-                    "has no IOMMU group, so it cannot be mapped for passthrough",
-                    "enable the IOMMU in firmware and on the kernel command line, then "
-                    "discover again",
-                )
-            )
-            continue
-        slot = [f for f in facts.functions if f.address.slot == gpu.address.slot]
-        # The function-less path hands over every function of the slot (GPU + audio);
-        # that only works when they all sit in the GPU's group.
-        whole_slot = all(f.iommu_group == gpu.iommu_group for f in slot)
-        maps.append(
-            PciMap(
-                id=gpu.vendor_device,
-                node=facts.node,
-                path=gpu.address.slot if whole_slot else str(gpu.address),
-                iommugroup=gpu.iommu_group,
-                subsystem_id=gpu.function.subsystem_id,
-            )
-        )
-    if problems:
-        raise RenderError(problems)
-    # A device with mdev types must be mapped with `mdev 1`, or Proxmox refuses it.
-    mdev = True if any(g.function.mdev_capable for g in pool.gpus) else None
-    return PciMapping(id=mapping_id, maps=tuple(maps), description=description, mdev=mdev)

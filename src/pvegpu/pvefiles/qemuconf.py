@@ -2,8 +2,8 @@
 
 qemu-server writes `#` description lines, then keys sorted as plain strings (`hostpci10`
 before `hostpci2`), then `[PENDING]`, `[special:cloudinit]` and snapshot sections. Only
-the main section is edited, and new keys go where that writer would put them. Rules:
-/work/shared/reference/proxmox-formats.md, "VM config".
+the main section is edited, and new keys go where that writer would put them. The rules,
+in our words: docs/formats.md, "VM config".
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from pvegpu.errors import RenderError
+from pvegpu.errors import Problem, RenderError
 from pvegpu.pci import CpuList
 from pvegpu.pvefiles.guestconf import (
     ConfLine,
@@ -120,12 +120,33 @@ def _raw_hosts(line: ConfLine) -> list[str] | None:
     return None if host is None else host.split(";")
 
 
+@attrs.frozen
+class HostpciUse:
+    """What one `hostpciN` line hands to the VM: a mapping's devices, or host devices."""
+
+    key: str
+    mapping: str | None
+    """The `mapping=` id; None for a line by raw host address."""
+    hosts: tuple[HostId, ...] = ()
+    """The raw host ids (every `;` part); empty for a mapping line."""
+
+
+def hostpci_use(line: ConfLine) -> HostpciUse | None:
+    """The devices a `hostpciN` line names, in any section; None for any other line."""
+    if line.kind is not LineKind.KEY or not _HOSTPCI_KEY.match(line.key):
+        return None
+    mapping = next((item for key, item in _options(line.value) if key == "mapping"), None)
+    if mapping is not None:
+        return HostpciUse(line.key, mapping)
+    return HostpciUse(line.key, None, host_ids(_raw_hosts(line) or ()))
+
+
 def _claims(
     line: ConfLine, mapping_id: str, owned: tuple[HostId, ...], subject: str, number: int
-) -> bool:
+) -> bool | Problem:
     """Whether a main-section line is the mapping's: it uses the mapping, or names by raw
     address only devices the mapping hands over. A raw line mixing those with others
-    cannot be split by pvegpu and is refused."""
+    cannot be split by pvegpu: that is a Problem."""
     if line.kind is not LineKind.KEY:
         return False
     if _uses_mapping(line, mapping_id):
@@ -139,7 +160,7 @@ def _claims(
     if len(ours) == len(hosts):
         return True
     others = [h for h in hosts if h not in ours]
-    raise RenderError.one(
+    return Problem(
         "vm-hostpci-mixed",
         f"{subject} line {number}",
         f"`{line.raw.rstrip()}` passes {';'.join(ours)} (given to the VM by mapping "
@@ -177,14 +198,7 @@ def numa_values(lines: list[ConfLine], pin: NumaPin, subject: str) -> list[tuple
     """`numa`, `numa0` and `affinity` for a guest placed wholly on one host node."""
     memory = _memory_mib(_vm_value(lines, "memory") or "")
     if memory is None:
-        # numaN memory must add up to `memory`, and its default differs between PVE
-        # releases, so it is never guessed.
-        raise RenderError.one(
-            "vm-memory-unset",
-            subject,
-            "NUMA pinning needs the VM's memory size, and the config has no `memory:`",
-            "set it explicitly (qm set <vmid> --memory <MiB>) and run pvegpu again",
-        )
+        raise RenderError([_memory_unset(subject)])
     cores = int(_vm_value(lines, "cores") or "1")
     sockets = int(_vm_value(lines, "sockets") or "1")
     vcpus = cores * sockets
@@ -194,6 +208,75 @@ def numa_values(lines: list[ConfLine], pin: NumaPin, subject: str) -> list[tuple
         ("numa", "1"),
         ("numa0", f"cpus={cpus},hostnodes={pin.hostnode},memory={memory},policy=bind"),
     ]
+
+
+def _indices(replaced: Iterable[int], taken: set[int], count: int) -> tuple[list[int], list[int]]:
+    """The hostpci indices for `count` lines: replaced ones kept, then the lowest free.
+
+    A replaced line keeps its index: the index decides the device's PCI address in the
+    guest, and Windows takes a device at a new address for a new one. A pending change
+    on that index would win at the next start, so such an index is not reused.
+    """
+    reused = sorted(i for i in replaced if i not in taken)[:count]
+    fresh = [i for i in range(MAX_HOSTPCI_INDEX + 1) if i not in taken and i not in reused]
+    return reused, fresh[: count - len(reused)]
+
+
+def _hostpci_full(subject: str, mapping_id: str, count: int, free: int) -> Problem:
+    return Problem(
+        "vm-hostpci-full",
+        subject,
+        f"needs {count} hostpci slots for mapping {mapping_id!r} but only "
+        f"{free} of hostpci0..hostpci{MAX_HOSTPCI_INDEX} are free",
+        "remove hostpci entries the VM no longer needs",
+    )
+
+
+def _memory_unset(subject: str) -> Problem:
+    # numaN memory must add up to `memory`, and its default differs between PVE
+    # releases, so it is never guessed.
+    return Problem(
+        "vm-memory-unset",
+        subject,
+        "NUMA pinning needs the VM's memory size, and the config has no `memory:`",
+        "set it explicitly (qm set <vmid> --memory <MiB>) and run pvegpu again",
+    )
+
+
+def hostpci_problems(
+    text: str,
+    mapping_id: str,
+    count: int,
+    *,
+    numa: bool = False,
+    mapped: Iterable[str] = (),
+    subject: str = "VM config",
+) -> tuple[Problem, ...]:
+    """Everything `patch_hostpci` with these arguments would refuse, all at once.
+
+    plan() asks before anything is formatted: mixed raw lines, too few free hostpci
+    indices, and NUMA pinning without `memory:`.
+    """
+    main = split_sections(text)[0]
+    owned = host_ids(mapped)
+    problems: list[Problem] = []
+    replaced: list[int] = []
+    taken = used_indices(section_named(text, "PENDING"), "hostpci")
+    lines = parse_lines(main.text)
+    for number, line in enumerate(lines, start=1):
+        claim = _claims(line, mapping_id, owned, subject, number)
+        if isinstance(claim, Problem):
+            problems.append(claim)
+        elif claim:
+            replaced.append(int(line.key.removeprefix("hostpci")))
+        elif line.kind is LineKind.KEY and (match := _HOSTPCI_KEY.match(line.key)):
+            taken.add(int(match[1]))
+    reused, fresh = _indices(replaced, taken, count)
+    if len(reused) + len(fresh) < count:
+        problems.append(_hostpci_full(subject, mapping_id, count, len(reused) + len(fresh)))
+    if numa and _memory_mib(_vm_value(list(lines), "memory") or "") is None:
+        problems.append(_memory_unset(subject))
+    return tuple(problems)
 
 
 def _set(lines: list[ConfLine], key: str, value: str) -> None:
@@ -235,7 +318,10 @@ def patch_hostpci(
     raw: set[int] = set()
     taken = used_indices(section_named(text, "PENDING"), "hostpci")
     for number, line in enumerate(parse_lines(main.text), start=1):
-        if _claims(line, mapping_id, owned, subject, number):
+        claim = _claims(line, mapping_id, owned, subject, number)
+        if isinstance(claim, Problem):
+            raise RenderError([claim])
+        if claim:
             own = ("", *_OWN_OPTIONS)
             extra = ",".join(f"{k}={v}" for k, v in _options(line.value) if k not in own)
             index = int(line.key.removeprefix("hostpci"))
@@ -247,20 +333,9 @@ def patch_hostpci(
             taken.add(int(match[1]))
         kept.append(line)
 
-    # A replaced line keeps its index: the index decides the device's PCI address in the
-    # guest, and Windows takes a device at a new address for a new one. A pending change
-    # on that index would win at the next start, so such an index is not reused.
-    reused = sorted(i for i in replaced if i not in taken)[:count]
-    fresh = [i for i in range(MAX_HOSTPCI_INDEX + 1) if i not in taken and i not in reused]
-    fresh = fresh[: count - len(reused)]
+    reused, fresh = _indices(replaced, taken, count)
     if len(reused) + len(fresh) < count:
-        raise RenderError.one(
-            "vm-hostpci-full",
-            subject,
-            f"needs {count} hostpci slots for mapping {mapping_id!r} but only "
-            f"{len(reused) + len(fresh)} of hostpci0..hostpci{MAX_HOSTPCI_INDEX} are free",
-            "remove hostpci entries the VM no longer needs",
-        )
+        raise RenderError([_hostpci_full(subject, mapping_id, count, len(reused) + len(fresh))])
     # Options of replaced lines whose index could not be reused go to the new indices,
     # in index order (not file order: the file sorts `hostpci10` before `hostpci5`).
     leftover = [replaced[i] for i in sorted(replaced) if i not in reused][: len(fresh)]

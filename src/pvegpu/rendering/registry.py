@@ -11,11 +11,13 @@ from collections.abc import Callable
 from pvegpu.errors import Problem, RenderError
 from pvegpu.planning.plan import Plan
 from pvegpu.rendering.artifact import Artifact
-from pvegpu.rendering.pve import render_lxc_configs, render_pci_cfg, render_vm_configs
+from pvegpu.rendering.lxc import render_lxc_configs
+from pvegpu.rendering.pci_cfg import render_pci_cfg
 from pvegpu.rendering.revert import render_revert
 from pvegpu.rendering.review.render import render_review
 from pvegpu.rendering.serving import render_serving
 from pvegpu.rendering.split import render_split
+from pvegpu.rendering.vm import render_vm_configs
 
 Renderer = Callable[[Plan], tuple[Artifact, ...]]
 

@@ -1,7 +1,9 @@
 """The revert bundle: everything needed to put the host back as it was before the change.
 
-Built from the apply artifacts alone: each patched file is restored from the base it was
-made from, each new file is removed, and a script does the ordered steps around them.
+Built from the apply artifacts: each patched file is restored from the base it was made
+from, each new file is removed, and a script does the ordered steps around them. A unit
+pvegpu could not read (`pulled_units`) is neither: it is restored from the copy the
+runbook pulled out of the container.
 """
 
 from __future__ import annotations
@@ -13,10 +15,53 @@ import attrs
 from pvegpu.host.facts import ConfigFile
 from pvegpu.host.paths import SPLIT_SCRIPT, SPLIT_UNIT_NAME
 from pvegpu.planning.plan import Plan
-from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.redact import holds_secret, redact_text
+from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact, container_target
+from pvegpu.rendering.bundle import bundle_path
 from pvegpu.rendering.templating import render_template
 
 SPLIT_UNIT = SPLIT_UNIT_NAME
+
+
+KEPT_SUFFIX = ".pvegpu-orig"
+"""A container file whose old copy holds secrets is kept beside it under this suffix
+(systemd ignores it: not a unit suffix) instead of in the bundle."""
+
+
+def kept_in_container(artifact: Artifact) -> bool:
+    """Whether the old copy of this container file stays in the container, not the bundle.
+
+    The container's current unit may carry tokens (`Environment=HF_TOKEN=...`): a copy in
+    revert/ would spread them to wherever the bundle is reviewed or committed. The
+    runbook copies it aside inside the container before the new one is pushed; the
+    revert moves it back; the bundle holds a redacted copy for the reviewer.
+    """
+    base = artifact.base
+    return artifact.target != HOST and base is not None and holds_secret(base.content)
+
+
+ABSENT_SUFFIX = ".absent"
+"""Beside a pulled copy's place in revert/: the runbook found no such file to pull."""
+
+
+def pulled_units(plan: Plan) -> frozenset[tuple[str, str]]:
+    """(target, path) of the units whose current copy pvegpu could not read.
+
+    Their container's root file system is not a directory on the host (block storage),
+    so the unit may exist although discovery saw none. It is never taken as new: the
+    runbook copies it out with `pct pull` into revert/ before replacing it (or notes that
+    there is none), and the revert restores that copy (or removes the new unit).
+    """
+    return frozenset(
+        (container_target(p.serving.vmid), p.serving.unit_path)
+        for p in plan.pools
+        if p.serving is not None and p.serving.unit_unread
+    )
+
+
+def pulled_copy(artifact: Artifact) -> str:
+    """Where the runbook puts the pulled copy, relative to the rendered directory."""
+    return f"{REVERT_BUNDLE}/{bundle_path(artifact)}"
 
 
 def _restore(artifact: Artifact) -> Artifact:
@@ -33,6 +78,15 @@ def _restore(artifact: Artifact) -> Artifact:
             delete=True,
             base=applied,
         )
+    if kept_in_container(artifact):
+        return attrs.evolve(
+            artifact,
+            content=redact_text(artifact.base.content),
+            reason=f"restore {artifact.path} from /{artifact.path}{KEPT_SUFFIX}, kept in the "
+            "container: the old copy holds secrets, so this one is redacted",
+            bundle=REVERT_BUNDLE,
+            base=applied,
+        )
     return attrs.evolve(
         artifact,
         content=artifact.base.content,
@@ -45,7 +99,10 @@ def _restore(artifact: Artifact) -> Artifact:
 def render_revert(plan: Plan, applied: Sequence[Artifact]) -> tuple[Artifact, ...]:
     """Restore/remove entries for every installed artifact, plus `revert.sh`."""
     installed = [a for a in applied if a.target != REVIEW]
-    restores = tuple(_restore(a) for a in installed)
+    pulled = pulled_units(plan)
+    # A pulled unit has no entry: its copy is written into revert/ by the runbook.
+    ct_pulled = [a for a in installed if (a.target, a.path) in pulled]
+    restores = tuple(_restore(a) for a in installed if (a.target, a.path) not in pulled)
     serving = [
         (p.lxc.vmid, p.serving.unit)
         for p in plan.lxc_pools
@@ -65,7 +122,11 @@ def render_revert(plan: Plan, applied: Sequence[Artifact]) -> tuple[Artifact, ..
         host_restores=[a for a in restores if a.target == HOST and not a.delete],
         host_removals=[a for a in restores if a.target == HOST and a.delete],
         ct_restores=[a for a in restores if a.target != HOST and not a.delete],
+        ct_kept=[a.path for a in installed if kept_in_container(a)],
+        kept_suffix=KEPT_SUFFIX,
         ct_removals=[a for a in restores if a.target != HOST and a.delete],
+        ct_pulled=ct_pulled,
+        absent_suffix=ABSENT_SUFFIX,
     )
     runner = Artifact(
         path="revert.sh",

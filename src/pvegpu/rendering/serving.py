@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pvegpu.planning.plan import Plan
 from pvegpu.rendering.artifact import Artifact, container_target
-from pvegpu.serving import servings, unit_content
+from pvegpu.serving.unit import unit_content
 
 UNIT_MODE = 0o644
 
@@ -12,7 +12,11 @@ __all__ = ["UNIT_MODE", "render_serving", "unit_content"]
 
 
 def render_serving(plan: Plan) -> tuple[Artifact, ...]:
-    """One unit per serving pool, at etc/systemd/system/<unit>.service in its container."""
+    """One unit per serving pool, at etc/systemd/system/<unit>.service in its container,
+    and the drop-ins whose guaranteed settings plan() switched off (`serving.dropins`).
+
+    Formats what plan() decided (`Pool.serving`); it decides and checks nothing itself.
+    """
     return tuple(
         Artifact(
             path=serving.unit_path,
@@ -24,5 +28,19 @@ def render_serving(plan: Plan) -> tuple[Artifact, ...]:
             target=container_target(serving.vmid),
             base=serving.base,
         )
-        for serving in servings(plan)
+        for pool in plan.pools
+        if (serving := pool.serving) is not None
+    ) + tuple(
+        Artifact(
+            path=change.path,
+            content=change.content,
+            reason=f"switches off what drop-in /{change.source} sets that the unit of pool "
+            f"{serving.pool} decides",
+            mode=UNIT_MODE,
+            target=container_target(serving.vmid),
+            base=change.base,
+        )
+        for pool in plan.pools
+        if (serving := pool.serving) is not None
+        for change in serving.dropins
     )

@@ -41,7 +41,7 @@ _MODULES = {
     "radeon": "radeon",
     "i915": "i915",
 }
-_DRIVER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_DRIVER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _COMMENT_UNSAFE = re.compile(r"[^A-Za-z0-9 ._:,()/-]")
 
 
@@ -212,11 +212,12 @@ def _vfio_groups(plan: Plan) -> list[_Group]:
                 continue
             by_group.setdefault(function.iommu_group, []).append(function)
     gpus = {gpu.address for pool in plan.vfio_pools for gpu in pool.gpus}
+    planned = set(pool_of)  # once, not per group: that made the split quadratic
 
     groups: list[_Group] = []
     for group_id, functions in by_group.items():
         members = tuple(sorted({f.address: f for f in functions}.values(), key=_address))
-        problems.extend(_foreign_members(plan.facts, group_id, set(pool_of)))
+        problems.extend(_foreign_members(plan.facts, group_id, planned))
         gpu = next((f.address for f in members if f.address in gpus), None)
         groups.append(
             _Group(
@@ -296,7 +297,7 @@ def _bad_driver_names(drivers: Iterable[str | None]) -> list[Problem]:
             "check the driver links discovery read",
         )
         for driver in sorted({d for d in drivers if d is not None})
-        if not _DRIVER_NAME.match(driver)
+        if not _DRIVER_NAME.fullmatch(driver)
     ]
 
 

@@ -1,42 +1,64 @@
-"""Building a pool's server from the spec and the facts, and the servers of a whole plan."""
+"""Deciding each pool's server from the spec and the facts: the planner's last step.
+
+`decided_servings(plan)` puts every serving pool's `SglangServing` on `Pool.serving`
+and its findings on the plan, or raises listing every pool's problems; renderers only
+read what it decided. `decide_serving` is the one factory of `SglangServing`.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import attrs
 
 from pvegpu.errors import PlanError, Problem, PvegpuError, RenderError
 from pvegpu.host.facts import HostFacts
+from pvegpu.host.paths import UNIT_DIR
 from pvegpu.planning.plan import Finding, Plan, Pool, Severity
+from pvegpu.serving import versions
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.command import extra_args, launch_options, option_table
-from pvegpu.serving.container import container_driver, unit_base
-from pvegpu.serving.decision import _FROM_POOL, P2PSource, SglangServing
-from pvegpu.serving.drops import compare_units, drops_message
+from pvegpu.serving.container import OldUnit, container_driver, container_rootfs, unit_base
+from pvegpu.serving.decision import DECIDED, P2PDecision, P2PSource, SglangServing
+from pvegpu.serving.drops import compare_services, drops_message
 from pvegpu.serving.environment import P2P_ENV, container_indices, service_environment
 from pvegpu.serving.fit import checked_model, kv_cache_bits, memory_fit
 from pvegpu.serving.numa import numa_pinning
+from pvegpu.serving.option_check import parse_command_line
 from pvegpu.serving.options import OptionTable
 from pvegpu.serving.p2p import decide_p2p
 from pvegpu.serving.unit import unit_content
+from pvegpu.serving.unit_secrets import (
+    default_environment_file,
+    secrets_moved_message,
+    unit_secrets,
+)
+from pvegpu.spec.rules import UNIT_NAME
+from pvegpu.spec.schema import ServingSpec
 
-_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\-]+$")
 # A user name or numeric UID as systemd's User= takes it (no specifiers, no spaces).
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
-def build(plan_or_facts: Plan | HostFacts, pool: Pool) -> SglangServing | PvegpuError:
-    """Decide and check the server of `pool`: the serving, or an error listing every problem."""
-    checks = Checks(plan_or_facts, pool)
-    spec = checks.spec
+def decide_serving(
+    facts: HostFacts, pools: Sequence[Pool], pool: Pool, spec: ServingSpec, where: str
+) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
+    """Decide and check the server `spec` asks of `pool`: it and its findings, or an error.
+
+    `pools`: every pool of the plan, so the CUDA indices account for every pool that
+    gives GPUs to the same container. `where`: the spec path problems point at.
+    """
+    checks = Checks(facts, pools, pool, spec, where)
     if pool.lxc is None:
         return PlanError.one(
             "serving-needs-lxc",
             checks.where,
             "an inference server runs in the pool's container; this pool has none",
         )
-    table = option_table(checks)
+    # Where the container's files are decides which SGLang release it runs.
+    rootfs = container_rootfs(checks, pool.lxc.vmid)
+    version, table = option_table(checks, rootfs.path)
     _check_scalars(checks)
     gpus = pool.gpus
     for gpu in gpus:
@@ -65,20 +87,35 @@ def build(plan_or_facts: Plan | HostFacts, pool: Pool) -> SglangServing | Pvegpu
     extra = extra_args(checks, table)
     kv_bits = kv_cache_bits(table, extra)
     fit = memory_fit(checks, model, tp, kv_bits) if model is not None else None
-    driver = container_driver(checks, pool.lxc.vmid)
-    base = unit_base(checks, pool.lxc.vmid)
-    options = launch_options(checks, table, model, tp, p2p, extra) if table else ()
-    environment = service_environment(checks, model, p2p, numa, indices)
+    driver = container_driver(checks, pool.lxc.vmid, rootfs)
+    old_unit = unit_base(checks, pool.lxc.vmid, rootfs)
+    base = old_unit.base
+    holds = versions.conditions(
+        mtp=spec.mtp,
+        hybrid=model is not None and model.is_hybrid,
+        pinned=numa is not None,
+    )
+    options = launch_options(checks, table, version, holds, tp, p2p, extra) if table else ()
+    environment = service_environment(checks, version, holds, p2p, indices)
     if table is not None and options:
         argv = [w for o in options for w in o]
         # The whole line again: catches what only shows in combination (a repeat, a
         # missing required option) and any generated flag the version lacks. What
         # extra_args alone already showed is not reported twice.
         said = {(p.code, p.message) for p in checks.render_problems}
-        problems = table.parse(argv, subject=f"{checks.where}: sglang {spec.version}").problems
+        subject = f"{checks.where}: sglang {version}"
+        problems = parse_command_line(table, argv, subject=subject).problems
         checks.render_problems.extend(p for p in problems if (p.code, p.message) not in said)
         for word in argv:
             checks.printable("command line", word)
+    secrets = unit_secrets(base.content) if base is not None else ()
+    environment_file = spec.environment_file
+    if secrets and environment_file is None:
+        environment_file = default_environment_file(spec.unit)
+    if secrets and environment_file is not None:
+        unit_path = f"{UNIT_DIR}/{spec.unit}.service"
+        message = secrets_moved_message(secrets, unit_path, pool.lxc.vmid, environment_file)
+        checks.finding(Severity.WARNING, "serving-secrets-moved", message)
     if checks.plan_problems:
         return PlanError([*checks.plan_problems, *checks.render_problems])
     if checks.render_problems:
@@ -86,11 +123,13 @@ def build(plan_or_facts: Plan | HostFacts, pool: Pool) -> SglangServing | Pvegpu
     serving = SglangServing(
         pool=pool.name,
         vmid=pool.lxc.vmid,
-        version=spec.version,
+        version=version,
         unit=spec.unit,
         python=spec.python,
         model_path=spec.model_path,
         served_model_name=spec.served_model_name,
+        host=spec.host,
+        port=spec.port,
         cuda_visible_devices=indices,
         gpus=gpus,
         tp_size=tp,
@@ -102,24 +141,43 @@ def build(plan_or_facts: Plan | HostFacts, pool: Pool) -> SglangServing | Pvegpu
         model=model,
         container_driver=driver,
         base=base,
+        unit_unread=old_unit.unread,
+        dropins=old_unit.changes,
         user=spec.user,
         working_directory=spec.working_directory,
         limit_nofile=spec.limit_nofile,
-        findings=tuple(checks.findings),
-        _key=_FROM_POOL,
+        environment_file=environment_file,
+        _key=DECIDED,
     )
-    if base is not None and table is not None:
+    if old_unit.running and table is not None:
         # Compared with the unit text itself, so every setting the template writes
         # counts, and the warning lands with the serving's other findings.
-        _report_drops(checks, serving, table)
-        serving = attrs.evolve(serving, findings=tuple(checks.findings))
-    return serving
+        _report_drops(checks, serving, old_unit, table)
+    return serving, (_p2p_finding(pool, p2p), *checks.findings)
 
 
-def _report_drops(checks: Checks, serving: SglangServing, table: OptionTable) -> None:
-    """Warn about what the container's current unit sets and the new one does not."""
-    assert serving.base is not None
-    comparison = compare_units(serving.base.content, unit_content(serving), table)
+def _p2p_finding(pool: Pool, p2p: P2PDecision) -> Finding:
+    """The P2P decision, first among the server's findings: the summary leads with it."""
+    state = "on" if p2p.enabled else "off"
+    effect = "" if p2p.enabled else f": {P2P_ENV}=1 and --disable-custom-all-reduce"
+    origin = "spec override" if p2p.source is P2PSource.SPEC else "from the facts"
+    return Finding(
+        Severity.INFO,
+        "serving-p2p",
+        f"pool {pool.name}",
+        f"GPU peer-to-peer {state} ({origin}: {p2p.reason}){effect}",
+    )
+
+
+def _report_drops(checks: Checks, serving: SglangServing, old: OldUnit, table: OptionTable) -> None:
+    """Warn about what the service runs with now and will not after the change.
+
+    Both sides as systemd sees them: the unit it loads plus its drop-ins, and the
+    rendered unit plus the same drop-ins with the bundle's lines switched off.
+    """
+    switched = {c.source: c.content for c in serving.dropins}
+    after = (unit_content(serving), *(switched.get(d.path, d.text) for d in old.dropins))
+    comparison = compare_services(old.running, after, table)
     message = drops_message(comparison, serving.unit_path)
     if message is not None:
         checks.finding(Severity.WARNING, "serving-drops-settings", message)
@@ -127,10 +185,11 @@ def _report_drops(checks: Checks, serving: SglangServing, table: OptionTable) ->
 
 def _check_scalars(checks: Checks) -> None:
     spec = checks.spec
-    if not _UNIT_NAME.match(spec.unit) or spec.unit.endswith(".service"):
+    if not UNIT_NAME.fullmatch(spec.unit) or spec.unit.endswith(".service"):
         checks.problem(
             "serving-invalid-unit",
-            f"unit {spec.unit!r} is not a unit name (letters, digits, `:_.-\\`, no suffix)",
+            f"unit {spec.unit!r} is not a unit name (letters, digits, `:_.-\\`, one `@`, "
+            "no suffix)",
             'e.g. unit = "sglang-qwen" for sglang-qwen.service',
         )
     if not spec.python.startswith("/"):
@@ -173,26 +232,49 @@ def _check_scalars(checks: Checks) -> None:
         checks.problem("serving-invalid-value", f"limit_nofile {spec.limit_nofile} < 1")
 
 
-def servings(plan: Plan) -> tuple[SglangServing, ...]:
-    """The server of every pool that has one; one error listing every pool's problems."""
+def decided_servings(plan: Plan) -> Plan:
+    """`plan` with every serving pool's server on `Pool.serving` and their findings added.
+
+    The planner's last step. Raises PlanError listing every pool's problems (RenderError
+    when only the SGLang option tables object), like plan() itself.
+    """
+    specs = {p.name: (i, p) for i, p in enumerate(plan.spec.pools)}
+    pools: list[Pool] = []
+    findings: list[Finding] = []
     built: list[SglangServing] = []
     plan_problems: list[Problem] = []
     render_problems: list[Problem] = []
     for pool in plan.pools:
-        if pool.serving is None:
+        index, pool_spec = specs[pool.name]
+        spec = pool_spec.lxc.serving if pool_spec.lxc is not None else None
+        if spec is None:
+            pools.append(pool)
             continue
-        result = build(plan, pool)
+        result = decide_serving(plan.facts, plan.pools, pool, spec, f"pools[{index}].lxc.serving")
         if isinstance(result, PlanError):
             plan_problems.extend(result.problems)
         elif isinstance(result, PvegpuError):
             render_problems.extend(result.problems)
         else:
-            built.append(result)
+            serving, found = result
+            built.append(serving)
+            findings.extend(found)
+            pools.append(attrs.evolve(pool, serving=serving))
+    plan_problems.extend(_unit_clashes(built))
+    if plan_problems:
+        raise PlanError([*plan_problems, *render_problems])
+    if render_problems:
+        raise RenderError(render_problems)
+    return attrs.evolve(plan, pools=tuple(pools), findings=(*plan.findings, *findings))
+
+
+def _unit_clashes(built: Sequence[SglangServing]) -> list[Problem]:
+    clashes: list[Problem] = []
     seen: dict[tuple[int, str], str] = {}
     for serving in built:
         key = (serving.vmid, serving.unit)
         if key in seen:
-            plan_problems.append(
+            clashes.append(
                 Problem(
                     "serving-unit-clash",
                     f"ct:{serving.vmid}/{serving.unit_path}",
@@ -201,28 +283,4 @@ def servings(plan: Plan) -> tuple[SglangServing, ...]:
                 )
             )
         seen[key] = serving.pool
-    if plan_problems:
-        raise PlanError([*plan_problems, *render_problems])
-    if render_problems:
-        raise RenderError(render_problems)
-    return tuple(built)
-
-
-def serving_findings(plan: Plan) -> tuple[Finding, ...]:
-    """What the planner adds to the plan for its servers (raises like `servings`)."""
-    out: list[Finding] = []
-    for serving in servings(plan):
-        p2p = serving.p2p
-        state = "on" if p2p.enabled else "off"
-        effect = "" if p2p.enabled else f": {P2P_ENV}=1 and --disable-custom-all-reduce"
-        origin = "spec override" if p2p.source is P2PSource.SPEC else "from the facts"
-        out.append(
-            Finding(
-                Severity.INFO,
-                "serving-p2p",
-                f"pool {serving.pool}",
-                f"GPU peer-to-peer {state} ({origin}: {p2p.reason}){effect}",
-            )
-        )
-        out.extend(serving.findings)
-    return tuple(out)
+    return clashes

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from pvegpu.errors import Problem
 from pvegpu.host.facts import HostFacts
 from pvegpu.host.paths import root_relative
-from pvegpu.planning.plan import Finding, Plan, Pool, Severity
+from pvegpu.planning.plan import Finding, Pool, Severity
 from pvegpu.spec.schema import ServingSpec
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
@@ -16,21 +17,21 @@ _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
 class Checks:
     """Collects every problem of one pool's server before raising, like plan() does."""
 
-    def __init__(self, plan_or_facts: Plan | HostFacts, pool: Pool) -> None:
-        if pool.serving is None:
-            raise ValueError(f"pool {pool.name} has no serving spec")
+    def __init__(
+        self,
+        facts: HostFacts,
+        pools: Sequence[Pool],
+        pool: Pool,
+        spec: ServingSpec,
+        where: str,
+    ) -> None:
+        self.facts = facts
+        self.pools = tuple(pools)
+        """Every pool of the plan: the container's CUDA indices count all that feed it."""
         self.pool = pool
-        self.spec: ServingSpec = pool.serving
-        if isinstance(plan_or_facts, Plan):
-            self.facts = plan_or_facts.facts
-            self.pools = plan_or_facts.pools
-            names = [p.name for p in plan_or_facts.spec.pools]
-            index = names.index(pool.name) if pool.name in names else None
-        else:
-            self.facts, self.pools, index = plan_or_facts, (pool,), None
-        self.where = (
-            f"pools[{index}].lxc.serving" if index is not None else f"pool {pool.name} serving"
-        )
+        self.spec = spec
+        self.where = where
+        """Where in the spec the problems point: `pools[0].lxc.serving`."""
         self.plan_problems: list[Problem] = []
         self.render_problems: list[Problem] = []
         self.findings: list[Finding] = []

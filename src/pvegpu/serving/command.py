@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import attrs
+from collections.abc import Collection
 
-from pvegpu.errors import RenderError
+from pvegpu.serving import versions
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.decision import P2PDecision
-from pvegpu.serving.model_config import ModelConfig
-from pvegpu.serving.options import OptionTable, ParsedCommandLine, load_table, version_key
+from pvegpu.serving.installed import serving_release
+from pvegpu.serving.option_check import ParsedCommandLine, parse_command_line
+from pvegpu.serving.options import OptionTable
+from pvegpu.serving.versions import When
 
 # The options pvegpu writes, by every spelling SGLang has used for them (first: the
 # preferred one). The table of the version picks the entry and its canonical name.
@@ -21,19 +23,7 @@ CONTEXT_LENGTH = ("--context-length",)
 MEM_FRACTION = ("--mem-fraction-static",)
 DISABLE_CUSTOM_ALL_REDUCE = ("--disable-custom-all-reduce",)
 NUMA_NODE = ("--numa-node",)
-SPECULATIVE_ALGORITHM = ("--speculative-algorithm",)
-# The version matrix (docs/serving.md): the mamba cache strategy option was renamed in
-# 0.5.14 and the old name removed in 0.5.20.
-MAMBA_STRATEGY_OLD = ("--mamba-scheduler-strategy",)
-MAMBA_STRATEGY_NEW = ("--mamba-radix-cache-strategy",)
-
-# MTP defaults: a greedy chain (top-k 1) of 3 drafted tokens, verified together with the
-# current one (draft tokens = steps + 1 when top-k is 1). extra_args may set any of them.
-MTP_TUNING: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("--speculative-num-steps",), "3"),
-    (("--speculative-eagle-topk",), "1"),
-    (("--speculative-num-draft-tokens",), "4"),
-)
+SPECULATIVE_ALGORITHM = versions.RULES.spellings("speculative algorithm")
 
 # Options pvegpu derives from the spec and the facts; extra_args may not set them, or the
 # unit would say two things (argparse keeps the last) and the checks here would be wrong.
@@ -59,28 +49,28 @@ DERIVED: tuple[tuple[tuple[str, ...], str], ...] = (
 # Every spelling SGLang has used for one option, across versions: an old unit's spelling
 # of an option the version's table no longer knows by that name.
 RENAMED: tuple[tuple[str, ...], ...] = (
-    MAMBA_STRATEGY_NEW + MAMBA_STRATEGY_OLD,
+    *(versions.RULES.spellings(setting) for setting in versions.RULES.settings),
     *(spellings for spellings, _ in OWNED),
-    *(spellings for spellings, _ in MTP_TUNING),
 )
 
 
-def option_table(checks: Checks) -> OptionTable | None:
-    """The option table of the spec's SGLang version; None (with a problem) if it has none."""
+def option_table(checks: Checks, rootfs: str | None) -> tuple[str, OptionTable | None]:
+    """The SGLang release the server runs and its option table (None, with a problem, if none).
+
+    The release is the one installed in the container when that is readable, else the
+    spec's (`installed.serving_release`); `rootfs` is the container's root file system
+    under the host root, None when it was not read. The release is "" when none could be
+    decided.
+    """
     if checks.spec.engine != "sglang":
         checks.problem(
             "serving-engine-unknown",
             f"engine {checks.spec.engine!r}: pvegpu renders SGLang servers only",
             'set engine = "sglang"',
         )
-        return None
-    try:
-        return load_table(checks.spec.version)
-    except RenderError as err:
-        checks.render_problems.extend(
-            attrs.evolve(p, subject=f"{checks.where}.version") for p in err.problems
-        )
-        return None
+        return checks.spec.version or "", None
+    version, table = serving_release(checks, rootfs)
+    return version or "", table
 
 
 def extra_args(checks: Checks, table: OptionTable | None) -> ParsedCommandLine | None:
@@ -88,7 +78,7 @@ def extra_args(checks: Checks, table: OptionTable | None) -> ParsedCommandLine |
     if table is None:
         return None
     subject = f"{checks.where}.extra_args"
-    parsed = table.parse(checks.spec.extra_args, subject=subject, complete=False)
+    parsed = parse_command_line(table, checks.spec.extra_args, subject=subject, complete=False)
     checks.render_problems.extend(parsed.problems)
     for spellings, owner in OWNED:
         option = parsed.of(table.find(*spellings))
@@ -106,7 +96,8 @@ def extra_args(checks: Checks, table: OptionTable | None) -> ParsedCommandLine |
 def launch_options(
     checks: Checks,
     table: OptionTable,
-    model: ModelConfig | None,
+    version: str,
+    holds: Collection[When],
     tp: int,
     p2p: P2PDecision,
     extra: ParsedCommandLine | None,
@@ -134,18 +125,12 @@ def launch_options(
     if not p2p.enabled:
         # Custom all-reduce does its own P2P outside NCCL: off whenever P2P is.
         add(DISABLE_CUSTOM_ALL_REDUCE)
-    if spec.mtp:
-        add(SPECULATIVE_ALGORITHM, "NEXTN")
-        for spellings, value in MTP_TUNING:
-            if extra is None or extra.of(table.find(*spellings)) is None:
-                add(spellings, value)
-        if model is not None and model.is_hybrid:
-            add(_mamba_strategy(spec.version), "extra_buffer")
+    # The version rules table decides the MTP flags and their spelling for this version.
+    for rule in versions.RULES.options_for(version, holds):
+        spellings = versions.RULES.spellings(rule.setting)
+        if rule.tunable and extra is not None and extra.of(table.find(*spellings)) is not None:
+            continue  # extra_args tunes it: only its value is written
+        add((rule.option,), rule.value)
     if extra is not None:
         options.extend(o.tokens for o in extra.options)
     return tuple(options)
-
-
-def _mamba_strategy(version: str) -> tuple[str, ...]:
-    """The mamba cache strategy option of this version (renamed in 0.5.14)."""
-    return MAMBA_STRATEGY_OLD if version_key(version) < (0, 5, 14) else MAMBA_STRATEGY_NEW

@@ -1,4 +1,5 @@
-"""The container side: its NVIDIA userspace against the host's module, other copies of the unit."""
+"""The container side: where its files are, its NVIDIA userspace against the host's module,
+its unit as systemd sees it (drop-ins, other copies)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,22 @@ import posixpath
 import re
 from collections.abc import Iterable
 
+import attrs
+
 from pvegpu.errors import Problem
-from pvegpu.host.facts import ConfigFile
-from pvegpu.host.paths import CONTAINER_LIBDIRS, DPKG_STATUS, NVIDIA_LIBRARY, UNIT_DIR
+from pvegpu.host.facts import ConfigFile, HostFacts
+from pvegpu.host.paths import (
+    CONTAINER_LIBDIRS,
+    DPKG_STATUS,
+    NVIDIA_LIBRARY,
+    SYSTEM_UNIT_PATH,
+    UNIT_DIR,
+)
+from pvegpu.host.rootfs import STORAGE_CFG, RootfsLocation, locate_rootfs
 from pvegpu.planning.plan import Severity
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.decision import ContainerDriver
+from pvegpu.serving.decision import ContainerDriver, DropinChange
+from pvegpu.serving.dropins import Dropin, effective_dropins, judge_dropins
 
 _DRIVER_VERSION = re.compile(r"^\d{3}\.\d+(?:\.\d+)?$")
 _MAJOR_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<major>\d{3})$")
@@ -101,35 +112,113 @@ def container_driver_problems(
     )
 
 
-def _rootfs(checks: Checks) -> str | None:
-    if checks.spec.container_rootfs is None:
-        return None
-    return checks.path("container_rootfs", checks.spec.container_rootfs)
+@attrs.frozen
+class ContainerRootfs:
+    """Where the container's files were read from, or why nothing was."""
+
+    path: str | None
+    """Root-relative directory the container's files came from; None: none was read."""
+    location: RootfsLocation
+    """What the container's `rootfs:` line and storage.cfg say."""
 
 
-def container_driver(checks: Checks, vmid: int) -> ContainerDriver | None:
+@attrs.frozen
+class OldUnit:
+    """The server's unit as systemd runs it now, and the drop-ins the bundle switches off."""
+
+    base: ConfigFile | None
+    """/etc/systemd/system/<unit>.service as read: the patch base of the rendered unit."""
+    running: tuple[str, ...]
+    """The unit file systemd loads (first in its search path) and its drop-ins, in order."""
+    dropins: tuple[Dropin, ...]
+    """Every drop-in systemd applies, as read."""
+    changes: tuple[DropinChange, ...]
+    unread: bool
+    """Nothing of the container was read: the unit may exist; it is never taken as new."""
+
+
+def _was_read(facts: HostFacts, rootfs: str) -> bool:
+    if facts.file(f"{rootfs}/{DPKG_STATUS}") is not None:
+        return True
+    if any(facts.stats_in(f"{rootfs}/{d}") for d in CONTAINER_LIBDIRS):
+        return True
+    units = tuple(f"{rootfs}/{d}/" for d in SYSTEM_UNIT_PATH)
+    return any(f.path.startswith(units) for f in facts.files)
+
+
+def container_rootfs(checks: Checks, vmid: int) -> ContainerRootfs:
+    """The container's root file system: from its rootfs: line and storage.cfg, else the spec's.
+
+    The first of the two that has files wins, so a subvolume that is not mounted falls
+    back to `container_rootfs`. Nothing read: an error when the spec named a path (it is
+    wrong, or not mounted), else the `container-rootfs-unreachable` warning.
+    """
+    lxc = checks.pool.lxc
+    config = lxc.config if lxc is not None and lxc.config is not None else None
+    config = config or checks.facts.file(f"etc/pve/lxc/{vmid}.conf")
+    storage = checks.facts.file(STORAGE_CFG)
+    location = locate_rootfs(
+        vmid, config.content if config else None, storage.content if storage else None
+    )
+    spec_path = None
+    if checks.spec.container_rootfs is not None:
+        spec_path = checks.path("container_rootfs", checks.spec.container_rootfs)
+    candidates = [p for p in dict.fromkeys((location.path, spec_path)) if p is not None]
+    for candidate in candidates:
+        if _was_read(checks.facts, candidate):
+            return ContainerRootfs(candidate, location)
+    if spec_path is not None:
+        checks.problem(
+            "container-rootfs-unread",
+            f"nothing was read from {spec_path} (no {DPKG_STATUS}, no NVIDIA libraries, no "
+            "unit): it is not a container root filesystem, or it is not mounted",
+            f"check container_rootfs; for a stopped container: pct mount {vmid}",
+            subject=spec_path,
+        )
+    elif checks.spec.container_rootfs is None:
+        checks.finding(
+            Severity.WARNING,
+            "container-rootfs-unreachable",
+            _unreachable_message(location, vmid, checks.spec.unit),
+        )
+    return ContainerRootfs(None, location)
+
+
+def _unreachable_message(location: RootfsLocation, vmid: int, unit: str) -> str:
+    volume = f" ({location.volume})" if location.volume else ""
+    why = location.why or f"nothing was read from /{location.path}, so it is not mounted"
+    return (
+        f"CT {vmid}'s root file system{volume} was not read: {why}. So {unit}.service and "
+        "its drop-ins were not judged; the runbook copies the current unit out of the "
+        f"container (pct pull) into revert/ before replacing it, and the revert restores that "
+        f"copy. To have them checked: stop CT {vmid}, `pct mount {vmid}`, plan with "
+        f'container_rootfs = "var/lib/lxc/{vmid}/rootfs", then `pct unmount {vmid}`'
+    )
+
+
+def container_driver(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> ContainerDriver | None:
     """The container's NVIDIA userspace, compared with the host's kernel module."""
-    rootfs = _rootfs(checks)
-    if rootfs is None:
+    host = checks.facts.nvidia
+    if rootfs.path is None:
+        module = f"the host module {host.version}" if host is not None else "the host's module"
+        checks.finding(
+            Severity.WARNING,
+            "container-driver-unchecked",
+            f"CT {vmid}'s files were not read, so its NVIDIA userspace was not compared with "
+            f"{module}; a mismatch hangs NCCL or fails CUDA init. Check by hand: "
+            f"`pct exec {vmid} -- nvidia-smi` must show driver version "
+            f"{host.version if host is not None else 'of the host'}",
+        )
         return None
+    path = rootfs.path
     names = [
         posixpath.basename(s.path)
         for d in CONTAINER_LIBDIRS
-        for s in checks.facts.stats_in(f"{rootfs}/{d}")
+        for s in checks.facts.stats_in(f"{path}/{d}")
     ]
-    status = checks.facts.file(f"{rootfs}/{DPKG_STATUS}")
-    unit = checks.facts.file(f"{rootfs}/{UNIT_DIR}/{checks.spec.unit}.service")
-    if not names and status is None and unit is None:
-        checks.problem(
-            "container-rootfs-unread",
-            f"nothing was read from {rootfs} (no {DPKG_STATUS}, no NVIDIA libraries, no "
-            "unit): it is not a container root filesystem, or it is not mounted",
-            f"check container_rootfs; for a stopped container: pct mount {vmid}",
-            subject=rootfs,
-        )
-        return None
+    status = checks.facts.file(f"{path}/{DPKG_STATUS}")
     state = container_driver_state(names, status.content if status else None)
-    if checks.facts.nvidia is None:
+    if host is None:
         checks.finding(
             Severity.WARNING,
             "container-driver-unchecked",
@@ -138,29 +227,36 @@ def container_driver(checks: Checks, vmid: int) -> ContainerDriver | None:
         )
         return state
     checks.plan_problems.extend(
-        container_driver_problems(state, checks.facts.nvidia.version, rootfs=rootfs, vmid=vmid)
+        container_driver_problems(state, host.version, rootfs=path, vmid=vmid)
     )
     return state
 
 
-def unit_base(checks: Checks, vmid: int) -> ConfigFile | None:
-    """The unit as it is in the container now; other copies and drop-ins are findings."""
-    rootfs = _rootfs(checks)
-    if rootfs is None:
-        return None
+def unit_base(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> OldUnit:
+    """The unit as systemd sees it in the container now; other copies and drop-ins."""
     name = f"{checks.spec.unit}.service"
-    authoritative = f"{rootfs}/{UNIT_DIR}/{name}"
+    if rootfs.path is None:
+        return OldUnit(None, (), (), (), unread=True)
+    path = rootfs.path
+    authoritative = f"{path}/{UNIT_DIR}/{name}"
     base = checks.facts.file(authoritative)
-    dropins = f"{authoritative}.d/"
-    copies, overrides = [], []
+    loaded = next(
+        (f for d in SYSTEM_UNIT_PATH if (f := checks.facts.file(f"{path}/{d}/{name}"))), None
+    )
+    inside = {
+        f.path[len(path) + 1 :]: f for f in checks.facts.files if f.path.startswith(path + "/")
+    }
+    dropins = effective_dropins(checks.facts.files, path, checks.spec.unit)
+    changes, problems = judge_dropins(dropins, inside, checks.spec.unit, vmid, f"ct:{vmid}")
+    checks.plan_problems.extend(problems)
+    copies = []
+    dropin_paths = {f"{path}/{d.path}" for d in dropins}
     for file in checks.facts.files:
-        if not file.path.startswith(rootfs + "/") or file.path == authoritative:
+        if not file.path.startswith(path + "/") or file.path == authoritative:
             continue
-        if file.path.startswith(dropins) and file.path.endswith(".conf"):
-            overrides.append(file.path)
-        elif posixpath.basename(file.path) == name:
+        if file.path not in dropin_paths and posixpath.basename(file.path) == name:
             same = base is not None and file.content == base.content
-            copies.append(f"/{file.path[len(rootfs) + 1 :]}" + (" (same)" if same else ""))
+            copies.append(f"/{file.path[len(path) + 1 :]}" + (" (same)" if same else ""))
     if copies:
         checks.finding(
             Severity.WARNING,
@@ -169,12 +265,35 @@ def unit_base(checks: Checks, vmid: int) -> ConfigFile | None:
             f"{', '.join(copies)}. /{UNIT_DIR}/{name} is the one systemd runs and the one "
             "pvegpu writes; delete the others so no one edits a copy that drifts",
         )
-    if overrides:
-        shown = ", ".join(f"/{p[len(rootfs) + 1 :]}" for p in sorted(overrides))
+    _report_dropins(checks, vmid, dropins, changes)
+    running = (loaded.content, *(d.text for d in dropins)) if loaded is not None else ()
+    return OldUnit(base, running, dropins, changes, unread=False)
+
+
+def _report_dropins(
+    checks: Checks, vmid: int, dropins: tuple[Dropin, ...], changes: tuple[DropinChange, ...]
+) -> None:
+    switched = {c.source for c in changes}
+    for change in changes:
+        where = (
+            "the bundle comments those lines out (the rest of it stays) and the revert restores it"
+            if change.base is not None
+            else f"the bundle hides it with a copy at /{change.path} without those lines (the "
+            "rest stays) and the revert removes that copy"
+        )
+        checks.finding(
+            Severity.WARNING,
+            "serving-dropin-neutralized",
+            f"drop-in /{change.source} in CT {vmid} overrides what the rendered unit decides: "
+            f"{', '.join(change.settings)}; {where}. Put anything of it you need in the spec "
+            "(serving.extra_args, serving.environment)",
+        )
+    others = [d for d in dropins if d.path not in switched and d.text.strip()]
+    if others:
         checks.finding(
             Severity.WARNING,
             "serving-unit-dropins",
-            f"drop-ins override the rendered unit: {shown}; move what they set into the "
-            "spec (environment, extra_args) and delete them",
+            "drop-ins still apply on top of the rendered unit: "
+            + ", ".join(f"/{d.path}" for d in others)
+            + "; move what they set into the spec (environment, extra_args) and delete them",
         )
-    return base

@@ -1,4 +1,8 @@
-"""The values a pool's server is made of; `SglangServing.from_pool` is the only way to get one."""
+"""The values a pool's server is made of: the decision `plan()` puts on each serving pool.
+
+`serving.build.decide_serving` is the only way to get an `SglangServing`; this module
+holds values only, so the plan models can carry them without importing any checks.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,9 @@ from enum import StrEnum
 
 import attrs
 
-from pvegpu.errors import PvegpuError
-from pvegpu.host.facts import GPU, ConfigFile, FileStat, HostFacts
+from pvegpu.host.facts import GPU, ConfigFile, FileStat
 from pvegpu.host.paths import UNIT_DIR
 from pvegpu.pci import CpuList
-from pvegpu.planning.plan import Finding, Plan, Pool
 from pvegpu.serving.model_config import ModelConfig
 
 
@@ -70,6 +72,25 @@ class ContainerDriver:
 
 
 @attrs.frozen
+class DropinChange:
+    """A drop-in of the unit whose settings the rendered unit decides, switched off.
+
+    Written to `path` (the unit's own drop-in directory in /etc, same file name): over the
+    drop-in itself when it is there (`base`), else as a new file that hides the original
+    of that name in /usr/lib, /run or a prefix/top-level directory (`source`).
+    """
+
+    path: str
+    """Inside the container: `etc/systemd/system/<unit>.service.d/<name>.conf`."""
+    source: str
+    """Where the drop-in systemd reads now is, inside the container (== path in /etc)."""
+    content: str
+    base: ConfigFile | None
+    settings: tuple[str, ...]
+    """What it set that the rendered unit decides, as the finding shows it (no secrets)."""
+
+
+@attrs.frozen
 class ServingFiles:
     """What `read_serving_files` found, to add to HostFacts."""
 
@@ -77,12 +98,13 @@ class ServingFiles:
     stats: tuple[FileStat, ...] = ()
 
 
-_FROM_POOL = object()
+DECIDED = object()
+"""The key `decide_serving` passes; anything else is refused, so TP cannot be set by hand."""
 
 
 def _check_key(instance: SglangServing, attribute: attrs.Attribute[object], value: object) -> None:
-    if value is not _FROM_POOL:
-        raise TypeError("SglangServing is built by SglangServing.from_pool(plan, pool) only")
+    if value is not DECIDED:
+        raise TypeError("SglangServing is built by plan() (serving.build.decide_serving) only")
 
 
 def _check_tp(instance: SglangServing, attribute: attrs.Attribute[int], value: int) -> None:
@@ -92,7 +114,10 @@ def _check_tp(instance: SglangServing, attribute: attrs.Attribute[int], value: i
 
 @attrs.frozen
 class SglangServing:
-    """Everything the unit file says, decided and checked. Build with `from_pool`."""
+    """Everything the unit file says, decided and checked once, by plan(); on `Pool.serving`.
+
+    The findings about the server are on the plan, with every other finding.
+    """
 
     pool: str
     vmid: int
@@ -101,11 +126,14 @@ class SglangServing:
     python: str
     model_path: str
     served_model_name: str | None
+    host: str
+    """The address the server listens on; the health check reaches it from the container."""
+    port: int
     cuda_visible_devices: tuple[int, ...]
     """Indices of the pool's GPUs among the GPUs the container sees, in PCI order."""
     gpus: tuple[GPU, ...]
     tp_size: int = attrs.field(validator=_check_tp)
-    """Always the pool's GPU count: the validator and `from_pool` see to it."""
+    """Always the pool's GPU count: the validator and `decide_serving` see to it."""
     options: tuple[tuple[str, ...], ...]
     """The launch_server options, each with its values: one line of ExecStart each."""
     environment: tuple[tuple[str, str], ...]
@@ -115,12 +143,23 @@ class SglangServing:
     model: ModelConfig | None
     container_driver: ContainerDriver | None
     base: ConfigFile | None
-    """The unit as it is in the container now (None: new file)."""
+    """The unit as it is in the container now (None: new file, or not read: `unit_unread`)."""
+    unit_unread: bool
+    """The container's files could not be read (block storage): whether the unit exists is
+    unknown, so it is never treated as new; the runbook copies it out with `pct pull`."""
+    dropins: tuple[DropinChange, ...]
+    """Drop-ins that set what the unit decides, switched off by the bundle."""
     user: str | None
     working_directory: str | None
     limit_nofile: int | None
-    findings: tuple[Finding, ...]
+    environment_file: str | None
+    """`EnvironmentFile=`: where the unit reads its secrets; never read by pvegpu."""
     _key: object = attrs.field(alias="_key", repr=False, eq=False, validator=_check_key)
+
+    @property
+    def engine(self) -> str:
+        """The spec's `engine`: pvegpu decides SGLang servers only."""
+        return "sglang"
 
     @property
     def unit_path(self) -> str:
@@ -130,18 +169,3 @@ class SglangServing:
     @property
     def argv(self) -> tuple[str, ...]:
         return (self.python, "-m", "sglang.launch_server", *(w for o in self.options for w in o))
-
-    @classmethod
-    def from_pool(cls, plan_or_facts: Plan | HostFacts, pool: Pool) -> SglangServing:
-        """Decide and check the server of `pool`; PlanError/RenderError listing every problem.
-
-        Pass the Plan when there is one: the CUDA indices then account for every pool that
-        gives GPUs to the same container.
-        """
-        # Imported here: the builder imports this module for the class it builds.
-        from pvegpu.serving.build import build
-
-        built = build(plan_or_facts, pool)
-        if isinstance(built, PvegpuError):
-            raise built
-        return built

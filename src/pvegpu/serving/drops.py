@@ -14,26 +14,25 @@ does not say silently disappears. Each old setting ends up in one of three lists
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 
+from pvegpu.redact import MARK, is_secret_name, redact_argv, redact_line
 from pvegpu.serving.command import DERIVED, OWNED, RENAMED
 from pvegpu.serving.environment import retired_variable
-from pvegpu.serving.options import (
-    OptionSpec,
-    OptionTable,
-    ParsedOption,
-    load_table,
-    shipped_versions,
-)
+from pvegpu.serving.option_check import ParsedOption, parse_command_line
+from pvegpu.serving.options import OptionSpec, OptionTable, load_table, shipped_versions
 from pvegpu.serving.unitfile import (
     ENVIRONMENT,
+    ENVIRONMENT_FILE,
     EXEC_START,
     SERVICE,
     UnitFile,
     environment_pairs,
     exec_words,
     launch_options,
-    parse_unit,
+    merge_units,
     unit_words,
 )
 
@@ -45,7 +44,7 @@ SPEC_DIRECTIVES = {
     (SERVICE, "User"): "serving.user",
     (SERVICE, "WorkingDirectory"): "serving.working_directory",
     (SERVICE, "LimitNOFILE"): "serving.limit_nofile",
-    (SERVICE, "EnvironmentFile"): f"{SPEC_ENVIRONMENT}, its variables",
+    (SERVICE, "EnvironmentFile"): "serving.environment_file",
 }
 """Unit settings the spec can carry, and the spec field that does."""
 
@@ -94,7 +93,12 @@ class UnitComparison:
 
 def compare_units(old: str, new: str, table: OptionTable) -> UnitComparison:
     """The settings of unit text `old` that unit text `new` (for `table`'s version) drops."""
-    old_unit, new_unit = parse_unit(old), parse_unit(new)
+    return compare_services((old,), (new,), table)
+
+
+def compare_services(old: Sequence[str], new: Sequence[str], table: OptionTable) -> UnitComparison:
+    """`compare_units` for a unit and its drop-ins on each side, merged as systemd does."""
+    old_unit, new_unit = merge_units(old), merge_units(new)
     dropped: list[DroppedSetting] = []
     replaced: list[tuple[str, str]] = []
     retired: list[tuple[str, str]] = []
@@ -131,12 +135,14 @@ def _compare_command(
         )
         return
     subject = "the container's current unit"
-    rendered = table.parse(new_words, subject=subject, complete=False)
+    rendered = parse_command_line(table, new_words, subject=subject, complete=False)
     derived = {spec: why for spellings, why in DERIVED if (spec := table.find(*spellings))}
     owners = {spec: owner for spellings, owner in OWNED if (spec := table.find(*spellings))}
-    for option in table.parse(old_words, subject=subject, complete=False).options:
+    old_line = parse_command_line(table, old_words, subject=subject, complete=False)
+    for option in old_line.options:
         spec = _resolve(option, table)
-        text = " ".join(option.tokens)
+        # Shown in findings and SUMMARY.md: a secret value (`--api-key V`) never is.
+        text = " ".join(redact_argv(tuple(option.tokens)))
         if spec is not None and rendered.of(spec) is not None:
             if option.written not in spec.accepted:
                 replaced.append((option.written, spec.canonical))
@@ -189,8 +195,18 @@ def _compare_environment(
     retired: list[tuple[str, str]],
 ) -> None:
     kept = dict(environment_pairs(new.values(SERVICE, ENVIRONMENT)))
+    environment_file = new.values(SERVICE, ENVIRONMENT_FILE)
     for name, value in environment_pairs(old.values(SERVICE, ENVIRONMENT)):
         if name in kept:
+            continue
+        if is_secret_name(name) and value:
+            # Never shown; the new unit reads it by reference (serving-secrets-moved).
+            if environment_file:
+                retired.append(
+                    (f"{name}={MARK}", f"read from EnvironmentFile={environment_file[-1]}")
+                )
+            else:
+                dropped.append(DroppedSetting(f"{name}={MARK}", "serving.environment_file"))
             continue
         why = retired_variable(name, version)
         if why is not None:
@@ -207,7 +223,7 @@ def _compare_settings(old: UnitFile, new: UnitFile, dropped: list[DroppedSetting
         old_values = old.values(section, key)
         new_values = new.values(section, key)
         if not new_values:
-            dropped.extend(DroppedSetting(f"{key}={v}", carry) for v in old_values)
+            dropped.extend(DroppedSetting(redact_line(f"{key}={v}"), carry) for v in old_values)
         elif key in LIST_SETTINGS:
             have = {w for v in new_values for w in unit_words(v)}
             missing = [w for v in old_values for w in unit_words(v) if w not in have]

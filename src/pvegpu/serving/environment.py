@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from pvegpu.host.facts import GPU
 from pvegpu.planning.plan import Severity
+from pvegpu.serving import versions
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.decision import NumaPinning, P2PDecision
-from pvegpu.serving.model_config import ModelConfig
-from pvegpu.serving.options import version_key
+from pvegpu.serving.decision import P2PDecision
+from pvegpu.serving.versions import When
 
-SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
-AUTO_NUMA_ENV = "SGLANG_AUTO_NUMA_BIND"
 P2P_ENV = "NCCL_P2P_DISABLE"
 FORBIDDEN_ENV = {
     "NCCL_SHM_DISABLE": "with P2P off NCCL needs shared memory; without both it falls "
@@ -49,28 +47,21 @@ def container_indices(checks: Checks, vmid: int) -> tuple[int, ...]:
 
 def service_environment(
     checks: Checks,
-    model: ModelConfig | None,
+    version: str,
+    holds: Collection[When],
     p2p: P2PDecision,
-    numa: NumaPinning | None,
     indices: tuple[int, ...],
 ) -> tuple[tuple[str, str], ...]:
     """The unit's Environment=: what pvegpu derives, then the spec's own variables."""
     spec = checks.spec
-    key = version_key(spec.version) if _is_version(spec.version) else ()
     env: list[tuple[str, str]] = [
         ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
         ("CUDA_VISIBLE_DEVICES", ",".join(map(str, indices))),
     ]
     if not p2p.enabled:
         env.append((P2P_ENV, "1"))
-    hybrid_mtp = spec.mtp and model is not None and model.is_hybrid
-    if hybrid_mtp and key and key < (0, 5, 14):
-        # 0.5.10-0.5.13 refuse MTP on a hybrid model without it; <= 0.5.10 default off.
-        env.append((SPEC_V2_ENV, "1"))
-    if numa is not None and key and key >= (0, 5, 23):
-        # systemd already binds the whole service to one node; SGLang's own per-GPU
-        # binding would only repeat it (and could fight a later CPUAffinity change).
-        env.append((AUTO_NUMA_ENV, "0"))
+    # Version quirks (SGLANG_ENABLE_SPEC_V2, SGLANG_AUTO_NUMA_BIND) come from the table.
+    env.extend((rule.name, rule.value) for rule in versions.RULES.environment_for(version, holds))
     ours = dict(env)
     for name, value in spec.environment:
         where = f"{checks.where}.environment.{name}"
@@ -99,11 +90,12 @@ def service_environment(
                 subject=where,
             )
             continue
-        if name == SPEC_V2_ENV and key and key >= (0, 5, 14):
+        retired = versions.RULES.retired_in(name, version)
+        if retired is not None:
             checks.finding(
                 Severity.WARNING,
-                "serving-spec-v2-removed",
-                f"{SPEC_V2_ENV} was removed in SGLang 0.5.14; {spec.version} ignores it",
+                retired.code,
+                f"{name} was removed in SGLang {retired.since}; {version} ignores it",
             )
         if name in ours:
             if ours[name] != value:
@@ -125,14 +117,7 @@ def retired_variable(name: str, version: str) -> str | None:
         return f"pvegpu refuses it: {FORBIDDEN_ENV[name]}"
     if name == P2P_ENV:
         return "pvegpu decides P2P from the facts (p2p / p2p_reason override it)"
-    if name == SPEC_V2_ENV and _is_version(version) and version_key(version) >= (0, 5, 14):
-        return f"removed in SGLang 0.5.14; {version} ignores it"
+    retired = versions.RULES.retired_in(name, version)
+    if retired is not None:
+        return f"removed in SGLang {retired.since}; {version} ignores it"
     return None
-
-
-def _is_version(version: str) -> bool:
-    try:
-        version_key(version)
-    except ValueError:
-        return False
-    return True

@@ -19,7 +19,8 @@ from pvegpu.serving.model_config import (
     tp_divides,
     valid_tp_sizes,
 )
-from pvegpu.serving.options import OptionTable, ParsedCommandLine
+from pvegpu.serving.option_check import ParsedCommandLine
+from pvegpu.serving.options import OptionTable
 
 MIB = 1024**2
 GIB = 1024**3

@@ -6,7 +6,7 @@ import textwrap
 
 from pvegpu.rendering.templating import render_template
 from pvegpu.serving.decision import P2PSource, SglangServing
-from pvegpu.serving.systemd import environment_assignment, exec_word, unit_text
+from pvegpu.serving.systemd import environment_assignment, exec_option, exec_word, unit_text
 
 COMMENT_WIDTH = 86
 
@@ -30,7 +30,7 @@ def unit_content(serving: SglangServing) -> str:
     name = serving.served_model_name or serving.model_path
     exec_lines = [
         " ".join(exec_word(w) for w in (serving.python, "-m", "sglang.launch_server")),
-        *(" ".join(exec_word(w) for w in option) for option in serving.options),
+        *(exec_option(option) for option in serving.options),
     ]
     p2p = serving.p2p
     origin = "spec override" if p2p.source is P2PSource.SPEC else "facts"
@@ -58,6 +58,9 @@ def unit_content(serving: SglangServing) -> str:
             None if serving.working_directory is None else unit_text(serving.working_directory)
         ),
         limit_nofile=serving.limit_nofile,
+        environment_file=(
+            None if serving.environment_file is None else unit_text(serving.environment_file)
+        ),
         environment=[environment_assignment(k, v) for k, v in serving.environment],
         numa=serving.numa,
         exec_lines=exec_lines,

@@ -8,12 +8,14 @@ empty assignment that resets a list setting. Pure; no systemd needed.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 
 import attrs
 
 SERVICE = "Service"
 EXEC_START = "ExecStart"
 ENVIRONMENT = "Environment"
+ENVIRONMENT_FILE = "EnvironmentFile"
 # ExecStart= prefixes (systemd.service(5)): ignore failure, argv[0], privileges, ...
 _EXEC_PREFIXES = "-@:+!|"
 
@@ -55,7 +57,23 @@ def _logical_lines(text: str) -> list[str]:
 
 def parse_unit(text: str) -> UnitFile:
     """The settings of a unit file; an empty `Key=` forgets the key's earlier values."""
+    return merge_units((text,))
+
+
+def merge_units(texts: Iterable[str]) -> UnitFile:
+    """A unit and its drop-ins, in the order systemd reads them, as one set of settings.
+
+    Each file starts outside any section (a drop-in names its own `[Service]`); an empty
+    `Key=` in a later file forgets what earlier files set (`ExecStart=` then a new
+    `ExecStart=` replaces the command), like a repeated key within one file.
+    """
     settings: list[tuple[str, str, str]] = []
+    for text in texts:
+        settings = _apply(settings, text)
+    return UnitFile(tuple(settings))
+
+
+def _apply(settings: list[tuple[str, str, str]], text: str) -> list[tuple[str, str, str]]:
     section = ""
     for line in _logical_lines(text):
         if not line:
@@ -71,7 +89,7 @@ def parse_unit(text: str) -> UnitFile:
             settings = [s for s in settings if (s[0], s[1]) != (section, key)]
             continue
         settings.append((section, key, value))
-    return UnitFile(tuple(settings))
+    return settings
 
 
 def unit_words(value: str) -> tuple[str, ...]:

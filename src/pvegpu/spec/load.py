@@ -24,7 +24,8 @@ from cattrs.errors import (
 
 from pvegpu.errors import Problem, SpecError
 from pvegpu.pci import PciAddress
-from pvegpu.spec.rules import value_problems
+from pvegpu.spec.nodes import node_problems
+from pvegpu.spec.rules import secret_problems, value_problems
 from pvegpu.spec.schema import DeviceStyle, P2PSetting, PoolSpec, Spec
 
 MAX_SPEC_BYTES = 1024 * 1024
@@ -169,9 +170,13 @@ def _semantic_problems(spec: Spec) -> Iterator[Problem]:
     if not spec.pools:
         yield Problem("spec-no-pools", "pools", "the spec defines no pool", "add [[pools]]")
     yield from value_problems(spec)
+    yield from secret_problems(spec)
+    yield from node_problems(spec)
     seen_names: dict[str, int] = {}
     seen_vmids: dict[int, int] = {}
-    seen_mappings: dict[str, int] = {}
+    # A mapping id is cluster-wide: pools on several nodes may share one (that is how a
+    # VM can start on any of them), but one node holds it in one pool only.
+    seen_mappings: dict[tuple[str | None, str], int] = {}
     for i, pool in enumerate(spec.pools):
         where = f"pools[{i}]"
         yield from _pool_problems(pool, where)
@@ -194,15 +199,15 @@ def _semantic_problems(spec: Spec) -> Iterator[Problem]:
                 )
             seen_vmids.setdefault(vmid, i)
         if pool.mapping is not None:
-            if pool.mapping.id in seen_mappings:
+            key = (spec.pool_node(pool), pool.mapping.id)
+            if key in seen_mappings:
                 yield Problem(
                     "spec-duplicate-mapping",
                     f"{where}.mapping.id",
-                    f"mapping {pool.mapping.id!r} is also defined by "
-                    f"pools[{seen_mappings[pool.mapping.id]}]",
+                    f"mapping {pool.mapping.id!r} is also defined by pools[{seen_mappings[key]}]",
                     "use one mapping id per pool",
                 )
-            seen_mappings.setdefault(pool.mapping.id, i)
+            seen_mappings.setdefault(key, i)
 
 
 def _guest_vmid(pool: PoolSpec) -> int | None:

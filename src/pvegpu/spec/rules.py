@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from pvegpu.errors import Problem
+from pvegpu.redact import is_secret_name, is_secret_option
 from pvegpu.spec import schema as s
 
 MAX_TEXT = 4096
@@ -58,6 +59,29 @@ def _absolute_path(value: Any) -> str | None:
     return None if value.startswith("/") else f"{value!r} is not an absolute path"
 
 
+_NAME_MAX = 255
+"""Longest file name the kernel (and systemd's path check) takes, in bytes."""
+
+
+def _unit_path(value: Any) -> str | None:
+    """A path a unit setting takes whole (WorkingDirectory=, EnvironmentFile=).
+
+    systemd strips blanks at both ends of a value, reads a final `\\` as a line
+    continuation, and ignores a path that is not normalized (`.`, `..`, `//`, a final
+    `/`), so any of those would make the unit say something other than the spec.
+    """
+    if not value.startswith("/"):
+        return f"{value!r} is not an absolute path"
+    if value[-1] in " \\":
+        return f"{value!r} ends in {value[-1]!r}, which systemd strips or reads as a continuation"
+    parts = value.split("/")[1:]
+    if value != "/" and any(p in ("", ".", "..") for p in parts):
+        return f"{value!r} is not normalized (no `.`, `..`, `//` or final `/`)"
+    if any(len(p.encode()) > _NAME_MAX for p in parts):
+        return f"{value!r} has a component longer than {_NAME_MAX} bytes"
+    return None
+
+
 def _fraction(value: Any) -> str | None:
     if not math.isfinite(value) or not 0 < value < 1:
         return f"{value} is not between 0 and 1 (exclusive)"
@@ -73,9 +97,29 @@ VMID = _int_range(100, 999_999_999)
 """Proxmox's guest id range."""
 BYTES = _int_range(1, 2**62)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]+)?")
+"""systemd's unit name characters (a `\\` starts its `\\x2d` escapes) and one `@` before
+an instance (systemd.unit(5)); a shell command line naming the unit quotes it."""
+UNIT_PATH = "a normalized absolute path, not ending in a blank or `\\`"
+
+NODE = _pattern(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?", "a host name", 63)
+"""A Proxmox node name: a DNS label, as pve-node and /etc/hostname's first label are."""
+
+
+def _node_list(value: Any) -> str | None:
+    for name in value:
+        message = NODE.check(name)
+        if message is not None:
+            return message
+    if len(set(value)) != len(value):
+        return "names a node twice"
+    return None
+
 
 RULES: dict[tuple[type[Any], str], Rule] = {
-    (s.Spec, "node"): _pattern(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?", "a host name", 63),
+    (s.Spec, "node"): NODE,
+    (s.Spec, "nodes"): Rule("distinct host names, at most 63 characters each", _node_list),
+    (s.PoolSpec, "node"): NODE,
     (s.PoolSpec, "name"): _pattern(r"[A-Za-z0-9][A-Za-z0-9_.-]*", "letters, digits, . _ -", 64),
     (s.PoolSpec, "numa_node"): _int_range(0, 1023),
     (s.PoolSpec, "count"): _int_range(1, 65535),
@@ -87,8 +131,16 @@ RULES: dict[tuple[type[Any], str], Rule] = {
     (s.VmSpec, "vmid"): VMID,
     (s.ServingSpec, "version"): _pattern(r"[0-9]+(\.[0-9]+)*[0-9A-Za-z.+-]*", "a version", 64),
     (s.ServingSpec, "engine"): _pattern(r"sglang", '"sglang"', 6),
-    (s.ServingSpec, "unit"): _pattern(r"[A-Za-z0-9:_.-]+", "a unit name without .service", 200),
-    (s.ServingSpec, "python"): Rule("an absolute path", _absolute_path),
+    (s.ServingSpec, "unit"): _pattern(
+        UNIT_NAME.pattern,
+        "a systemd unit name without .service (`[A-Za-z0-9:_.\\-]`, one `@`)",
+        200,
+    ),
+    # ExecStart='s executable is one plain word: never quoted, no `$` or `%` (systemd).
+    (s.ServingSpec, "python"): _pattern(
+        r"(/(?!\.\.?(/|$))[A-Za-z0-9_.+@-]+)+",
+        "a normalized absolute path of letters, digits and `/ _ . + @ -`",
+    ),
     (s.ServingSpec, "host"): _pattern(r"[A-Za-z0-9.:_-]+", "an address or host name", 253),
     (s.ServingSpec, "port"): _int_range(1, 65535),
     (s.ServingSpec, "context_length"): _int_range(1, 2**31 - 1),
@@ -96,8 +148,9 @@ RULES: dict[tuple[type[Any], str], Rule] = {
     (s.ServingSpec, "checkpoint_bytes"): BYTES,
     (s.ServingSpec, "gpu_memory_bytes"): BYTES,
     (s.ServingSpec, "user"): _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", "a user name or UID", 64),
-    (s.ServingSpec, "working_directory"): Rule("an absolute path", _absolute_path),
+    (s.ServingSpec, "working_directory"): Rule(UNIT_PATH, _unit_path),
     (s.ServingSpec, "limit_nofile"): _int_range(1, 1_073_741_816),
+    (s.ServingSpec, "environment_file"): Rule(UNIT_PATH, _unit_path),
 }
 """Constraints beyond the type. Every string (in lists and tables too) is also checked
 for control characters and a length of at most MAX_TEXT."""
@@ -130,7 +183,8 @@ def value_problems(node: Any, path: str = "") -> Iterator[Problem]:
                 yield Problem("spec-invalid-value", where, message, "fix the value")
                 continue
         rule = RULES.get((type(node), field.name))
-        if rule is not None and not isinstance(value, tuple):
+        # A rule on a list judges the whole list (`nodes`: names, none twice).
+        if rule is not None:
             message = rule.check(value)
             if message is not None:
                 yield Problem("spec-invalid-value", where, message, f"use {rule.text}")
@@ -157,3 +211,44 @@ def _sequence_problems(values: tuple[Any, ...], path: str) -> Iterator[Problem]:
             message = _text_problem(item)
             if message is not None:
                 yield Problem("spec-invalid-value", where, message, "fix the value")
+
+
+REFERENCE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
+"""`${NAME}`: a value systemd substitutes from the unit's environment at start."""
+_SECRET_FIX = (
+    "put it in a root-only file in the container (NAME=value lines) and set "
+    "serving.environment_file to that file; pass options as `--api-key ${NAME}`"
+)
+
+
+def secret_problems(spec: s.Spec) -> Iterator[Problem]:
+    """Secrets written into the spec: they would land in the unit and the review bundle."""
+    for i, pool in enumerate(spec.pools):
+        serving = pool.lxc.serving if pool.lxc is not None else None
+        if serving is None:
+            continue
+        where = f"pools[{i}].lxc.serving"
+        for name, value in serving.environment:
+            if is_secret_name(name) and value and not REFERENCE.fullmatch(value):
+                yield Problem(
+                    "spec-secret",
+                    f"{where}.environment.{name}",
+                    f"{name} looks like a secret; in the spec it would be written into the "
+                    "unit file and every review bundle",
+                    _SECRET_FIX,
+                )
+        args = serving.extra_args
+        for j, word in enumerate(args):
+            option, eq, value = word.partition("=")
+            if not option.startswith("--") or not is_secret_option(option):
+                continue
+            if not eq:
+                value = args[j + 1] if j + 1 < len(args) else ""
+            if value and not REFERENCE.fullmatch(value):
+                yield Problem(
+                    "spec-secret",
+                    f"{where}.extra_args[{j}]",
+                    f"{option} takes a secret; its value would be written into the unit "
+                    "file and every review bundle",
+                    _SECRET_FIX,
+                )

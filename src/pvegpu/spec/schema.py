@@ -35,8 +35,10 @@ class MappingSpec:
 class ServingSpec:
     """An inference server in the container, with tensor parallelism over the pool."""
 
-    version: str
-    """SGLang version; selects flags, environment and the option table to check against."""
+    version: str | None = attrs.field(default=None, kw_only=True)
+    """SGLang release; selects flags, environment and the option table to check against.
+    Optional when `container_rootfs` is readable: the release installed for `python` is
+    used, and a version here that differs from it is an error."""
     model_path: str
     """Path of the model directory as the container sees it."""
     engine: str = "sglang"
@@ -70,6 +72,9 @@ class ServingSpec:
     """`WorkingDirectory=` of the unit: an absolute path inside the container."""
     limit_nofile: int | None = None
     """`LimitNOFILE=` of the unit (systemd's default soft limit is 1024 open files)."""
+    environment_file: str | None = None
+    """`EnvironmentFile=` of the unit: a root-only file in the container that holds the
+    secrets (HF_TOKEN, API keys). pvegpu never reads it, so no secret reaches a bundle."""
 
 
 @attrs.frozen
@@ -98,6 +103,9 @@ class PoolSpec:
     """A set of GPUs and what consumes them. Exactly one selector and one consumer."""
 
     name: str
+    node: str | None = attrs.field(default=None, kw_only=True)
+    """The cluster node the pool's GPUs are on: required in a spec with `nodes`; in a
+    single-node spec it may be left out (or equal `node`)."""
     numa_node: int | None = None
     gpus: tuple[str, ...] | None = None
     """Explicit PCI addresses (`0000:81:00.0` or `81:00.0`)."""
@@ -110,7 +118,38 @@ class PoolSpec:
 
 @attrs.frozen
 class Spec:
-    node: str
-    pools: tuple[PoolSpec, ...]
+    """A split of one node (`node`), or of several nodes of one cluster (`nodes`, with a
+    `node` on every pool). The loader admits exactly one of the two forms."""
+
+    node: str | None = None
+    """The one node a single-node spec is for; None in a cluster spec."""
+    nodes: tuple[str, ...] = attrs.field(default=(), kw_only=True)
+    """The cluster's nodes this spec plans, in the order bundles and tables list them."""
+    pools: tuple[PoolSpec, ...] = ()
     source: str = "<spec>"
     """Where the spec came from, for messages."""
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        """Every node the spec plans: `nodes`, or the single `node`."""
+        if self.nodes:
+            return self.nodes
+        return (self.node,) if self.node is not None else ()
+
+    @property
+    def is_cluster(self) -> bool:
+        return bool(self.nodes)
+
+    def pool_node(self, pool: PoolSpec) -> str | None:
+        return pool.node if pool.node is not None else self.node
+
+    def pool_indexes(self, node: str) -> tuple[int, ...]:
+        """Positions in `pools` of the pools on `node`."""
+        return tuple(i for i, p in enumerate(self.pools) if self.pool_node(p) == node)
+
+    def for_node(self, node: str) -> Spec:
+        """The single-node spec of one node: its pools, in spec order. Planning a cluster
+        plans each node with this; `pools[i]` paths in its problems are re-numbered by
+        planning/cluster.py to the cluster spec's own."""
+        pools = tuple(self.pools[i] for i in self.pool_indexes(node))
+        return attrs.evolve(self, node=node, nodes=(), pools=pools)

@@ -25,7 +25,7 @@ unchanged() {
 }
 unchanged "$ROOT/etc/pve/lxc/129.conf" c486ed3c3437f4c2d12341fc2f4e32093538e218946607eb6408446afdc8da0c
 unchanged "$ROOT/etc/pve/mapping/pci.cfg" dd315b7cdfdaac1b5e72aea094a3f9a6596a47102b217ba4ad552e9ec22ce598
-unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" efe756d72bfa883c116e740d004ce0757434e5ede1493d1d23cbb56c15f691a0
+unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" e879e6d0a318b31ecca6c7a8817410029b440b30185750966195caff3fbefb80
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" ab9fac5ddca9581fc4a5f0d90b0b8a73cc0af093250eb1ced505493b980f3117
 unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" f0b365857aff9773b657c24c15b9892763108736136497c64b957b323a423c67
 if [ "$changed" -ne 0 ]; then

@@ -25,7 +25,7 @@ unchanged() {
 }
 unchanged "$ROOT/etc/pve/lxc/129.conf" 9802563c03085394fc00e9d5117c923b0b30cfa9c635831db294eb07024cba1b
 unchanged "$ROOT/etc/pve/mapping/pci.cfg" dd315b7cdfdaac1b5e72aea094a3f9a6596a47102b217ba4ad552e9ec22ce598
-unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" a1ec47b6c726cde217760c0618e48cbbb93bdc8b27e70e07a97b0e9eb2629cce
+unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" f7edd14bd9e09cb2a2ca890bf6584a4b5336d3d41e81a63fc04222bf20440038
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" ab9fac5ddca9581fc4a5f0d90b0b8a73cc0af093250eb1ced505493b980f3117
 unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" f0b365857aff9773b657c24c15b9892763108736136497c64b957b323a423c67
 if [ "$changed" -ne 0 ]; then

@@ -35,7 +35,8 @@
 #   6  an unbind did not return in time: something holds the device (hint printed)
 #   7  modprobe vfio-pci failed
 #
-# environment: SYSFS (default /sys) is the sysfs root; MODPROBE (default modprobe).
+# environment: SYSFS (default /sys) is the sysfs root; MODPROBE (default modprobe);
+# PVEGPU_NAP (default 0.1) the seconds between two looks at a pending unbind or probe.
 
 # Deliberately plain POSIX sh (runs under dash, in an initramfs, from systemd):
 # no `local` (not POSIX), so helpers prefix their variables instead.
@@ -49,10 +50,15 @@ DEVICES=$SYSFS/bus/pci/devices
 NL='
 '
 # Unbinding nvidia waits until nobody holds /dev/nvidiaN, and the write cannot be
-# interrupted: bound the wait to UNBIND_TRIES naps of 0.1 s (10 s). Probing is
-# synchronous in the kernel, asynchronous for some drivers: BIND_TRIES (5 s).
+# interrupted: bound the wait to UNBIND_TRIES naps of PVEGPU_NAP s (10 s). Probing is
+# synchronous in the kernel, asynchronous for some drivers: BIND_TRIES (5 s). Only the
+# tests shorten the nap (their simulated kernel answers in milliseconds).
 UNBIND_TRIES=100
 BIND_TRIES=50
+PVEGPU_NAP=${PVEGPU_NAP:-0.1}
+case $PVEGPU_NAP in
+'' | *[!0-9.]*) PVEGPU_NAP=0.1 ;;
+esac
 
 # VM side: every non-bridge function of each planned IOMMU group.
 # address vendor:device numa-node iommu-group driver-before-the-split (- unknown)
@@ -95,7 +101,7 @@ say() { printf '%s: %s\n' "$PROG" "$*"; }
 warn() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 
 # Short naps: fractional sleep is not POSIX, but coreutils and busybox have it.
-nap() { sleep 0.1 2>/dev/null || sleep 1; }
+nap() { sleep "$PVEGPU_NAP" 2>/dev/null || sleep 1; }
 
 # read_attr FILE: V = first line of a sysfs attribute, lowercase, without 0x.
 read_attr() {

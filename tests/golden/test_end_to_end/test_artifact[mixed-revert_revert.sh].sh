@@ -22,7 +22,7 @@ unchanged() {
     fi
 }
 unchanged "$ROOT/etc/pve/mapping/pci.cfg" 7c09c9ef4e6cab9d7738b323a4a8e8ab6526b9360ca46bedc7840b7041e6b644
-unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" 04630bdf76dd9d1eb248ed82015def9ad8d4768a30d7e0134d0df93a76b8a51b
+unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" a333889e230075fbe676f7089f526b5f575ce2ea860d6ecf52c9a116e56a310e
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" 4004740452d7d7c1aeb7d61f6e400eb16dac4aa731fd936648c3e4c57de5bee0
 unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" 56c34743c7e45b7157d43f0ec9243ad33e33a1c4051073eabead356a7026b725
 if [ "$changed" -ne 0 ]; then

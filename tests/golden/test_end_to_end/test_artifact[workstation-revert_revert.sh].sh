@@ -25,7 +25,7 @@ unchanged() {
 }
 unchanged "$ROOT/etc/pve/qemu-server/110.conf" 05e8a9095a3f4224794644a53f311c3eb5d83179d1f96e659ef35c43f6949362
 unchanged "$ROOT/etc/pve/mapping/pci.cfg" bc6c13ed5815b99db1a431e78371fc61fd21eca6311271ab4742af93f4fa7055
-unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" 4b90fd5f76dbf2bc48d3a586c7a653b41172711860aa8ffffd205e98473e933c
+unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" adc7faa4f8157423f1effbbad11fc4aeeb44c296379660c879c6a33d576e35a6
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" 228efab0c23510e7cda87d7b494735752e4a378daf89eb2e92e362677b1a6f3c
 unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" 4c44bd50f740532689f7ca847f1f09bde6127e891ee39fce61ab91df32a81836
 if [ "$changed" -ne 0 ]; then

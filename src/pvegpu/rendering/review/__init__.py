@@ -54,7 +54,7 @@ from pvegpu.rendering.review.gpu_layout import (
     host_facts_line,
     layout,
     moving_functions,
-    pool_of,
+    pools_by_gpu,
     purpose,
 )
 from pvegpu.rendering.review.manual_revert import revert_steps
@@ -91,7 +91,7 @@ __all__ = [
     "layout",
     "moving_functions",
     "nvidia_smi_bus_id",
-    "pool_of",
+    "pools_by_gpu",
     "purpose",
     "qm_set_command",
     "revert_script",

@@ -8,16 +8,47 @@ use the revert steps instead of improvising.
 
 from __future__ import annotations
 
-import shlex
+import posixpath
 from collections.abc import Iterator, Sequence
 
 import attrs
 
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.host.facts import PciFunction
-from pvegpu.planning.plan import Plan, Pool
+from pvegpu.planning.plan import Finding, Plan, Pool
 from pvegpu.rendering.artifact import HOST, Artifact
-from pvegpu.rendering.bundle import MANIFEST
+from pvegpu.rendering.revert import (
+    ABSENT_SUFFIX,
+    kept_in_container,
+    pulled_copy,
+    pulled_units,
+)
+from pvegpu.rendering.review.actions import (
+    Action,
+    CheckBase,
+    CheckDrivers,
+    CheckGpus,
+    CheckHolders,
+    CheckNode,
+    ContainerReload,
+    EnableUnit,
+    HostCommand,
+    InstallFile,
+    KeepAside,
+    MakeContainerDir,
+    Manual,
+    PullCopy,
+    PushFile,
+    RunSplit,
+    SaveCopies,
+    StartContainer,
+    StartService,
+    StopContainer,
+    StopService,
+    WaitHealthy,
+    WritePveFile,
+    lines_of,
+)
 from pvegpu.rendering.review.changes import (
     BACKUP_DIR,
     PVE_DIR,
@@ -38,12 +69,17 @@ from pvegpu.rendering.review.commands import (
     health_url,
     nvidia_smi_bus_id,
 )
+from pvegpu.rendering.shell import word as sh
 from pvegpu.wording import plural
 
 
 @attrs.frozen
 class Step:
-    """One runbook step: run `commands` in order, then compare with `expect`/`output`."""
+    """One runbook step: run `commands` in order, then compare with `expect`/`output`.
+
+    Runbook steps are made from `actions` (rendering/review/actions.py), and `commands`
+    are their lines: SUMMARY.md prints the lines, `pvegpu apply` runs the actions.
+    """
 
     title: str
     commands: tuple[str, ...]
@@ -51,15 +87,19 @@ class Step:
     """What success looks like, in one or two sentences; empty when exit status 0 says it."""
     output: tuple[str, ...] = ()
     """The exact output to expect, line by line, where pvegpu can know it."""
+    actions: tuple[Action, ...] = ()
+    """What apply does for this step; empty for the manual revert steps."""
+
+    @classmethod
+    def of(
+        cls, title: str, actions: Sequence[Action], expect: str = "", output: Sequence[str] = ()
+    ) -> Step:
+        return cls(title, lines_of(actions), expect, tuple(output), tuple(actions))
 
 
-def _sha_check(artifact: Artifact) -> str:
+def _sha_check(artifact: Artifact) -> CheckBase:
     assert artifact.base is not None
-    line = f"{artifact.base.sha256}  /{artifact.path}"
-    vmid = container_vmid(artifact.target)
-    # pct exec passes stdin through, so the same check runs inside the container.
-    where = "" if vmid is None else f"pct exec {vmid} -- "
-    return f"echo {shlex.quote(line)} | {where}sha256sum -c -"
+    return CheckBase(artifact.target, artifact.path, artifact.base.sha256)
 
 
 def container_pools(plan: Plan) -> list[Pool]:
@@ -69,6 +109,28 @@ def container_pools(plan: Plan) -> list[Pool]:
 
 def vfio_functions(plan: Plan) -> list[PciFunction]:
     return sorted(f for p in plan.vfio_pools for f in p.functions)
+
+
+def _pull_steps(plan: Plan, ct_files: Sequence[Artifact]) -> Iterator[Step]:
+    """Copy out each unit pvegpu could not read, so the revert can put it back.
+
+    Its container's root file system is not a directory on the host: whether the unit
+    exists is known only inside. The copy (0600: it may hold tokens) or an `.absent`
+    marker goes where revert.sh looks for it; an unclear answer stops the runbook.
+    """
+    pulled = pulled_units(plan)
+    for a in ct_files:
+        vmid = container_vmid(a.target)
+        if vmid is None or (a.target, a.path) not in pulled:
+            continue
+        yield Step.of(
+            f"Copy the current /{a.path} out of CT {vmid} for the revert",
+            (PullCopy(vmid, a.path, pulled_copy(a)),),
+            f"pvegpu could not read CT {vmid}'s files from the host. The listing shows "
+            f"`{posixpath.basename(a.path)}` (the current unit, which revert.sh restores) or "
+            f"`{posixpath.basename(a.path)}{ABSENT_SUFFIX}` (there is none: revert.sh removes "
+            "the new one). A non-zero exit status: stop; the container must be running.",
+        )
 
 
 def runbook(plan: Plan, artifacts: Sequence[Artifact]) -> tuple[Step, ...]:
@@ -94,18 +156,18 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
     ct_files = [a for a in to_write if container_vmid(a.target) is not None]
     containers = container_pools(plan)
 
-    yield Step(
+    yield Step.of(
         f"Work on {node}, as root, in this rendered directory",
-        (f'test "$(hostname)" = {node} && test -f {MANIFEST} && echo ready',),
+        (CheckNode(node),),
         f"Prints `ready`. Every path below is relative to this directory "
         f"(copy it over with `scp -r <out> root@{node}:`).",
     )
 
     checks = [_sha_check(a) for a in to_write if a.base is not None]
     if checks:
-        yield Step(
+        yield Step.of(
             "Check that the files are still as discovered",
-            tuple(checks),
+            checks,
             "Every line ends in `OK`. `FAILED` means the file changed since discovery: "
             "stop, discover again and re-render (the patches and revert/ were made from "
             "the old copy).",
@@ -117,31 +179,39 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
         if a.target == HOST and a.base is None and change_kind(plan.facts, a) is ChangeKind.REPLACED
     ]
     if replaced:
-        yield Step(
+        yield Step.of(
             f"Save the files that revert/ cannot restore to {BACKUP_DIR}",
-            (
-                f"mkdir -p {BACKUP_DIR}",
-                f"cp --parents {' '.join('/' + a.path for a in replaced)} {BACKUP_DIR}/",
-            ),
+            (SaveCopies(tuple(a.path for a in replaced)),),
             "These exist on the host but are written whole; the revert restores them from here.",
         )
 
     for pool in containers:
         if pool.lxc is not None and pool.serving is not None:
-            yield Step(
+            yield Step.of(
                 f"Stop the server in CT {pool.lxc.vmid}",
-                (f"pct exec {pool.lxc.vmid} -- systemctl stop {pool.serving.unit}",),
+                (StopService(pool.lxc.vmid, pool.serving.unit),),
                 "Frees the GPUs; the container keeps running for the next step.",
             )
 
+    yield from _pull_steps(plan, ct_files)
+
     for vmid in sorted({v for a in ct_files if (v := container_vmid(a.target)) is not None}):
         mine = [a for a in ct_files if container_vmid(a.target) == vmid]
-        commands = [f"pct push {vmid} {in_bundle(a)} /{a.path} --perms {a.mode:04o}" for a in mine]
+        # A drop-in directory the container may lack (a copy hiding a /usr/lib drop-in).
+        actions: list[Action] = [
+            MakeContainerDir(vmid, d)
+            for d in dict.fromkeys(posixpath.dirname(a.path) for a in mine if a.base is None)
+            if d.endswith(".service.d")
+        ]
+        # An old file holding secrets stays in the container (revert/ has it redacted):
+        # copied aside first, moved back by the revert.
+        actions += [KeepAside(vmid, a.path) for a in mine if kept_in_container(a)]
+        actions += [PushFile(vmid, in_bundle(a), a.path, a.mode) for a in mine]
         if any(is_unit(a.path) for a in mine):
-            commands.append(f"pct exec {vmid} -- systemctl daemon-reload")
-        yield Step(
+            actions.append(ContainerReload(vmid))
+        yield Step.of(
             f"Install the new files in CT {vmid} while it still runs",
-            tuple(commands),
+            actions,
             "`pct push` needs a running container, and the new unit must be in place before "
             "the container restarts: an enabled unit starts with it.",
         )
@@ -149,7 +219,9 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
     for pool in containers:
         assert pool.lxc is not None
         vmid = pool.lxc.vmid
-        yield Step(f"Stop CT {vmid}", (f"pct stop {vmid}",), f"`pct status {vmid}` says stopped.")
+        yield Step.of(
+            f"Stop CT {vmid}", (StopContainer(vmid),), f"`pct status {vmid}` says stopped."
+        )
 
     holders = [
         f"/dev/nvidia{g.nvidia_minor}"
@@ -158,9 +230,9 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
         if g.driver == "nvidia" and g.nvidia_minor is not None
     ]
     if holders:
-        yield Step(
+        yield Step.of(
             "Check that nothing holds the GPUs that move",
-            (f"fuser -v {' '.join(holders)}",),
+            (CheckHolders(tuple(holders)),),
             "Prints nothing. Unbinding from nvidia blocks while a process holds the device: "
             "stop whatever is listed first (another container, dcgm-exporter; for "
             "nvidia-persistenced `systemctl stop nvidia-persistenced`, and start it again "
@@ -168,30 +240,30 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
         )
 
     if system_files:
-        commands = [f"install -D -m {a.mode:04o} {in_bundle(a)} /{a.path}" for a in system_files]
-        if any(in_initramfs(a.path) for a in system_files):
-            commands.append("update-initramfs -u -k all")
-        yield Step(
+        installs: list[Action] = [InstallFile(in_bundle(a), a.path, a.mode) for a in system_files]
+        boot = plan.facts.boot
+        initramfs = any(in_initramfs(a.path) for a in system_files)
+        if initramfs:
+            installs.extend(HostCommand(c, rerun_on_revert=True) for c in boot.initramfs_apply)
+        known = initramfs and (boot.loader is not None or boot.boot_tool)
+        yield Step.of(
             "Install the host files",
-            tuple(commands),
+            installs,
             "Nothing changes on the running system yet"
-            + (
-                "; rebuilding the initramfs takes a minute."
-                if any(in_initramfs(a.path) for a in system_files)
-                else "."
-            ),
+            + ("; rebuilding the initramfs takes a minute." if initramfs else ".")
+            + (f" This host boots with {boot.description}." if known else ""),
         )
 
     functions = vfio_functions(plan)
     if plan.vfio_pools:
-        yield Step(
+        yield Step.of(
             "Move the VM GPUs to vfio-pci, now and at every boot",
             (
-                "systemctl daemon-reload",
-                f"systemctl enable {SPLIT_UNIT}",
-                f"{SPLIT_SCRIPT} bind",
-                f"{SPLIT_SCRIPT} status",
-                driver_check([f.address for f in functions]),
+                HostCommand("systemctl daemon-reload", rerun_on_revert=True),
+                EnableUnit(SPLIT_UNIT),
+                RunSplit("bind"),
+                RunSplit("status"),
+                CheckDrivers(tuple(str(f.address) for f in functions), VFIO_DRIVER),
             ),
             "`status` shows every VM GPU and its companion functions on vfio-pci; the last "
             "command, which reads sysfs directly, prints exactly:",
@@ -199,41 +271,44 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
         )
 
     if pve_files:
-        yield Step(
+        yield Step.of(
             "Write the Proxmox configuration",
             # cp, not install: /etc/pve is pmxcfs, which sets modes and owners itself.
-            tuple(f"cp {in_bundle(a)} /{a.path}" for a in pve_files),
+            tuple(WritePveFile(in_bundle(a), a.path) for a in pve_files),
             "pmxcfs shares /etc/pve with the whole cluster at once.",
         )
+
+    reboot_for = [f for f in plan.findings if f.reboot_first]
+    if reboot_for:
+        # What the findings say holds only after a reboot: nothing past this point is
+        # right until the host is planned again (a container would start on stale lines).
+        yield from _reboot_and_plan_again(plan, functions, reboot_for)
+        return
 
     for pool in containers:
         assert pool.lxc is not None
         vmid = pool.lxc.vmid
-        yield Step(f"Start CT {vmid}", (f"pct start {vmid}",), f"`pct status {vmid}` says running.")
-        yield Step(
+        yield Step.of(
+            f"Start CT {vmid}", (StartContainer(vmid),), f"`pct status {vmid}` says running."
+        )
+        yield Step.of(
             f"Check the GPUs CT {vmid} sees",
-            (
-                f"pct exec {vmid} -- nvidia-smi -L",
-                f"pct exec {vmid} -- nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader",
-            ),
+            (CheckGpus(vmid, tuple(nvidia_smi_bus_id(g.address) for g in pool.gpus)),),
             f"`nvidia-smi -L` lists exactly {plural(pool.size, 'GPU')} (GPU 0 .. GPU "
             f"{pool.size - 1}); the query prints exactly:",
             tuple(f"{i}, {nvidia_smi_bus_id(g.address)}" for i, g in enumerate(pool.gpus)),
         )
         if pool.serving is None:
             continue
-        unit = pool.serving.unit
-        yield Step(
+        unit = sh(pool.serving.unit)
+        yield Step.of(
             f"Start the server in CT {vmid}",
-            (f"pct exec {vmid} -- systemctl start {unit}",),
+            (StartService(vmid, pool.serving.unit),),
             f"Returns at once; loading the model over TP={pool.size} takes minutes.",
         )
-        yield Step(
+        yield Step.of(
             f"Wait until the server in CT {vmid} is healthy",
-            (
-                f"timeout {HEALTH_TIMEOUT_S} sh -c 'until pct exec {vmid} -- curl -fsS "
-                f"{health_url(pool.serving)}; do sleep 10; done' && echo healthy",
-            ),
+            (WaitHealthy(vmid, health_url(pool.serving), HEALTH_TIMEOUT_S),),
             f"Prints `healthy` within {HEALTH_TIMEOUT_S // 60} minutes. Exit status 124 means "
             f"it never answered: read `pct exec {vmid} -- journalctl -u {unit} -n 200 "
             "--no-pager`, and revert if it cannot be fixed.",
@@ -242,9 +317,59 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
     for pool in plan.vfio_pools:
         if pool.vm is not None and pool.vm.config is not None:
             vmid = pool.vm.vmid
-            yield Step(
+            yield Step.of(
                 f"Start VM {vmid} when you are ready",
-                (f"qm start {vmid}",),
+                (Manual(f"qm start {vmid}"),),
                 f"`qm status {vmid}` says running. Proxmox checks every map line of the "
                 "mapping against sysfs at start and refuses the start on a stale one.",
             )
+
+    if plan.vfio_pools and system_files:
+        yield Step.of(
+            f"At the next reboot of {node}, check that the split comes back by itself",
+            _split_checks(functions),
+            "Reboot in a maintenance window: this checks that the split unit, not the runtime "
+            "bind above, moves the GPUs at boot. `is-active` prints `active`, `status` exits 0, "
+            "and the last command prints exactly:",
+            tuple(f"{f.address} {VFIO_DRIVER}" for f in functions),
+        )
+
+
+def _split_checks(functions: Sequence[PciFunction]) -> tuple[Action, ...]:
+    """Checks for after a reboot: the admin's (apply has no reboot to wait for)."""
+    if not functions:
+        return ()
+    return (
+        Manual(f"systemctl is-active {SPLIT_UNIT}"),
+        Manual(f"{SPLIT_SCRIPT} status"),
+        Manual(driver_check([f.address for f in functions])),
+    )
+
+
+def _reboot_and_plan_again(
+    plan: Plan, functions: Sequence[PciFunction], reasons: Sequence[Finding]
+) -> Iterator[Step]:
+    """The runbook's last steps when a finding says the plan holds only until a reboot."""
+    vmids = [f"CT {p.lxc.vmid}" for p in container_pools(plan) if p.lxc is not None]
+    why = "; ".join(f"{f.subject}: {f.code}" for f in reasons)
+    yield Step.of(
+        f"Reboot {plan.facts.node} before starting {', '.join(vmids) or 'anything'}",
+        (Manual("systemctl reboot"),),
+        f"A finding says the plan changes at the next boot ({why}). A container with "
+        "`onboot: 1` starts by itself at boot with the device lines written above: "
+        "`pct stop` it first thing after the reboot.",
+    )
+    yield Step.of(
+        "After the reboot, check the split and plan again",
+        (
+            *_split_checks(functions),
+            Manual("pvegpu render --root / --spec <spec.toml> --out <new directory>"),
+        ),
+        "`is-active` prints `active`, `status` exits 0, and the sysfs readout prints exactly "
+        "the lines below. Render with the spec named in MANIFEST.json, then follow the new "
+        "SUMMARY.md from its first step: this runbook ends here."
+        if functions
+        else "Render with the spec named in MANIFEST.json, then follow the new SUMMARY.md "
+        "from its first step: this runbook ends here.",
+        tuple(f"{f.address} {VFIO_DRIVER}" for f in functions),
+    )

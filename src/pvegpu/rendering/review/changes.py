@@ -15,6 +15,7 @@ from pvegpu.host.facts import HostFacts
 from pvegpu.planning.plan import Plan
 from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.rendering.bundle import bundle_path
+from pvegpu.rendering.revert import pulled_units
 
 BACKUP_DIR = "/root/pvegpu-backup"
 """Where the runbook saves files that exist but have no copy in revert/ (see REPLACED)."""
@@ -29,6 +30,9 @@ class ChangeKind(StrEnum):
     REPLACED = "replaced"
     """Exists on the host but is written whole, with no base: revert/ cannot restore it,
     so the runbook saves it to BACKUP_DIR first."""
+    UNREAD = "unread"
+    """In a container whose files pvegpu could not read (block storage): it may exist, so
+    the runbook pulls the current copy into revert/ first (rendering.revert.pulled_units)."""
     UNCHANGED = "unchanged"
     """Already as planned; listed so that a no-op is never silent."""
 
@@ -97,8 +101,13 @@ def change_kind(facts: HostFacts, artifact: Artifact) -> ChangeKind:
 
 def changed_files(plan: Plan, artifacts: Iterable[Artifact]) -> tuple[ChangedFile, ...]:
     """Installed files in a stable order: host first, then containers by vmid, by path."""
+    pulled = pulled_units(plan)
     return tuple(
-        ChangedFile(a, change_kind(plan.facts, a)) for a in sorted(installed(artifacts), key=_order)
+        ChangedFile(
+            a,
+            ChangeKind.UNREAD if (a.target, a.path) in pulled else change_kind(plan.facts, a),
+        )
+        for a in sorted(installed(artifacts), key=_order)
     )
 
 

@@ -12,7 +12,7 @@ from pvegpu.host import paths
 from pvegpu.pci import PciAddress
 from pvegpu.planning.plan import Pool
 from pvegpu.pvefiles.qemuconf import hostpci_value
-from pvegpu.spec.schema import ServingSpec
+from pvegpu.serving.decision import SglangServing
 
 SPLIT_SCRIPT = f"/{paths.SPLIT_SCRIPT}"
 SPLIT_UNIT = paths.SPLIT_UNIT_NAME
@@ -26,7 +26,7 @@ def nvidia_smi_bus_id(address: PciAddress) -> str:
     return f"{address.domain:08X}:{address.bus:02X}:{address.device:02X}.{address.function:X}"
 
 
-def health_url(serving: ServingSpec) -> str:
+def health_url(serving: SglangServing) -> str:
     """The health endpoint as seen from inside the container."""
     # A wildcard listen address is reachable on loopback; a specific one only on itself.
     host = serving.host

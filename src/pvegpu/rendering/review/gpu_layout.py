@@ -62,8 +62,13 @@ def gpus_in_pci_order(facts: HostFacts) -> tuple[GPU, ...]:
     return tuple(sorted(facts.gpus, key=lambda g: g.address))
 
 
-def pool_of(plan: Plan, gpu: GPU) -> Pool | None:
-    return next((p for p in plan.pools if gpu.address in {g.address for g in p.gpus}), None)
+def pools_by_gpu(plan: Plan) -> dict[PciAddress, Pool]:
+    """Each planned GPU's pool, built once: looking it up per GPU keeps the layout linear."""
+    pools: dict[PciAddress, Pool] = {}
+    for pool in plan.pools:
+        for gpu in pool.gpus:
+            pools.setdefault(gpu.address, pool)  # the first pool wins, as in spec order
+    return pools
 
 
 def driver_now(function: PciFunction) -> str:
@@ -99,8 +104,9 @@ def purpose(pool: Pool | None) -> str:
 def layout(plan: Plan) -> tuple[LayoutRow, ...]:
     """Every GPU of the host in PCI order, including those no pool touches."""
     rows = []
+    pools = pools_by_gpu(plan)
     for index, gpu in enumerate(gpus_in_pci_order(plan.facts)):
-        pool = pool_of(plan, gpu)
+        pool = pools.get(gpu.address)
         rows.append(
             LayoutRow(
                 index=index,

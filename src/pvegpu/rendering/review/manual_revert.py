@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from pvegpu.planning.plan import Plan
 from pvegpu.rendering.artifact import HOST, Artifact
+from pvegpu.rendering.revert import ABSENT_SUFFIX, KEPT_SUFFIX, kept_in_container, pulled_copy
 from pvegpu.rendering.review.apply_steps import Step, container_pools, vfio_functions
 from pvegpu.rendering.review.changes import (
     BACKUP_DIR,
@@ -20,6 +21,7 @@ from pvegpu.rendering.review.changes import (
 )
 from pvegpu.rendering.review.commands import SPLIT_SCRIPT, SPLIT_UNIT, driver_check, health_url
 from pvegpu.rendering.review.gpu_layout import driver_now
+from pvegpu.rendering.shell import word as sh
 from pvegpu.wording import plural
 
 
@@ -31,31 +33,45 @@ def revert_steps(plan: Plan, artifacts: Sequence[Artifact]) -> tuple[Step, ...]:
     return tuple(_revert(plan, artifacts, changed_files(plan, artifacts)))
 
 
-def _revert_entry(artifacts: Iterable[Artifact], artifact: Artifact) -> Artifact | None:
-    return next(
-        (
-            a
-            for a in artifacts
-            if is_revert(a) and a.target == artifact.target and a.path == artifact.path
-        ),
-        None,
-    )
+RevertEntries = dict[tuple[str, str], Artifact]
+"""The revert bundle's entry of each installed file, by (target, path)."""
 
 
-def _restore(artifacts: Sequence[Artifact], changed: ChangedFile) -> str | None:
+def _revert_entries(artifacts: Iterable[Artifact]) -> RevertEntries:
+    entries: RevertEntries = {}
+    for a in artifacts:
+        if is_revert(a):
+            entries.setdefault((a.target, a.path), a)
+    return entries
+
+
+def _restore(entries: RevertEntries, changed: ChangedFile) -> str | None:
     """The command that puts one file back, or None when nothing can (no revert entry)."""
     artifact = changed.artifact
     vmid = container_vmid(artifact.target)
     if changed.kind is ChangeKind.REPLACED:
-        return f"cp {BACKUP_DIR}/{artifact.path} /{artifact.path}"
-    entry = _revert_entry(artifacts, artifact)
+        return f"cp {sh(f'{BACKUP_DIR}/{artifact.path}')} {sh('/' + artifact.path)}"
+    if changed.kind is ChangeKind.UNREAD and vmid is not None:
+        # The runbook pulled the old copy (or marked it absent); nothing else knows it.
+        copy, target = pulled_copy(artifact), sh("/" + artifact.path)
+        return (
+            f"if [ -f {sh(copy)} ]; then pct push {vmid} {sh(copy)} {target}; "
+            f"elif [ -f {sh(copy + ABSENT_SUFFIX)} ]; then pct exec {vmid} -- rm {target}; "
+            f"else echo 'no copy was pulled: restore {target} by hand' >&2; fi"
+        )
+    entry = entries.get((artifact.target, artifact.path))
     if entry is None:
         return None
     if entry.delete:
-        return f"rm /{artifact.path}" if vmid is None else f"pct exec {vmid} -- rm /{artifact.path}"
+        where = "" if vmid is None else f"pct exec {vmid} -- "
+        return f"{where}rm {sh('/' + artifact.path)}"
     if vmid is None:
-        return f"cp {in_bundle(entry)} /{artifact.path}"
-    return f"pct push {vmid} {in_bundle(entry)} /{artifact.path} --perms {artifact.mode:04o}"
+        return f"cp {sh(in_bundle(entry))} {sh('/' + artifact.path)}"
+    if kept_in_container(artifact):
+        kept, target = sh(f"/{artifact.path}{KEPT_SUFFIX}"), sh("/" + artifact.path)
+        return f"pct exec {vmid} -- mv {kept} {target}"
+    source, target = sh(in_bundle(entry)), sh("/" + artifact.path)
+    return f"pct push {vmid} {source} {target} --perms {artifact.mode:04o}"
 
 
 def _revert(
@@ -63,13 +79,19 @@ def _revert(
 ) -> Iterator[Step]:
     written = [f for f in files if f.kind is not ChangeKind.UNCHANGED]
     host = [f for f in written if f.artifact.target == HOST]
+    by_container: dict[int, list[ChangedFile]] = {}
+    for f in written:
+        vmid = container_vmid(f.artifact.target)
+        if vmid is not None:
+            by_container.setdefault(vmid, []).append(f)
+    entries = _revert_entries(artifacts)
     containers = container_pools(plan)
 
     for pool in containers:
         assert pool.lxc is not None
         vmid = pool.lxc.vmid
         commands = (
-            [f"pct exec {vmid} -- systemctl stop {pool.serving.unit}"] if pool.serving else []
+            [f"pct exec {vmid} -- systemctl stop {sh(pool.serving.unit)}"] if pool.serving else []
         )
         yield Step(f"Stop CT {vmid}", (*commands, f"pct stop {vmid}"))
 
@@ -90,13 +112,13 @@ def _revert(
             tuple(f"{f.address} {driver_now(f)}" for f in functions),
         )
 
-    restores = [(f, _restore(artifacts, f)) for f in host]
+    restores = [(f, _restore(entries, f)) for f in host]
     commands = [c for _, c in restores if c is not None]
     if commands:
         if any(is_unit(f.artifact.path) for f in host):
             commands.append("systemctl daemon-reload")
         if any(in_initramfs(f.artifact.path) for f in host):
-            commands.append("update-initramfs -u -k all")
+            commands.extend(plan.facts.boot.initramfs_apply)
     missing = [f.where for f, c in restores if c is None]
     if commands or missing:
         yield Step(
@@ -113,13 +135,13 @@ def _revert(
     for pool in containers:
         assert pool.lxc is not None
         vmid = pool.lxc.vmid
-        mine = [f for f in written if container_vmid(f.artifact.target) == vmid]
+        mine = by_container.get(vmid, [])
         commands = [f"pct start {vmid}"]
-        commands += [c for f in mine if (c := _restore(artifacts, f)) is not None]
+        commands += [c for f in mine if (c := _restore(entries, f)) is not None]
         if any(is_unit(f.artifact.path) for f in mine):
             commands.append(f"pct exec {vmid} -- systemctl daemon-reload")
         if pool.serving is not None:
-            commands.append(f"pct exec {vmid} -- systemctl restart {pool.serving.unit}")
+            commands.append(f"pct exec {vmid} -- systemctl restart {sh(pool.serving.unit)}")
         yield Step(
             f"Start CT {vmid} with its previous "
             + ("files and server" if pool.serving else "GPUs"),

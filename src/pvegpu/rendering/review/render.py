@@ -45,6 +45,7 @@ CHANGE_NOTES = {
     ChangeKind.NEW: "new",
     ChangeKind.PATCHED: "patched",
     ChangeKind.REPLACED: "**replaced whole**",
+    ChangeKind.UNREAD: "**not read: pulled into revert/ first**",
     ChangeKind.UNCHANGED: "unchanged",
 }
 
@@ -99,24 +100,24 @@ def _pool_line(pool: Pool) -> str:
 
 def _attach(plan: Plan, artifacts: Sequence[Artifact]) -> list[dict[str, Any]]:
     """How each VM pool's GPUs reach a VM: done by this plan, or the lines to add."""
-    snippets = {a.path: a for a in review_only(artifacts)}
+    # The VM config snippets by the name after `qemu-server/` ("129.conf"), the CPU lists by
+    # node: one lookup per pool instead of a scan.
+    snippets: dict[str, Artifact] = {}
+    for a in review_only(artifacts):
+        _, sep, name = a.path.rpartition("qemu-server/")
+        if sep:
+            snippets.setdefault(name, a)
+    cpus_of = {n.id: n.cpus for n in plan.facts.numa_nodes}
     out = []
     for pool in plan.vfio_pools:
         cpus = None
         if len(pool.numa_nodes) == 1:
-            numa = next((n for n in plan.facts.numa_nodes if n.id == pool.numa_nodes[0]), None)
-            cpus = str(numa.cpus) if numa is not None and numa.cpus else None
+            node_cpus = cpus_of.get(pool.numa_nodes[0]) if pool.numa_nodes[0] is not None else None
+            cpus = str(node_cpus) if node_cpus else None
         vm = pool.vm
         snippet = None
-        if vm is not None:
-            snippet = next(
-                (
-                    in_bundle(a)
-                    for path, a in snippets.items()
-                    if path.endswith(f"qemu-server/{vm.vmid}.conf")
-                ),
-                None,
-            )
+        if vm is not None and (entry := snippets.get(f"{vm.vmid}.conf")) is not None:
+            snippet = in_bundle(entry)
         out.append(
             {
                 "pool": pool,

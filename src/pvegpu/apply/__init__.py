@@ -1,0 +1,9 @@
+"""Changing a live host: the only package that names live paths or runs commands.
+
+- host.py: the effects seam (`Host`) and the real host (`LiveHost`, root `/`);
+- bundle.py: a rendered bundle read back (MANIFEST.json, files, steps as actions);
+- preflight.py: what is checked before the first change;
+- execute.py: the steps, journaled and resumable; state.py: journal and backups;
+- run.py: `apply_bundle` (preflight, steps, final verification); undo.py: `revert`;
+- check.py and its helpers: `pvegpu check`, the host against the plan, read only.
+"""

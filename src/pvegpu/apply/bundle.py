@@ -1,0 +1,167 @@
+"""A rendered bundle as apply reads it: MANIFEST.json, its files, the steps as actions.
+
+The same reader serves `apply --bundle OUT` (files read from OUT) and `apply --spec`
+(the bundle rendered in memory by the same `bundle_files` that `render` writes), so both
+apply exactly what a reviewer would have seen in OUT. Every file's sha256 is checked
+against MANIFEST.json on the way in: an edited bundle is refused, not applied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from pvegpu.errors import ApplyError, Problem
+from pvegpu.rendering.artifact import REVERT_BUNDLE, REVIEW
+from pvegpu.rendering.bundle import MANIFEST, MANIFEST_SCHEMA
+from pvegpu.rendering.outdir import relative_path
+from pvegpu.rendering.review.actions import Action, action_from_json
+from pvegpu.rendering.review.apply_doc import APPLY_SCHEMA
+
+
+@attrs.frozen
+class Entry:
+    """One installed file of the bundle (apply bundle, not review, not revert)."""
+
+    target: str
+    path: str
+    file: str
+    mode: int
+    sha256: str
+    base_sha256: str | None
+    content: bytes
+
+
+@attrs.frozen
+class PlannedStep:
+    title: str
+    expect: str
+    output: tuple[str, ...]
+    actions: tuple[Action, ...]
+
+
+@attrs.frozen
+class Bundle:
+    id: str
+    """sha256 of MANIFEST.json (first 16 hex digits): names the apply's state directory."""
+    node: str
+    manifest: str
+    entries: tuple[Entry, ...]
+    steps: tuple[PlannedStep, ...]
+    functions: tuple[dict[str, Any], ...]
+    digest: str
+    serving: tuple[dict[str, Any], ...]
+    findings: tuple[dict[str, Any], ...]
+    """The plan's findings (severity, code, subject, message): `pvegpu check` repeats them."""
+    split_unit: str | None
+
+    def entry(self, target: str, path: str) -> Entry | None:
+        return next((e for e in self.entries if e.target == target and e.path == path), None)
+
+    def by_file(self, file: str) -> Entry:
+        found = next((e for e in self.entries if e.file == file), None)
+        if found is None:
+            raise _bad(f"a step names {file!r}, which MANIFEST.json does not list")
+        return found
+
+
+def _bad(message: str) -> ApplyError:
+    return ApplyError(
+        [Problem("bundle-invalid", MANIFEST, message, "render the bundle again with pvegpu")]
+    )
+
+
+def read_bundle_dir(out: Path) -> Bundle:
+    """The bundle pvegpu render wrote into `out`."""
+    try:
+        manifest = (out / MANIFEST).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ApplyError.one(
+            "bundle-missing", str(out / MANIFEST), f"cannot be read: {err.strerror}",
+            "pass the directory `pvegpu render --out` wrote",
+        ) from err  # fmt: skip
+
+    def file(rel: str) -> bytes:
+        path = out / relative_path(rel, subject=f"{out / MANIFEST}: {rel}")
+        if path.is_symlink() or not path.is_file():
+            raise _bad(f"{rel} is missing or not a regular file in {out}")
+        return path.read_bytes()
+
+    return parse_bundle(manifest, file)
+
+
+def bundle_from_files(files: Mapping[str, tuple[str, int]]) -> Bundle:
+    """The bundle `bundle_files` made in memory (`apply --spec`)."""
+
+    def file(rel: str) -> bytes:
+        if rel not in files:
+            raise _bad(f"{rel} is not in the rendered bundle")
+        return files[rel][0].encode()
+
+    return parse_bundle(files[MANIFEST][0], file)
+
+
+def parse_bundle(manifest: str, file: Any) -> Bundle:
+    try:
+        doc = json.loads(manifest)
+    except ValueError as err:
+        raise _bad(f"not JSON: {err}") from err
+    if not isinstance(doc, dict) or doc.get("schema") != MANIFEST_SCHEMA:
+        raise _bad(f"not a {MANIFEST_SCHEMA} manifest")
+    apply = doc.get("apply")
+    if not isinstance(apply, dict) or apply.get("schema") != APPLY_SCHEMA:
+        raise _bad("has no apply steps (rendered by an older pvegpu, or by the library)")
+    entries = []
+    for raw in doc.get("artifacts", []):
+        if raw.get("bundle") == REVERT_BUNDLE or raw.get("target") == REVIEW:
+            continue
+        content = file(raw["file"])
+        if hashlib.sha256(content).hexdigest() != raw["sha256"]:
+            raise ApplyError.one(
+                "bundle-edited",
+                raw["file"],
+                "differs from the sha256 MANIFEST.json lists: the bundle was changed "
+                "after it was rendered and reviewed",
+                "render the bundle again and review it",
+            )
+        entries.append(
+            Entry(
+                raw["target"],
+                raw["path"],
+                raw["file"],
+                int(raw["mode"], 8),
+                raw["sha256"],
+                raw.get("base_sha256"),
+                content,
+            )
+        )
+    try:
+        steps = tuple(
+            PlannedStep(
+                s["title"],
+                s.get("expect", ""),
+                tuple(s.get("output", ())),
+                tuple(action_from_json(a) for a in s["actions"]),
+            )
+            for s in apply["steps"]
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise _bad(f"apply.steps: {err}") from err
+    facts = apply.get("facts", {})
+    return Bundle(
+        id=hashlib.sha256(manifest.encode()).hexdigest()[:16],
+        node=str(doc.get("node", "")),
+        manifest=manifest,
+        entries=tuple(entries),
+        steps=steps,
+        functions=tuple(facts.get("functions", ())),
+        digest=str(facts.get("digest", "")),
+        serving=tuple(apply.get("serving", ())),
+        findings=tuple(apply.get("findings", ())),
+        split_unit=apply.get("split_unit"),
+    )

@@ -1,0 +1,152 @@
+"""`pvegpu check`: the host as it is, against the plan, read only.
+
+Made to run from a timer after upgrades: the reference deployment broke when the host
+driver went to 590.48.01 while the container kept 565.57.01, and nothing noticed.
+
+Always, for the host as it is (host_checks.py): each container with GPU device nodes
+against the host's NVIDIA module, P2P left on under IOMMU translation for a multi-GPU
+server, mappings whose ids, groups or subsystem ids no longer match sysfs, `vfio-pci.ids`
+catching identical GPUs. With a bundle (or a spec, rendered in memory), also: every
+planned function on its planned driver (and override), the split unit installed and
+enabled, installed files equal to the bundle's, the server's unit (with its drop-ins)
+running the planned TP, GPUs and P2P setting, and the plan's own findings.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+
+from pvegpu.apply.bundle import Bundle
+from pvegpu.apply.host_checks import (
+    CheckFinding,
+    container_rootfs,
+    host_checks,
+    serving_unit,
+)
+from pvegpu.host.discover import read_host
+from pvegpu.host.facts import HostFacts
+from pvegpu.host.reader import RootReader
+from pvegpu.rendering.review.changes import container_vmid
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+EXIT_WARNINGS = 8
+EXIT_ERRORS = 9
+"""`pvegpu check` exit codes: 0 clean (info findings only), 8 warnings, 9 any error."""
+
+
+@attrs.frozen
+class CheckReport:
+    node: str
+    findings: tuple[CheckFinding, ...]
+
+    @property
+    def exit_code(self) -> int:
+        if any(f.severity == ERROR for f in self.findings):
+            return EXIT_ERRORS
+        return EXIT_WARNINGS if any(f.severity == WARNING for f in self.findings) else 0
+
+
+def check(
+    root: Path, bundle: Bundle | None, plan_findings: tuple[CheckFinding, ...] = ()
+) -> CheckReport:
+    reader = RootReader(root)
+    facts = read_host(reader)
+    found = list(host_checks(reader, facts))
+    if bundle is not None:
+        found += _against_bundle(reader, facts, bundle)
+        found += bundle_findings(bundle)
+    found += plan_findings
+    unique = tuple(dict.fromkeys(found))
+    return CheckReport(facts.node, unique)
+
+
+def bundle_findings(bundle: Bundle) -> list[CheckFinding]:
+    """The plan's own findings, as `info`: the reviewer saw them when approving, so they
+    are repeated for the record but do not turn a timer's check red forever."""
+    return [
+        CheckFinding(INFO, f"plan:{f['code']}", str(f["subject"]), str(f["message"]))
+        for f in bundle.findings
+    ]
+
+
+def _against_bundle(reader: RootReader, facts: HostFacts, bundle: Bundle) -> Iterator[CheckFinding]:
+    if facts.node != bundle.node:
+        yield CheckFinding(
+            ERROR,
+            "wrong-node",
+            "/etc/hostname",
+            f"this is {facts.node}, the bundle is for {bundle.node}",
+        )
+        return
+    functions = {str(f.address): f for f in facts.functions}
+    for planned in bundle.functions:
+        address, want = str(planned["address"]), planned["driver_after"]
+        now = functions.get(address)
+        if now is None:
+            yield CheckFinding(ERROR, "device-gone", address, "is no longer on the PCI bus")
+            continue
+        if now.driver != want:
+            yield CheckFinding(
+                ERROR, "driver-not-planned", address,
+                f"is on {now.driver or 'no driver'}, the plan puts it on {want}",
+            )  # fmt: skip
+        if want == "vfio-pci" and now.driver_override != "vfio-pci":
+            yield CheckFinding(
+                ERROR, "override-missing", address,
+                "has no driver_override vfio-pci: the next probe or boot can take it back",
+            )  # fmt: skip
+    if bundle.split_unit is not None:
+        unit = f"etc/systemd/system/{bundle.split_unit}"
+        wants = f"etc/systemd/system/sysinit.target.wants/{bundle.split_unit}"
+        if not reader.exists(unit):
+            yield CheckFinding(ERROR, "split-unit-missing", "/" + unit, "is not installed")
+        elif reader.readlink(wants) is None:
+            yield CheckFinding(
+                ERROR, "split-unit-disabled", "/" + unit,
+                "is not enabled: the split is lost at the next reboot",
+            )  # fmt: skip
+    for entry in bundle.entries:
+        vmid = container_vmid(entry.target)
+        if vmid is None:
+            path, where = entry.path, "/" + entry.path
+        else:
+            rootfs = container_rootfs(reader, vmid)
+            if rootfs is None:
+                continue  # not readable from the host (block storage): nothing to compare
+            path, where = f"{rootfs}/{entry.path}", f"CT {vmid}:/{entry.path}"
+        content = reader.read_bytes(path)
+        if content != entry.content:
+            yield CheckFinding(
+                ERROR, "file-differs", where,
+                "is not the bundle's copy" if content is not None else "is missing",
+            )  # fmt: skip
+    yield from _serving(reader, bundle)
+
+
+def _serving(reader: RootReader, bundle: Bundle) -> Iterator[CheckFinding]:
+    for planned in bundle.serving:
+        vmid, unit = int(planned["vmid"]), str(planned["unit"])
+        running = serving_unit(reader, vmid, unit)
+        if running is None:
+            continue
+        subject = f"CT {vmid}:{posixpath.join('/etc/systemd/system', unit)}.service"
+        if running.tp != int(planned["tp_size"]):
+            yield CheckFinding(
+                ERROR, "serving-tp", subject,
+                f"runs with TP {running.tp}, the plan says {planned['tp_size']}",
+            )  # fmt: skip
+        want = str(planned["cuda_visible_devices"])
+        if running.visible not in (None, want):
+            yield CheckFinding(
+                ERROR, "serving-visible-devices", subject,
+                f"CUDA_VISIBLE_DEVICES={running.visible}, the plan says {want}",
+            )  # fmt: skip
+        if bool(planned["p2p_disabled"]) and not running.p2p_disabled:
+            yield CheckFinding(
+                ERROR, "serving-p2p-on", subject,
+                "P2P is on (no NCCL_P2P_DISABLE=1); the plan turns it off",
+            )  # fmt: skip

@@ -1,0 +1,147 @@
+"""What apply checks before its first change, refusing with every problem and writing nothing.
+
+- the node: apply runs on the host the bundle was rendered for;
+- each patched file still has the sha256 the patch was made from (or, when an earlier
+  run wrote it, the bundle's new one): anything else means re-render;
+- the facts the plan rests on: each planned function's ids, class, IOMMU group and
+  driver as the plan saw them (a resumed apply may find the driver it moved them to);
+- no process outside the containers apply stops holds a GPU that moves;
+- no guest apply touches carries `lock:` (a backup, snapshot or migration runs).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from pvegpu.apply import container
+from pvegpu.apply.bundle import Bundle
+from pvegpu.apply.host import Host, sha256_of
+from pvegpu.errors import DiscoveryError, Problem
+from pvegpu.host.discover import discover
+from pvegpu.pvefiles.guestconf import parse_lines, split_sections
+from pvegpu.rendering.review.actions import CheckHolders, StopContainer, WritePveFile
+from pvegpu.rendering.review.apply_doc import facts_digest, function_facts
+from pvegpu.rendering.review.changes import container_vmid
+
+_GUEST_CONF = re.compile(r"etc/pve/(lxc|qemu-server)/(\d+)\.conf")
+_IDS = ("vendor", "device", "subsystem_vendor", "subsystem_device", "class", "iommu_group")
+_RERENDER = "discover and render again (pvegpu render), review, then apply the new bundle"
+
+
+def preflight(host: Host, bundle: Bundle, *, resuming: bool) -> tuple[Problem, ...]:
+    return (
+        *_node(host, bundle),
+        *_files(host, bundle),
+        *_facts(host, bundle, resuming=resuming),
+        *_holders(host, bundle),
+        *_locks(host, bundle),
+    )
+
+
+def _node(host: Host, bundle: Bundle) -> Iterator[Problem]:
+    raw = host.read("etc/hostname")
+    name = raw.decode(errors="replace").strip() if raw else ""
+    if name != bundle.node:
+        yield Problem(
+            "wrong-node",
+            "/etc/hostname",
+            f"this host is {name or 'unnamed'!r}; the bundle was rendered for {bundle.node!r}",
+            f"apply it on {bundle.node}, or render for this host",
+        )
+
+
+def _files(host: Host, bundle: Bundle) -> Iterator[Problem]:
+    for entry in bundle.entries:
+        if entry.base_sha256 is None:
+            continue
+        vmid = container_vmid(entry.target)
+        if vmid is None:
+            now = sha256_of(host.read(entry.path))
+            where = "/" + entry.path
+        elif container.running(host, vmid):
+            now = sha256_of(container.read(host, vmid, entry.path))
+            where = f"CT {vmid}:/{entry.path}"
+        else:
+            continue  # stopped: checked when the step pushes it (pct needs it running)
+        if now not in (entry.base_sha256, entry.sha256):
+            yield Problem(
+                "file-changed",
+                where,
+                f"changed since the bundle was rendered (sha256 {now[:12]}, the bundle's "
+                f"patch was made from {entry.base_sha256[:12]})",
+                _RERENDER,
+            )
+
+
+def _facts(host: Host, bundle: Bundle, *, resuming: bool) -> Iterator[Problem]:
+    try:
+        facts = discover(host.root)
+    except DiscoveryError as err:
+        yield from err.problems
+        return
+    now = {str(f.address): function_facts(f) for f in facts.functions}
+    planned = {str(f["address"]) for f in bundle.functions}
+    if facts_digest([now[a] for a in sorted(planned) if a in now]) == bundle.digest:
+        return
+    for fact in bundle.functions:
+        address = str(fact["address"])
+        current = now.get(address)
+        if current is None:
+            yield Problem("device-gone", address, "is no longer on the PCI bus", _RERENDER)
+            continue
+        changed = [k for k in _IDS if current[k] != fact[k]]
+        if changed:
+            what = ", ".join(f"{k} {fact[k]} -> {current[k]}" for k in changed)
+            yield Problem(
+                "device-changed", address, f"is not the device planned: {what}", _RERENDER
+            )
+        allowed = {fact["driver"], fact["driver_after"]} if resuming else {fact["driver"]}
+        if current["driver"] not in allowed:
+            yield Problem(
+                "driver-changed",
+                address,
+                f"is bound to {current['driver'] or 'no driver'}; the plan saw "
+                f"{fact['driver'] or 'no driver'}",
+                _RERENDER,
+            )
+
+
+def _holders(host: Host, bundle: Bundle) -> Iterator[Problem]:
+    actions = [a for s in bundle.steps for a in s.actions]
+    devices = [d for a in actions if isinstance(a, CheckHolders) for d in a.devices]
+    stopped = [a.vmid for a in actions if isinstance(a, StopContainer)]
+    for holder in host.holders(devices):
+        # A process of a container apply stops lets go of the GPU before the move.
+        if any(holder.in_container(vmid) for vmid in stopped):
+            continue
+        yield Problem(
+            "gpu-held",
+            holder.device,
+            f"is held by process {holder.pid} ({holder.command}); unbinding it would block",
+            f"stop {holder.command} (pid {holder.pid}) first, then apply",
+        )
+
+
+def guests_touched(bundle: Bundle) -> list[str]:
+    paths = {a.path for s in bundle.steps for a in s.actions if isinstance(a, WritePveFile)}
+    vmids = {a.vmid for s in bundle.steps for a in s.actions if isinstance(a, StopContainer)}
+    paths |= {f"etc/pve/lxc/{v}.conf" for v in vmids}
+    return sorted(p for p in paths if _GUEST_CONF.fullmatch(p))
+
+
+def _locks(host: Host, bundle: Bundle) -> Iterator[Problem]:
+    for path in guests_touched(bundle):
+        raw = host.read(path)
+        if raw is None:
+            continue
+        main = split_sections(raw.decode(errors="replace"))[0]
+        lock = next((line.value for line in parse_lines(main.text) if line.key == "lock"), None)
+        if lock is not None:
+            yield Problem(
+                "guest-locked",
+                "/" + path,
+                f"carries `lock: {lock.strip()}`: Proxmox is busy with this guest (backup, "
+                "snapshot, migration) and refuses changes to it, and so does apply",
+                "wait for the operation to finish (or `pct unlock`/`qm unlock` a stale lock)",
+            )

@@ -1,0 +1,78 @@
+"""`pvegpu apply` (a bundle, or a spec rendered in memory) and `pvegpu revert`."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+
+from pvegpu.apply.bundle import Bundle, bundle_from_files, read_bundle_dir
+from pvegpu.apply.host import LiveHost
+from pvegpu.apply.run import apply_bundle
+from pvegpu.apply.undo import revert
+from pvegpu.errors import ApplyError
+from pvegpu.redact import redact_text
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _confirm(question: str, yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise ApplyError.one(
+            "confirmation-needed", "stdin", "is not a terminal, so apply cannot ask",
+            "review first (pvegpu apply --dry-run), then pass --yes",
+        )  # fmt: skip
+    answer = input(f"{question} [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise ApplyError.one("not-confirmed", "stdin", "answered no", "")
+
+
+def _from_spec(args: argparse.Namespace, host: LiveHost) -> Bundle:
+    from pvegpu.pipeline import discover_for, plan_and_render
+    from pvegpu.rendering.bundle import bundle_files
+    from pvegpu.rendering.review.apply_doc import manifest_header
+    from pvegpu.spec.load import load_spec
+
+    spec = load_spec(args.spec)
+    plan, artifacts = plan_and_render(discover_for(spec, args.root), spec)
+    bundle = bundle_from_files(
+        bundle_files(artifacts, **manifest_header(plan, artifacts, str(args.spec)))
+    )
+    for entry in bundle.entries:
+        if entry.target != "host":
+            continue  # container files: shown by `pvegpu plan`
+        before = (host.read(entry.path) or b"").decode(errors="replace")
+        diff = difflib.unified_diff(
+            redact_text(before).splitlines(keepends=True),
+            redact_text(entry.content.decode()).splitlines(keepends=True),
+            f"a/{entry.path}",
+            f"b/{entry.path}",
+        )
+        print("".join(diff), end="")
+    return bundle
+
+
+def run_apply(args: argparse.Namespace) -> int:
+    host = LiveHost(args.root)
+    bundle = _from_spec(args, host) if args.spec else read_bundle_dir(args.bundle)
+    if not args.dry_run:
+        _confirm(f"apply bundle {bundle.id} to {bundle.node}?", args.yes)
+    try:
+        apply_bundle(host, bundle, _say, dry_run=args.dry_run)
+    except ApplyError as err:
+        err.partial = (
+            not args.dry_run
+            and host.read(f"var/lib/pvegpu/apply/{bundle.id}/journal.json") is not None
+        )
+        raise
+    return 0
+
+
+def run_revert(args: argparse.Namespace) -> int:
+    _confirm("undo the last pvegpu apply on this host?", args.yes)
+    revert(LiveHost(args.root), _say)
+    return 0

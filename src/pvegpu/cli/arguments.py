@@ -1,0 +1,187 @@
+"""What each subcommand accepts: the argparse tree, built from argparse and pathlib only.
+
+Parsing `pvegpu --help` or `pvegpu discover` must not load the planner, the renderers
+or jinja2, so each subcommand names its run function as "module:function" and `main`
+imports that module only once the command line is parsed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EPILOG = """\
+exit codes:
+  0  success
+  1  unexpected internal error (a bug: please report it with `pvegpu snapshot`)
+  2  usage error (bad command line)
+  3  the sysfs/procfs tree under --root is broken (discovery error)
+  4  the spec is malformed
+  5  the plan is refused on this host (every problem is listed)
+  6  an artifact cannot be rendered
+  7  applying to the host failed (see the rollback notes printed)
+"""
+
+
+class _Version(argparse.Action):
+    """`--version`: `pvegpu.__version__`, so that it also works from a checkout, where there
+    is no installed metadata (and importlib.metadata would be slow anyway)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from pvegpu import __version__
+
+        print(f"pvegpu {__version__}")
+        parser.exit(0)
+
+
+_NODE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?")
+
+
+def _node_root(text: str) -> tuple[str | None, Path]:
+    """`NODE=DIR` (a node's root) or `DIR`. A directory whose name holds `=` after a
+    node-like word is written with a path in front: `./a=b`."""
+    name, sep, rest = text.partition("=")
+    if sep and _NODE_NAME.fullmatch(name) and len(name) <= 63:
+        if not rest:
+            raise argparse.ArgumentTypeError(f"{text!r}: no directory after {name}=")
+        return name, Path(rest)
+    return None, Path(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pvegpu",
+        description="Plan, render and apply GPU splits on a Proxmox VE host.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action=_Version)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _discover(sub)
+    _snapshot(sub)
+    _plan_and_render(sub)
+    _apply_and_check(sub)
+    return parser
+
+
+def _discover(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    d = sub.add_parser(
+        "discover",
+        help="show the host's GPUs, NUMA nodes, IOMMU groups and drivers",
+        description="Read sysfs, procfs and /etc under --root and print the GPU topology: "
+        "one line per GPU in PCI order, the host line (node, IOMMU mode, SEV-SNP, "
+        "nvidia module) and the GPUs of each NUMA node. Reads only; writes nothing.",
+    )
+    d.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
+    d.add_argument("--json", action="store_true", help="the facts document (docs/facts-schema.md)")
+    d.set_defaults(run="pvegpu.cli.discover:run_discover")
+
+
+def _snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser(
+        "snapshot",
+        help="archive exactly what discover reads into a .tar.gz",
+        description="Capture every file and symlink discover reads under --root into "
+        "a .tar.gz that `pvegpu discover --root <unpacked>` reads back to the same "
+        "facts: sysfs and procfs attributes, the kernel command line, the guest configs, "
+        "PCI mappings and storage.cfg under /etc/pve, modprobe.d and the host's systemd "
+        "units; with --spec also the container's unit and drop-ins, dpkg status, NVIDIA "
+        "library names (empty) and the model's config.json. Values that look like secrets "
+        "(tokens, API keys, passwords in units and environment lines) are replaced by "
+        "REDACTED, and the command lists the files where it did so; the rest of those "
+        "files, guest names and descriptions included, is archived as read.",
+    )
+    s.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
+    s.add_argument("--out", type=Path, required=True, help="archive to write (.tar.gz)")
+    s.add_argument(
+        "--spec",
+        type=Path,
+        help="also capture what planning this spec's servers reads (model config, "
+        "container files), so `pvegpu plan` works on the unpacked archive",
+    )
+    s.set_defaults(run="pvegpu.cli.snapshot:run_snapshot")
+
+
+def _plan_and_render(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--root",
+        type=_node_root,
+        action="append",
+        metavar="[NODE=]DIR",
+        help="host root to read (default: /); for a spec with `nodes`, NODE=DIR once per "
+        "node (/ on the node itself, an unpacked `pvegpu snapshot` for the others)",
+    )
+    common.add_argument("--spec", type=Path, required=True, help="split spec (TOML)")
+
+    p = sub.add_parser(
+        "plan",
+        parents=[common],
+        help="show what would change, as unified diffs, and the plan's findings",
+        description="Plan the split and show every file it would change as a unified diff "
+        "against what is under --root. Writes nothing. Exit 0 when the plan is valid.",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run="pvegpu.cli.plan:run_plan")
+
+    r = sub.add_parser(
+        "render",
+        parents=[common],
+        help="write every artifact under OUT, with MANIFEST.json and a revert bundle",
+        description="Render every artifact into OUT at its target path (OUT/etc/pve/lxc/"
+        "129.conf; container files under OUT/ct/<vmid>/), the revert bundle under "
+        "OUT/revert/, SUMMARY.md and topology.svg, and OUT/MANIFEST.json. Never touches "
+        "the host; nothing is written when the plan is refused.",
+    )
+    r.add_argument("--out", type=Path, required=True, help="output directory")
+    r.add_argument("--json", action="store_true", help="the files written, as JSON")
+    r.set_defaults(run="pvegpu.cli.plan:run_render")
+
+
+def _apply_and_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    a = sub.add_parser(
+        "apply",
+        help="apply a rendered bundle (or a spec) to this host, step by step",
+        description="Run the runbook of a bundle on the host (docs/apply.md): refuse before "
+        "any change when the host moved on since rendering, then each step once, journaled "
+        "under /var/lib/pvegpu/apply so that a rerun resumes and `pvegpu revert` undoes it; "
+        "verify the split, the container, its GPUs and the server's health at the end.",
+    )
+    source = a.add_mutually_exclusive_group(required=True)
+    source.add_argument("--bundle", type=Path, help="directory written by pvegpu render --out")
+    source.add_argument("--spec", type=Path, help="render this spec in memory, show the diffs")
+    a.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
+    a.add_argument("--dry-run", action="store_true", help="print every step; change nothing")
+    a.add_argument("--yes", action="store_true", help="do not ask before changing the host")
+    a.set_defaults(run="pvegpu.cli.apply:run_apply")
+
+    r = sub.add_parser(
+        "revert",
+        help="undo the last apply on this host",
+        description="Undo the last `pvegpu apply` from its state directory, newest step first.",
+    )
+    r.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
+    r.add_argument("--yes", action="store_true", help="do not ask before changing the host")
+    r.set_defaults(run="pvegpu.cli.apply:run_revert")
+
+    c = sub.add_parser(
+        "check",
+        help="compare the host with the plan (exit 0 clean, 8 warnings, 9 errors)",
+        description="Check the host as it is (container NVIDIA userspace against the host "
+        "module, P2P under IOMMU translation, stale mappings, vfio-pci.ids) and, with "
+        "--bundle or --spec, against the plan: drivers, the split unit, installed files, the "
+        "server's TP, GPUs and P2P, the plan's findings. Reads only.",
+    )
+    c.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
+    plan = c.add_mutually_exclusive_group()
+    plan.add_argument("--bundle", type=Path, help="directory written by pvegpu render --out")
+    plan.add_argument("--spec", type=Path, help="split spec (TOML), planned in memory")
+    c.add_argument("--json", action="store_true", help="findings as JSON (stable codes)")
+    c.add_argument("--prometheus", type=Path, help="write node_exporter textfile metrics here")
+    c.set_defaults(run="pvegpu.cli.check:run_check")

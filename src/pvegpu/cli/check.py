@@ -1,0 +1,98 @@
+"""`pvegpu check`: the host against the plan; exit 0 clean, 8 warnings, 9 errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from pvegpu.apply.bundle import Bundle, bundle_from_files, read_bundle_dir
+from pvegpu.apply.check import CheckReport, check
+from pvegpu.apply.host_checks import CheckFinding
+from pvegpu.errors import PlanError
+
+CHECK_SCHEMA = "pvegpu.check/1"
+
+
+def _spec_bundle(args: argparse.Namespace) -> tuple[Bundle | None, tuple[CheckFinding, ...]]:
+    from pvegpu.pipeline import discover_for, plan_and_render
+    from pvegpu.rendering.bundle import bundle_files
+    from pvegpu.rendering.review.apply_doc import manifest_header
+    from pvegpu.spec.load import load_spec
+
+    spec = load_spec(args.spec)
+    try:
+        plan, artifacts = plan_and_render(discover_for(spec, args.root), spec)
+    except PlanError as err:
+        # A host that no longer fits its plan is what check is for: report, do not stop.
+        return None, tuple(
+            CheckFinding("error", p.code, p.subject, p.message) for p in err.problems
+        )
+    header = manifest_header(plan, artifacts, str(args.spec))
+    return bundle_from_files(bundle_files(artifacts, **header)), ()
+
+
+def prometheus_text(report: CheckReport) -> str:
+    lines = [
+        "# HELP pvegpu_check_findings Findings of the last pvegpu check, by severity.",
+        "# TYPE pvegpu_check_findings gauge",
+    ]
+    for severity in ("error", "warning"):
+        count = sum(1 for f in report.findings if f.severity == severity)
+        lines.append(f'pvegpu_check_findings{{node="{report.node}",severity="{severity}"}} {count}')
+    lines += [
+        "# HELP pvegpu_check_finding One line per finding (value 1), by stable code.",
+        "# TYPE pvegpu_check_finding gauge",
+    ]
+    for f in report.findings:
+        subject = f.subject.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+        lines.append(
+            f'pvegpu_check_finding{{node="{report.node}",severity="{f.severity}",'
+            f'code="{f.code}",subject="{subject}"}} 1'
+        )
+    lines += [
+        "# HELP pvegpu_check_last_run_timestamp_seconds When pvegpu check last ran.",
+        "# TYPE pvegpu_check_last_run_timestamp_seconds gauge",
+        f"pvegpu_check_last_run_timestamp_seconds {int(time.time())}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    # node_exporter may read the file at any moment: never let it see half of one.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    bundle: Bundle | None = None
+    refused: tuple[CheckFinding, ...] = ()
+    if args.bundle:
+        bundle = read_bundle_dir(args.bundle)
+    elif args.spec:
+        bundle, refused = _spec_bundle(args)
+    report = check(args.root, bundle, refused)
+    if args.prometheus:
+        _write_atomically(args.prometheus, prometheus_text(report))
+    if args.json:
+        doc = {
+            "schema": CHECK_SCHEMA,
+            "node": report.node,
+            "exit_code": report.exit_code,
+            "findings": [
+                {"severity": f.severity, "code": f.code, "subject": f.subject, "message": f.message}
+                for f in report.findings
+            ],
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        for f in report.findings:
+            print(f"{f.severity}: {f.subject}: {f.message} [{f.code}]")
+        print(
+            f"check of {report.node}: "
+            + (f"{len(report.findings)} finding(s)" if report.findings else "clean")
+        )
+    return report.exit_code

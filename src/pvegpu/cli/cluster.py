@@ -1,0 +1,151 @@
+"""`pvegpu plan|render` of a cluster spec: one root per node (`--root NODE=DIR`).
+
+A spec with `nodes` is planned from one root per node, named on the command line; a
+single-node spec keeps taking a plain `--root DIR` (or `--root NODE=DIR` naming its
+node). A node without a root, a root for no node of the spec, the same node twice, or a
+root whose host name is not its node are refused (exit 5) before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pvegpu.cli.diffs import diff
+from pvegpu.errors import PlanError, Problem
+from pvegpu.pipeline import discover_cluster, plan_and_render_cluster
+from pvegpu.planning.cluster import ClusterPlan, root_problems
+from pvegpu.rendering.artifact import REVERT_BUNDLE, REVIEW
+from pvegpu.rendering.bundle import manifest_entry
+from pvegpu.rendering.cluster import NodeArtifacts, write_cluster
+from pvegpu.spec.load import load_spec
+from pvegpu.spec.schema import Spec
+
+Roots = Sequence[tuple[str | None, Path]] | None
+"""`--root` as argparse gathered it: (node or None, directory) per flag; None: none given."""
+
+
+def single_root(spec: Spec, roots: Roots) -> Path | None:
+    """The root of a single-node run, or None when the run is a cluster's."""
+    given = list(roots or [(None, Path("/"))])
+    if spec.is_cluster or len(given) != 1:
+        return None
+    name, root = given[0]
+    return root if name in (None, spec.node) else None
+
+
+def _given_problems(given: Sequence[tuple[str | None, Path]]) -> Iterator[Problem]:
+    seen: set[str] = set()
+    for name, root in given:
+        if name is None:
+            yield Problem(
+                "root-needs-node",
+                str(root),
+                "a spec with several nodes (or several roots) needs the node of each root",
+                f"write --root NODE={root}",
+            )
+        elif name in seen:
+            yield Problem("root-given-twice", name, "two roots are given for this node", "keep one")
+        seen.add(name or "")
+
+
+def cluster_roots(spec: Spec, roots: Roots) -> dict[str, Path]:
+    """Each node's root, or PlanError naming every missing, unknown or doubled one."""
+    given = list(roots or [(None, Path("/"))])
+    named = {name: root for name, root in given if name is not None}
+    problems = [*_given_problems(given), *root_problems(spec, named.keys())]
+    if problems:
+        raise PlanError(problems)
+    return named
+
+
+def _load(args: argparse.Namespace) -> tuple[dict[str, Path], ClusterPlan, NodeArtifacts]:
+    spec = load_spec(args.spec)
+    roots = cluster_roots(spec, args.root)
+    cluster, rendered = plan_and_render_cluster(discover_cluster(spec, roots), spec)
+    return roots, cluster, rendered
+
+
+def _finding(f: Any) -> dict[str, str]:
+    return {"severity": str(f.severity), "code": f.code, "subject": f.subject, "message": f.message}
+
+
+def run_cluster_plan(args: argparse.Namespace) -> int:
+    roots, cluster, rendered = _load(args)
+    shared = cluster.shared
+    nodes: list[dict[str, Any]] = []
+    for node, artifacts in rendered:
+        plan = cluster.plan_of(node)
+        installed = [a for a in artifacts if a.target != REVIEW and a.bundle != REVERT_BUNDLE]
+        diffs = [(a, diff(roots[node], a)) for a in installed]
+        nodes.append(
+            {
+                "node": node,
+                "pools": [
+                    {"name": p.name, "kind": str(p.kind), "gpus": [str(g.address) for g in p.gpus]}
+                    for p in plan.pools
+                ],
+                "findings": [_finding(f) for f in plan.findings],
+                "changes": [{**manifest_entry(a), "diff": text} for a, text in diffs],
+            }
+        )
+        if not args.json:
+            print(f"## node {node}")
+            for artifact, text in diffs:
+                print(text if text else f"# {artifact.target}:{artifact.path}: unchanged\n", end="")
+            print()
+    if args.json:
+        doc = {
+            "schema": "pvegpu.cluster-plan/1",
+            "nodes": nodes,
+            "pci_cfg_node": None if shared is None else shared.writer,
+            "findings": [_finding(f) for f in cluster.findings],
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
+    writer = f"; pci.cfg written by {shared.writer}" if shared is not None else ""
+    print(f"plan for the cluster {', '.join(cluster.nodes)}{writer}")
+    for entry in nodes:
+        print(f"  node {entry['node']}: {len(entry['changes'])} file(s)")
+        for pool in entry["pools"]:
+            gpus = ", ".join(pool["gpus"])
+            print(f"    pool {pool['name']}: {pool['kind']}: {gpus}")
+        for f in entry["findings"]:
+            print(f"    {f['severity']}: {f['subject']}: {f['message']} [{f['code']}]")
+    for f in cluster.findings:
+        print(f"  {f.severity}: {f.subject}: {f.message} [{f.code}]")
+    return 0
+
+
+def run_cluster_render(args: argparse.Namespace) -> int:
+    _, cluster, rendered = _load(args)
+    written = write_cluster(cluster, rendered, args.out, str(args.spec))
+    relative = [os.path.relpath(path, args.out) for path in written]
+    if args.json:
+        doc = {
+            "schema": "pvegpu.cluster-render/1",
+            "nodes": list(cluster.nodes),
+            "pci_cfg_node": None if cluster.shared is None else cluster.shared.writer,
+            "out": str(args.out),
+            "written": relative,
+            "summary": str(args.out / "SUMMARY.md"),
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
+    print(
+        f"rendered {len(written)} files for the cluster {', '.join(cluster.nodes)} into {args.out}:"
+    )
+    for node in cluster.nodes:
+        mine = [r for r in relative if r.startswith(f"{node}/")]
+        print(f"  {args.out / node}/: {len(mine)} files")
+    if cluster.shared is not None:
+        print(
+            f"  pci.cfg for the cluster: {args.out / cluster.shared.writer}/etc/pve/mapping/pci.cfg"
+        )
+    print()
+    print(f"review: {args.out / 'SUMMARY.md'} (nodes, mappings, apply order, topology)")
+    return 0

@@ -1,0 +1,134 @@
+"""plan_cluster(facts by node, spec) -> ClusterPlan: every node of a cluster spec at once.
+
+Each node is planned as a single node (planner.plan with `spec.for_node`), from its own
+root, so everything a one-node plan checks holds on every node. What is cluster-wide is
+decided here: which root is which node, that the roots agree on the one pci.cfg that
+pmxcfs shares, and that file's content (cluster_mapping.py). Every problem of every
+node is reported at once, its subject prefixed by the node and its spec path renumbered
+to the cluster spec's own `pools[i]`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterator, Mapping
+
+import attrs
+
+from pvegpu.errors import PlanError, Problem
+from pvegpu.host.facts import HostFacts
+from pvegpu.planning.cluster_mapping import shared_pci_cfg
+from pvegpu.planning.plan import Finding, Plan, SharedPciCfg
+from pvegpu.planning.planner import plan
+from pvegpu.pvefiles import pcicfg
+from pvegpu.spec.schema import Spec
+
+_POOL_PATH = re.compile(r"^pools\[(\d+)\]")
+
+
+@attrs.frozen
+class ClusterPlan:
+    spec: Spec
+    plans: tuple[Plan, ...]
+    """One plan per node, in the spec's order of `nodes`."""
+    shared: SharedPciCfg | None = None
+    """The cluster's pci.cfg; None when no pool of any node has a mapping."""
+    findings: tuple[Finding, ...] = ()
+    """What concerns several nodes (a mapping's devices differ in subsystem id or memory);
+    each node's own findings stay on its plan."""
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(p.facts.node for p in self.plans)
+
+    def plan_of(self, node: str) -> Plan:
+        return next(p for p in self.plans if p.facts.node == node)
+
+
+def root_problems(spec: Spec, names: Collection[str]) -> Iterator[Problem]:
+    """A node of the spec without a root, a root for a node the spec does not name.
+
+    Needs only the names given on the command line, so the CLI asks before reading any
+    root."""
+    wanted = spec.node_names
+    for node in wanted:
+        if node not in names:
+            yield Problem(
+                "node-without-root",
+                node,
+                "the spec plans this node but no root was given for it",
+                f"add --root {node}=DIR (/ on that node, or its unpacked `pvegpu snapshot`)",
+            )
+    for name in names:
+        if name not in wanted:
+            yield Problem(
+                "root-not-in-spec",
+                name,
+                f"a root is given for node {name!r}, which the spec does not plan",
+                f"drop --root {name}=..., or add it to nodes: {', '.join(wanted)}",
+            )
+
+
+def _name_problems(facts: Mapping[str, HostFacts]) -> Iterator[Problem]:
+    for name, node_facts in facts.items():
+        if node_facts.node != name:
+            yield Problem(
+                "root-node-mismatch",
+                name,
+                f"the root given for {name!r} is host {node_facts.node!r} (its etc/hostname)",
+                f"give the root of {name!r}, or name this one {node_facts.node}=DIR",
+            )
+
+
+def _pci_cfg_problems(facts: Mapping[str, HostFacts]) -> Iterator[Problem]:
+    """pmxcfs gives every node the same /etc/pve: roots that disagree on pci.cfg were taken
+    at different times, and a file patched from one of them would undo the other's state."""
+    copies: dict[str | None, list[str]] = {}
+    for name, node_facts in facts.items():
+        existing = node_facts.file(pcicfg.PATH)
+        copies.setdefault(None if existing is None else existing.content, []).append(name)
+    if len(copies) > 1:
+        groups = "; ".join(
+            f"{', '.join(names)}: {'none' if text is None else f'{len(text)} bytes'}"
+            for text, names in copies.items()
+        )
+        yield Problem(
+            "pcicfg-differs",
+            pcicfg.PATH,
+            f"the roots hold different copies of the cluster's one file ({groups})",
+            "snapshot every node again, one right after the other (pvegpu snapshot), "
+            "and plan from those",
+        )
+
+
+def _renumbered(problem: Problem, node: str, indexes: tuple[int, ...]) -> Problem:
+    """A node plan's problem, as the cluster spec names it: `kpro7: pools[3].count`."""
+    subject = _POOL_PATH.sub(lambda m: f"pools[{indexes[int(m[1])]}]", problem.subject)
+    return attrs.evolve(problem, subject=f"{node}: {subject}")
+
+
+def plan_cluster(facts: Mapping[str, HostFacts], spec: Spec) -> ClusterPlan:
+    """Plan every node of `spec` from its facts (by node name), or raise PlanError listing
+    every problem of every node."""
+    problems = [*root_problems(spec, facts.keys()), *_name_problems(facts)]
+    if problems:
+        raise PlanError(problems)
+    problems.extend(_pci_cfg_problems(facts))
+    plans: list[Plan] = []
+    for node in spec.node_names:
+        try:
+            plans.append(plan(facts[node], spec.for_node(node)))
+        except PlanError as error:
+            indexes = spec.pool_indexes(node)
+            problems.extend(_renumbered(p, node, indexes) for p in error.problems)
+    if problems:
+        raise PlanError(problems)
+    shared, mapping_problems, findings = shared_pci_cfg(plans)
+    if mapping_problems:
+        raise PlanError(mapping_problems)
+    return ClusterPlan(
+        spec=spec,
+        plans=tuple(attrs.evolve(p, shared_pci_cfg=shared) for p in plans),
+        shared=shared,
+        findings=tuple(findings),
+    )

@@ -1,0 +1,283 @@
+"""Every guest on this node that names a GPU the plan gives elsewhere: changed, refused or
+warned about, never passed over.
+
+guests.py rewrites the pools' own guests; this module reads every guest config of the
+node (discovery keeps them all), every section of each:
+
+- another container's lines for one GPU (`devN`, bind mount, `c 195:N`) go: the bundle
+  removes them from its main section and the revert restores the file;
+- a rule for every GPU (`c 195:* rwm`, `c *:* rwm`, `a`) in a container the pool GPUs
+  are not for, and a VM's hostpci line (raw address, or a mapping that still hands the
+  device over after the plan) for a GPU that goes to a container or to another VM, are
+  refused with a fix: which GPUs that guest should keep is the admin's decision;
+- a pending change that grants one at the next start is refused (revert it first);
+- a snapshot that grants one is a warning: a rollback brings it back;
+- a VM on a mapping that shrinks or goes is listed.
+
+The rules in words: docs/formats.md, "Every other guest on the node".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import attrs
+
+from pvegpu.errors import Problem
+from pvegpu.host.facts import GPU, ConfigFile, HostFacts
+from pvegpu.planning.claims import Claims, by_destination, container_may_hold, vm_may_hold
+from pvegpu.planning.guests import nvidia_majors
+from pvegpu.planning.mapping_moves import VM_DIR, MappingOutcome, mapping_outcome
+from pvegpu.planning.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.planning.released import ContainerGpusRemoved
+from pvegpu.pvefiles import lxcconf, qemuconf
+from pvegpu.pvefiles.guestconf import ConfLine, Section, is_pending, is_snapshot, split_sections
+from pvegpu.wording import plural
+
+LXC_DIR = "etc/pve/lxc/"
+
+
+@attrs.frozen
+class GuestVerdict:
+    removed: tuple[ContainerGpusRemoved, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    findings: tuple[Finding, ...] = ()
+
+
+@attrs.define
+class _Collected:
+    removed: list[ContainerGpusRemoved] = attrs.field(factory=list)
+    problems: list[Problem] = attrs.field(factory=list)
+    findings: list[Finding] = attrs.field(factory=list)
+
+
+def judge_host(facts: HostFacts, pools: Sequence[Pool]) -> tuple[MappingOutcome, GuestVerdict]:
+    """The mappings after the plan, then every guest judged against them."""
+    claims = Claims(pools, facts.gpus)
+    mappings = mapping_outcome(facts, pools, claims)
+    return mappings, judge_guests(facts, pools, claims, mappings)
+
+
+def judge_guests(
+    facts: HostFacts, pools: Sequence[Pool], claims: Claims, mappings: MappingOutcome
+) -> GuestVerdict:
+    """What every guest config on the node means for the plan's GPUs."""
+    out = _Collected()
+    if not pools:
+        return GuestVerdict()
+    own = {p.lxc.vmid for p in pools if p.lxc is not None}
+    majors = nvidia_majors(facts)
+    for file in facts.files:
+        if (vmid := _vmid(file.path, LXC_DIR)) is not None:
+            _container(file, vmid, vmid in own, claims, majors, out)
+        elif (vmid := _vmid(file.path, VM_DIR)) is not None:
+            _vm(facts.node, file, vmid, claims, mappings, out)
+    return GuestVerdict(tuple(out.removed), tuple(out.problems), tuple(out.findings))
+
+
+def _vmid(path: str, directory: str) -> int | None:
+    name = path.removeprefix(directory)
+    if name == path or "/" in name or not name.endswith(".conf"):
+        return None
+    stem = name.removesuffix(".conf")
+    return int(stem) if stem.isdigit() else None
+
+
+def _numbered(text: str) -> Iterator[tuple[Section, int, ConfLine]]:
+    """Each line of the guest's main, pending and snapshot sections with its number in
+    the file; `[special:...]` sections hand over no device and are skipped."""
+    number = 0
+    for section in split_sections(text):
+        for line in section.lines:
+            number += 1
+            if section.name is None or is_pending(section) or is_snapshot(section):
+                yield section, number, line
+
+
+def _node(gpu: GPU) -> str:
+    # A GPU already on vfio-pci has no node now; a wildcard reaches it once nvidia has it.
+    if gpu.nvidia_minor is None:
+        return gpu.address.short
+    return f"/dev/nvidia{gpu.nvidia_minor} ({gpu.address.short})"
+
+
+def _container(
+    file: ConfigFile,
+    vmid: int,
+    own: bool,
+    claims: Claims,
+    majors: frozenset[int],
+    out: _Collected,
+) -> None:
+    minors: list[int] = []
+    keys: list[str] = []
+    taken: list[tuple[str, Pool]] = []
+    snapshots: dict[str, list[tuple[str, Pool]]] = {}
+    for section, number, line in _numbered(file.content):
+        every = lxcconf.grants_every_gpu(line)
+        minor = lxcconf.gpu_minor(line)
+        if every:
+            hit = [(g, p) for g, p in claims.gpus() if not container_may_hold(p, vmid)]
+        elif minor is not None and minor in claims.by_minor:
+            hit = [claims.by_minor[minor]]
+            hit = [(g, p) for g, p in hit if not container_may_hold(p, vmid)]
+        else:
+            continue
+        if not hit:
+            continue
+        named = [(_node(g), p) for g, p in hit]
+        where = f"{file.path} line {number}"
+        if is_snapshot(section):
+            snapshots.setdefault(section.name or "", []).extend(named)
+        elif is_pending(section):
+            out.problems.append(_pending(where, f"CT {vmid}", line, named, f"pct set {vmid}"))
+        elif own and lxcconf.is_gpu_line(line, majors):
+            continue  # the pool's own container: guests.py rewrites all its GPU lines
+        elif every:
+            out.problems.append(_every_gpu(where, vmid, line, named, claims))
+        elif minor is not None:
+            minors.append(minor)
+            keys.append(line.key)
+            taken.extend(named)
+    if minors:
+        out.removed.append(
+            ContainerGpusRemoved(vmid, file, tuple(sorted(set(minors))), tuple(keys))
+        )
+        out.findings.append(
+            Finding(
+                Severity.WARNING,
+                "container-loses-gpus",
+                file.path,
+                f"CT {vmid} names {by_destination(taken)}. "
+                f"The bundle removes those lines ({', '.join(keys)}) and the revert puts them "
+                f"back; stop whatever uses them in CT {vmid} before the split, and check "
+                "what it runs against the GPUs it keeps",
+            )
+        )
+    for name, items in snapshots.items():
+        out.findings.append(_snapshot(file.path, f"CT {vmid}", "pct", vmid, name, items))
+
+
+def _every_gpu(
+    where: str, vmid: int, line: ConfLine, named: list[tuple[str, Pool]], claims: Claims
+) -> Problem:
+    owners = {m: p for m, (_, p) in claims.by_minor.items()}
+    keeps = [
+        g
+        for g in claims.host_gpus
+        if g.nvidia_minor is not None
+        and (g.nvidia_minor not in owners or container_may_hold(owners[g.nvidia_minor], vmid))
+    ]
+    rules = "".join(f"`c 195:{g.nvidia_minor} rwm` for {g.address.short}, " for g in keeps)
+    return Problem(
+        "lxc-grants-all-gpus",
+        where,
+        f"`{line.raw.strip()}` lets CT {vmid} open every GPU nvidia holds (before the "
+        "split, after a revert, or when the split fails at boot), among them "
+        f"{by_destination(named)}",
+        f"replace it with one rule per GPU CT {vmid} keeps: {rules}and `c 195:255 rwm` "
+        "for nvidiactl; then run pvegpu again"
+        if keeps
+        else f"remove it: no GPU of this host is left for CT {vmid}; then run pvegpu again",
+    )
+
+
+def _pending(
+    where: str, guest: str, line: ConfLine, named: list[tuple[str, Pool]], setter: str
+) -> Problem:
+    return Problem(
+        "pending-grants-pool-gpu",
+        where,
+        f"the pending change `{line.raw.strip()}` gives {guest}, at its next start, "
+        f"{by_destination(named)}",
+        f"revert it ({setter} --revert {line.key}), then run pvegpu again",
+    )
+
+
+def _snapshot(
+    path: str, guest: str, tool: str, vmid: int, name: str, named: list[tuple[str, Pool]]
+) -> Finding:
+    return Finding(
+        Severity.WARNING,
+        "snapshot-grants-pool-gpus",
+        f"{path} [{name}]",
+        f"a rollback to snapshot {name} gives {guest} back {by_destination(named)}. "
+        f"After `{tool} rollback {vmid} {name}`, run pvegpu again "
+        f"before starting it, or remove the snapshot (`{tool} delsnapshot {vmid} {name}`)",
+    )
+
+
+def _vm(
+    node: str,
+    file: ConfigFile,
+    vmid: int,
+    claims: Claims,
+    mappings: MappingOutcome,
+    out: _Collected,
+) -> None:
+    snapshots: dict[str, list[tuple[str, Pool]]] = {}
+    shrinking: dict[str, list[str]] = {}
+    for section, number, line in _numbered(file.content):
+        use = qemuconf.hostpci_use(line)
+        if use is None:
+            continue
+        hosts = use.hosts if use.mapping is None else mappings.devices.get(use.mapping, ())
+        hit = [c for c in claims.of_hosts(hosts) if not vm_may_hold(c.pool, vmid)]
+        named = [(str(c.function.address), c.pool) for c in hit]
+        where = f"{file.path} line {number}"
+        if hit and is_snapshot(section):
+            snapshots.setdefault(section.name or "", []).extend(named)
+        elif hit and is_pending(section):
+            out.problems.append(_pending(where, f"VM {vmid}", line, named, f"qm set {vmid}"))
+        elif hit:
+            out.problems.append(_takes(where, vmid, line, use.key, named))
+        elif section.name is None and use.mapping is not None:
+            owner = next(
+                (p for p in claims.pools if p.mapping and p.mapping.id == use.mapping), None
+            )
+            if mappings.shrinks(use.mapping) and not (owner and owner.vm and owner.vm.vmid == vmid):
+                shrinking.setdefault(use.mapping, []).append(use.key)
+    for mapping_id, keys in shrinking.items():
+        out.findings.append(_shrinks(node, file.path, vmid, mapping_id, keys, mappings))
+    for name, items in snapshots.items():
+        out.findings.append(_snapshot(file.path, f"VM {vmid}", "qm", vmid, name, items))
+
+
+def _takes(
+    where: str, vmid: int, line: ConfLine, key: str, named: list[tuple[str, Pool]]
+) -> Problem:
+    # A vfio pool's GPUs could be this VM's instead; a container pool's stay on the host.
+    vfio = all(p.kind is PoolKind.VFIO for _, p in named)
+    harm = (
+        f"VM {vmid} and that VM would both pass them through, and whichever starts second fails"
+        if vfio
+        else f"starting VM {vmid} would bind them to vfio-pci, away from the container"
+    )
+    return Problem(
+        "vm-takes-pool-gpu",
+        where,
+        f"`{line.raw.strip()}` hands VM {vmid} {by_destination(named)}: {harm}",
+        f"remove the line (qm set {vmid} --delete {key})"
+        + (f" or make VM {vmid} the pool's VM" if vfio else "")
+        + ", then run pvegpu again",
+    )
+
+
+def _shrinks(
+    node: str, path: str, vmid: int, mapping_id: str, keys: list[str], mappings: MappingOutcome
+) -> Finding:
+    used = f"{', '.join(keys)} {'uses' if len(keys) == 1 else 'use'} mapping {mapping_id}"
+    if targets := mappings.removed(mapping_id):
+        message = (
+            f"{used}, which the plan removes (its devices move to {', '.join(targets)}): VM "
+            f"{vmid} does not start while a hostpci line names a missing mapping; remove "
+            f"{'it' if len(keys) == 1 else 'them'} (qm set {vmid} --delete {keys[0]})"
+        )
+    else:
+        before, after = mappings.shrinks(mapping_id) or (0, 0)
+        message = (
+            f"{used}, which goes from {plural(before, 'device')} to {after} on {node}: "
+            f"each line takes one free device at start, so VM {vmid} gets fewer GPUs, or "
+            f"does not start when none is free; check its hostpci lines (qm config {vmid})"
+        )
+    return Finding(Severity.WARNING, "vm-mapping-shrinks", path, message)

@@ -1,0 +1,95 @@
+"""Each pool's cluster PCI mapping (a pci.cfg section), decided from discovered facts.
+
+Proxmox checks `id`, `subsystem-id` and `iommugroup` of each map line against sysfs at VM
+start, so all three are always written and none is typed by hand. The file format itself
+(parse, canonical print, patch) is `pvefiles.pcicfg`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+
+from pvegpu.errors import Problem
+from pvegpu.host.facts import GPU, HostFacts
+from pvegpu.planning.plan import Finding, Pool, Severity
+from pvegpu.pvefiles import pcicfg
+from pvegpu.pvefiles.pcicfg import PciMap, PciMapping
+from pvegpu.spec.schema import MappingSpec
+from pvegpu.wording import plural
+
+
+def pool_mapping(
+    facts: HostFacts, gpus: Sequence[GPU], spec: MappingSpec
+) -> tuple[PciMapping | None, list[Problem]]:
+    """The pool's pci.cfg section with this node's map lines, or the problems in the way."""
+    maps: list[PciMap] = []
+    problems: list[Problem] = []
+    for gpu in gpus:
+        if gpu.iommu_group is None:
+            problems.append(
+                Problem(
+                    "gpu-without-iommu-group",
+                    str(gpu.address),
+                    "has no IOMMU group, so it cannot be mapped for passthrough",
+                    "enable the IOMMU in firmware and on the kernel command line, then "
+                    "discover again",
+                )
+            )
+            continue
+        # The function-less path hands over every function of the slot (GPU + audio);
+        # that only works when they all sit in the GPU's group.
+        slot = facts.slot_functions(gpu.address)
+        whole_slot = all(f.iommu_group == gpu.iommu_group for f in slot)
+        maps.append(
+            PciMap(
+                id=gpu.vendor_device,
+                node=facts.node,
+                path=gpu.address.slot if whole_slot else str(gpu.address),
+                iommugroup=gpu.iommu_group,
+                subsystem_id=gpu.function.subsystem_id,
+            )
+        )
+    if problems:
+        return None, problems
+    # Proxmox refuses to start a VM on an mdev-capable device mapped without `mdev 1`.
+    mdev = True if any(g.function.mdev_capable for g in gpus) else None
+    mapping = PciMapping(id=spec.id, maps=tuple(maps), description=spec.description, mdev=mdev)
+    problems.extend(pcicfg.value_problems(mapping))
+    return (None if problems else mapping), problems
+
+
+def pci_cfg_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
+    """Refusals of pci.cfg as a whole: a mapping id used twice, an existing file that
+    Proxmox would misread (so it cannot be patched)."""
+    mappings = [p.mapping for p in pools if p.mapping is not None]
+    if not mappings:
+        return
+    for mapping_id, n in Counter(m.id for m in mappings).items():
+        if n > 1:
+            yield Problem(
+                "mapping-id-twice",
+                f"{pcicfg.PATH} mapping {mapping_id!r}",
+                "two pools name the same mapping; a VM would get GPUs of either pool",
+                "give each pool its own mapping id",
+            )
+    existing = facts.file(pcicfg.PATH)
+    if existing is not None:
+        yield from pcicfg.syntax_problems(existing.content)
+
+
+def pci_cfg_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+    """pci.cfg is written whole, as Proxmox writes it: its `#` comments do not survive."""
+    existing = facts.file(pcicfg.PATH)
+    if existing is None or not any(p.mapping is not None for p in pools):
+        return
+    dropped = pcicfg.comment_lines(existing.content)
+    if dropped:
+        yield Finding(
+            Severity.INFO,
+            "pcicfg-comments-dropped",
+            pcicfg.PATH,
+            f"the new file drops {plural(len(dropped), '# comment line')} "
+            f"({'line' if len(dropped) == 1 else 'lines'} {', '.join(map(str, dropped))}), "
+            "as every Proxmox write does; keep notes in the mappings' descriptions instead",
+        )

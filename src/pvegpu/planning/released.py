@@ -1,0 +1,46 @@
+"""What a plan takes away from guests and mappings outside its pools, decided once.
+
+Kept apart from plan.py's pool classes so the modules that decide these (host_guests,
+mapping_moves) and the renderers can share them without an import cycle.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from pvegpu.host.facts import ConfigFile
+
+
+@attrs.frozen
+class ContainerGpusRemoved:
+    """Another container's lines for single GPUs the plan gives elsewhere.
+
+    The bundle removes them from its main section (the revert restores the file): after
+    the split the node is gone or, after a reboot, names another GPU.
+    """
+
+    vmid: int
+    config: ConfigFile
+    minors: tuple[int, ...]
+    """The N of each `/dev/nvidiaN` whose devN, bind mount and `c 195:N` lines go."""
+    keys: tuple[str, ...]
+    """The removed lines' keys in file order (`dev0`, `lxc.mount.entry`), for the reason."""
+
+    @property
+    def config_path(self) -> str:
+        return f"etc/pve/lxc/{self.vmid}.conf"
+
+
+@attrs.frozen
+class MapLinesMoved:
+    """A mapping outside the pools losing this node's map lines for devices that move
+    into a pool's mapping: a device is in one mapping only."""
+
+    mapping_id: str
+    values: tuple[str, ...]
+    """The map strings left out, verbatim as pci.cfg holds them."""
+    paths: tuple[str, ...]
+    targets: tuple[str, ...]
+    """The mappings they move to, sorted."""
+    removed: bool = False
+    """No map line (of any node) is left, so the whole section goes."""

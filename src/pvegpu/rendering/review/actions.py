@@ -1,0 +1,380 @@
+"""The runbook's steps as typed actions: one list for SUMMARY.md and for `pvegpu apply`.
+
+Each action knows the shell lines the admin pastes (`lines()`, the runbook text) and
+carries the typed values `pvegpu.apply` executes through its effects seam. The runbook
+prints the lines; apply runs the actions; both come from the same `Step` values, so what
+the reviewer approved is what apply does. Actions are plain values, written into
+MANIFEST.json (`apply_document`) so a rendered directory can be applied without
+planning again.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, get_args
+
+import attrs
+
+from pvegpu.pci import PciAddress
+from pvegpu.rendering.bundle import MANIFEST as MANIFEST_FILE
+from pvegpu.rendering.revert import ABSENT_SUFFIX, KEPT_SUFFIX
+from pvegpu.rendering.review.changes import BACKUP_DIR, container_vmid
+from pvegpu.rendering.review.commands import SPLIT_SCRIPT, driver_check
+from pvegpu.rendering.shell import word as sh
+
+
+def _sha_line(target: str, path: str, sha256: str) -> str:
+    line = f"{sha256}  /{path}"
+    vmid = container_vmid(target)
+    # pct exec passes stdin through, so the same check runs inside the container.
+    where = "" if vmid is None else f"pct exec {vmid} -- "
+    return f"echo {shlex.quote(line)} | {where}sha256sum -c -"
+
+
+@attrs.frozen
+class CheckNode:
+    """Apply runs on the planned node, from a rendered bundle."""
+
+    kind: ClassVar[str] = "check-node"
+    node: str
+
+    def lines(self) -> tuple[str, ...]:
+        return (f'test "$(hostname)" = {sh(self.node)} && test -f {MANIFEST_FILE} && echo ready',)
+
+
+@attrs.frozen
+class CheckBase:
+    """A file to patch is still the copy the patch was made from."""
+
+    kind: ClassVar[str] = "check-base"
+    target: str
+    path: str
+    sha256: str
+
+    def lines(self) -> tuple[str, ...]:
+        return (_sha_line(self.target, self.path, self.sha256),)
+
+
+@attrs.frozen
+class SaveCopies:
+    """Host files written whole that revert/ cannot restore: copied aside first."""
+
+    kind: ClassVar[str] = "save-copies"
+    paths: tuple[str, ...]
+
+    def lines(self) -> tuple[str, ...]:
+        files = " ".join(sh("/" + p) for p in self.paths)
+        return (f"mkdir -p {BACKUP_DIR}", f"cp --parents {files} {BACKUP_DIR}/")
+
+
+@attrs.frozen
+class StopService:
+    kind: ClassVar[str] = "stop-service"
+    vmid: int
+    unit: str
+
+    def lines(self) -> tuple[str, ...]:
+        return (f"pct exec {self.vmid} -- systemctl stop {sh(self.unit)}",)
+
+
+@attrs.frozen
+class StartService:
+    kind: ClassVar[str] = "start-service"
+    vmid: int
+    unit: str
+
+    def lines(self) -> tuple[str, ...]:
+        return (f"pct exec {self.vmid} -- systemctl start {sh(self.unit)}",)
+
+
+@attrs.frozen
+class PullCopy:
+    """A container unit pvegpu could not read, copied out for revert.sh (`pct pull`)."""
+
+    kind: ClassVar[str] = "pull-copy"
+    vmid: int
+    path: str
+    copy: str
+    """Where the copy goes, relative to the rendered directory."""
+
+    def lines(self) -> tuple[str, ...]:
+        directory = posixpath.dirname(self.copy)
+        probe = f"test -e {sh('/' + self.path)} && echo present || echo absent"
+        return (
+            f"mkdir -p {sh(directory)}",
+            f'case "$(pct exec {self.vmid} -- sh -c {sh(probe)})" in '
+            f"present) pct pull {self.vmid} {sh('/' + self.path)} {sh(self.copy)} --perms 0600 ;; "
+            f"absent) touch {sh(self.copy + ABSENT_SUFFIX)} ;; *) false ;; esac",
+            f"ls {sh(directory)}",
+        )
+
+
+@attrs.frozen
+class MakeContainerDir:
+    kind: ClassVar[str] = "make-container-dir"
+    vmid: int
+    path: str
+
+    def lines(self) -> tuple[str, ...]:
+        return (f"pct exec {self.vmid} -- mkdir -p {sh('/' + self.path)}",)
+
+
+@attrs.frozen
+class KeepAside:
+    """An old container file holding secrets is copied aside inside the container."""
+
+    kind: ClassVar[str] = "keep-aside"
+    vmid: int
+    path: str
+
+    def lines(self) -> tuple[str, ...]:
+        src = "/" + self.path
+        return (f"pct exec {self.vmid} -- cp -a {sh(src)} {sh(src + KEPT_SUFFIX)}",)
+
+
+@attrs.frozen
+class PushFile:
+    """A bundle file into a running container (`pct push`)."""
+
+    kind: ClassVar[str] = "push-file"
+    vmid: int
+    file: str
+    """Where the file lies in the rendered directory."""
+    path: str
+    mode: int
+
+    def lines(self) -> tuple[str, ...]:
+        return (
+            f"pct push {self.vmid} {sh(self.file)} {sh('/' + self.path)} --perms {self.mode:04o}",
+        )
+
+
+@attrs.frozen
+class ContainerReload:
+    kind: ClassVar[str] = "container-reload"
+    vmid: int
+
+    def lines(self) -> tuple[str, ...]:
+        return (f"pct exec {self.vmid} -- systemctl daemon-reload",)
+
+
+@attrs.frozen
+class StopContainer:
+    kind: ClassVar[str] = "stop-container"
+    vmid: int
+
+    def lines(self) -> tuple[str, ...]:
+        return (f"pct stop {self.vmid}",)
+
+
+@attrs.frozen
+class StartContainer:
+    kind: ClassVar[str] = "start-container"
+    vmid: int
+
+    def lines(self) -> tuple[str, ...]:
+        return (f"pct start {self.vmid}",)
+
+
+@attrs.frozen
+class CheckHolders:
+    """Nothing has the GPUs that leave nvidia open (an unbind would block)."""
+
+    kind: ClassVar[str] = "check-holders"
+    devices: tuple[str, ...]
+
+    def lines(self) -> tuple[str, ...]:
+        return (f"fuser -v {' '.join(self.devices)}",)
+
+
+@attrs.frozen
+class InstallFile:
+    """A host file outside /etc/pve: `install -D -m`."""
+
+    kind: ClassVar[str] = "install-file"
+    file: str
+    path: str
+    mode: int
+
+    def lines(self) -> tuple[str, ...]:
+        return (f"install -D -m {self.mode:04o} {sh(self.file)} {sh('/' + self.path)}",)
+
+
+@attrs.frozen
+class WritePveFile:
+    """A file under /etc/pve: `cp`, because pmxcfs sets modes and owners itself."""
+
+    kind: ClassVar[str] = "write-pve-file"
+    file: str
+    path: str
+
+    def lines(self) -> tuple[str, ...]:
+        return (f"cp {sh(self.file)} {sh('/' + self.path)}",)
+
+
+@attrs.frozen
+class HostCommand:
+    """A fixed command on the host (`systemctl daemon-reload`, `update-initramfs -u -k all`).
+
+    `rerun_on_revert`: the command acts on files (the initramfs is built from
+    modprobe.d), so undoing the change runs it again once the files are back.
+    """
+
+    kind: ClassVar[str] = "host-command"
+    line: str
+    rerun_on_revert: bool = False
+
+    def lines(self) -> tuple[str, ...]:
+        return (self.line,)
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return tuple(shlex.split(self.line))
+
+
+@attrs.frozen
+class EnableUnit:
+    kind: ClassVar[str] = "enable-unit"
+    unit: str
+
+    def lines(self) -> tuple[str, ...]:
+        return (f"systemctl enable {self.unit}",)
+
+
+@attrs.frozen
+class RunSplit:
+    """The rendered split script, the same code the boot unit runs."""
+
+    kind: ClassVar[str] = "run-split"
+    mode: str
+
+    def lines(self) -> tuple[str, ...]:
+        return (f"{SPLIT_SCRIPT} {self.mode}",)
+
+
+@attrs.frozen
+class CheckDrivers:
+    """Every listed function is bound to `driver`, read from sysfs."""
+
+    kind: ClassVar[str] = "check-drivers"
+    addresses: tuple[str, ...]
+    driver: str
+
+    def lines(self) -> tuple[str, ...]:
+        if not self.addresses:
+            return ()
+        return (driver_check([PciAddress.parse(a) for a in self.addresses]),)
+
+
+@attrs.frozen
+class CheckGpus:
+    """`nvidia-smi` inside the container lists exactly these GPUs, in this order."""
+
+    kind: ClassVar[str] = "check-gpus"
+    vmid: int
+    bus_ids: tuple[str, ...]
+
+    def lines(self) -> tuple[str, ...]:
+        return (
+            f"pct exec {self.vmid} -- nvidia-smi -L",
+            f"pct exec {self.vmid} -- nvidia-smi --query-gpu=index,pci.bus_id "
+            "--format=csv,noheader",
+        )
+
+
+@attrs.frozen
+class WaitHealthy:
+    kind: ClassVar[str] = "wait-healthy"
+    vmid: int
+    url: str
+    timeout_s: int
+
+    def lines(self) -> tuple[str, ...]:
+        return (
+            f"timeout {self.timeout_s} sh -c 'until pct exec {self.vmid} -- curl -fsS "
+            f"{self.url}; do sleep 10; done' && echo healthy",
+        )
+
+
+@attrs.frozen
+class Manual:
+    """A line for the admin that apply does not run (a reboot, starting a VM, later checks)."""
+
+    kind: ClassVar[str] = "manual"
+    line: str
+
+    def lines(self) -> tuple[str, ...]:
+        return (self.line,)
+
+
+Action = (
+    CheckNode
+    | CheckBase
+    | SaveCopies
+    | StopService
+    | StartService
+    | PullCopy
+    | MakeContainerDir
+    | KeepAside
+    | PushFile
+    | ContainerReload
+    | StopContainer
+    | StartContainer
+    | CheckHolders
+    | InstallFile
+    | WritePveFile
+    | HostCommand
+    | EnableUnit
+    | RunSplit
+    | CheckDrivers
+    | CheckGpus
+    | WaitHealthy
+    | Manual
+)
+ACTIONS: Mapping[str, type[Action]] = {cls.kind: cls for cls in get_args(Action)}
+
+
+def lines_of(actions: Sequence[Action]) -> tuple[str, ...]:
+    return tuple(line for a in actions for line in a.lines())
+
+
+def action_to_json(action: Action) -> dict[str, Any]:
+    fields = {f.name: getattr(action, f.name) for f in attrs.fields(type(action))}
+    return {
+        "kind": action.kind,
+        **{k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()},
+    }
+
+
+def action_from_json(doc: object) -> Action:
+    """The action a MANIFEST.json entry describes; ValueError for anything else."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("kind"), str):
+        raise ValueError(f"not an action: {doc!r}")
+    cls = ACTIONS.get(doc["kind"])
+    if cls is None:
+        raise ValueError(f"unknown action kind {doc['kind']!r}")
+    values: dict[str, Any] = {}
+    for field in attrs.fields(cls):
+        if field.name not in doc:
+            if field.default is attrs.NOTHING:
+                raise ValueError(f"{cls.kind}: missing {field.name!r}")
+            continue
+        value = doc[field.name]
+        expected = str(field.type)
+        if expected.startswith("tuple"):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"{cls.kind}.{field.name}: expected a list of strings")
+            value = tuple(value)
+        elif expected == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+            raise ValueError(f"{cls.kind}.{field.name}: expected an integer")
+        elif expected == "bool" and not isinstance(value, bool):
+            raise ValueError(f"{cls.kind}.{field.name}: expected true or false")
+        elif expected == "str" and not isinstance(value, str):
+            raise ValueError(f"{cls.kind}.{field.name}: expected a string")
+        values[field.name] = value
+    extra = set(doc) - {"kind"} - {f.name for f in attrs.fields(cls)}
+    if extra:
+        raise ValueError(f"{cls.kind}: unknown keys {sorted(extra)}")
+    return cls(**values)

@@ -1,0 +1,190 @@
+"""The split as a picture, computed once for every drawing: boxes and what connects them.
+
+NUMA nodes hold GPUs; pools take GPUs; consumers (container, PCI mapping, VM) use pools.
+Every box has an id safe for SVG and Mermaid, its lines of text and its colours, all
+from PCI order, so the same plan always gives the same picture. topology.py draws it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import attrs
+
+from pvegpu.host.facts import GPU
+from pvegpu.planning.plan import Plan, Pool, PoolKind
+from pvegpu.rendering.review import LayoutRow, host_facts_line, layout
+from pvegpu.wording import plural
+
+# (fill, stroke) per driver: pale fills keep black text readable, the stroke carries
+# the colour into edges and the legend. NVIDIA green for nvidia, blue for vfio-pci.
+DRIVER_COLOURS: dict[str, tuple[str, str]] = {
+    "nvidia": ("#e3f1cc", "#4e7d00"),
+    "vfio-pci": ("#dbe6fb", "#2957a4"),
+    "amdgpu": ("#fbdcd9", "#a3342b"),
+    "i915": ("#e6e0fa", "#5a44a8"),
+    "xe": ("#e6e0fa", "#5a44a8"),
+    "nouveau": ("#f3e3c3", "#8a5a00"),
+    "unbound": ("#eeeeee", "#777777"),
+}
+OTHER_DRIVER = ("#fff3cd", "#8a6d00")
+NEUTRAL = ("#f6f6f6", "#555555")
+"""Pools and consumers that have no single driver colour."""
+
+
+def driver_colours(driver: str) -> tuple[str, str]:
+    return DRIVER_COLOURS.get(driver, OTHER_DRIVER)
+
+
+@attrs.frozen
+class Box:
+    """A labelled node of the picture: an id safe for SVG and Mermaid, and its lines."""
+
+    id: str
+    lines: tuple[str, ...]
+    driver: str = ""
+    """Colours the box by this driver; empty for boxes that are not on one driver."""
+    dashed: bool = False
+    tooltip: str = ""
+
+    @property
+    def colours(self) -> tuple[str, str]:
+        return driver_colours(self.driver) if self.driver else NEUTRAL
+
+    @property
+    def style(self) -> str:
+        """Mermaid class name: the driver (`vfio_pci`), `_moved` when it changes."""
+        name = "".join(c if c.isalnum() else "_" for c in self.driver) or "neutral"
+        return f"{name}_moved" if self.dashed else name
+
+
+@attrs.frozen
+class NumaGroup:
+    box: Box
+    gpus: tuple[Box, ...]
+
+
+@attrs.frozen
+class PoolGroup:
+    box: Box
+    gpu_ids: tuple[str, ...]
+    consumers: tuple[Box, ...]
+    chained: bool
+    """The last consumer (the VM) uses the one before it (the mapping), not the pool."""
+
+
+@attrs.frozen
+class Picture:
+    title: str
+    subtitle: str
+    numa: tuple[NumaGroup, ...]
+    pools: tuple[PoolGroup, ...]
+    drivers: tuple[str, ...]
+    """Drivers the GPUs end on, in order of appearance, for the legend."""
+    any_moves: bool
+
+
+def _gpu_box(row: LayoutRow) -> Box:
+    gpu = row.gpu
+    state = f"{row.driver_before} → {row.driver_after}" if row.driver_changes else row.driver_after
+    if row.pool is None:
+        state += " · unchanged"
+    details = [str(gpu.address), gpu.vendor_device]
+    if gpu.model:
+        details.append(gpu.model)
+    if gpu.iommu_group is not None:
+        details.append(f"IOMMU group {gpu.iommu_group}")
+    if gpu.nvidia_minor is not None:
+        details.append(f"/dev/nvidia{gpu.nvidia_minor} now")
+    return Box(
+        id=f"gpu{row.index}",
+        lines=(f"GPU {row.index} · {gpu.address.short}", state),
+        driver=row.driver_after,
+        dashed=row.driver_changes,
+        tooltip=", ".join(details),
+    )
+
+
+def _minors(gpus: Sequence[GPU]) -> str:
+    minors = [g.nvidia_minor for g in gpus if g.nvidia_minor is not None]
+    if not minors:
+        return ""
+    if len(minors) == 1:
+        return f"/dev/nvidia{minors[0]}"
+    return "/dev/nvidia{" + ",".join(str(m) for m in minors) + "}"
+
+
+def _consumers(pool: Pool, index: int) -> tuple[tuple[Box, ...], bool]:
+    boxes: list[Box] = []
+    if pool.lxc is not None:
+        lines = [f"LXC {pool.lxc.vmid}"]
+        if pool.serving is not None:
+            lines.append(f"{pool.serving.engine} {pool.serving.version} · TP={pool.size}")
+            lines.append(f"{pool.serving.unit}.service :{pool.serving.port}")
+        lines.append(_minors(pool.gpus) or plural(pool.size, "GPU"))
+        boxes.append(Box(f"ct{pool.lxc.vmid}", tuple(lines), tooltip=pool.lxc.config_path))
+    if pool.mapping is not None:
+        lines = [f"mapping {pool.mapping.id}", f"pci.cfg · {plural(pool.size, 'map line')}"]
+        if pool.kind is PoolKind.VFIO and pool.vm is None:
+            lines.append("no VM yet")
+        boxes.append(Box(f"map{index}", tuple(lines), tooltip="etc/pve/mapping/pci.cfg"))
+    if pool.vm is not None:
+        lines = [f"VM {pool.vm.vmid}", f"{plural(pool.size, 'GPU')} via hostpci"]
+        if pool.vm.config is None:
+            lines.append("not created yet")
+        boxes.append(Box(f"vm{pool.vm.vmid}", tuple(lines), tooltip=pool.vm.config_path))
+    chained = pool.vm is not None and pool.mapping is not None
+    return tuple(boxes), chained
+
+
+def picture_of(plan: Plan) -> Picture:
+    rows = layout(plan)
+    by_node: dict[int | None, list[LayoutRow]] = {}
+    for row in sorted(rows, key=lambda r: (r.gpu.numa_node is None, r.gpu.numa_node or 0)):
+        by_node.setdefault(row.gpu.numa_node, []).append(row)
+    cpus = {n.id: n.cpus for n in plan.facts.numa_nodes}
+    numa = []
+    for node, members in by_node.items():
+        if node is None:
+            box = Box("numa_none", ("no NUMA node", "firmware gives none"))
+        else:
+            extra = (f"CPUs {cpus[node]}",) if cpus.get(node) else ()
+            box = Box(f"numa{node}", (f"NUMA {node}", *extra))
+        numa.append(NumaGroup(box, tuple(_gpu_box(r) for r in members)))
+    ids = {r.address: f"gpu{r.index}" for r in rows}
+    pools = []
+    for index, pool in enumerate(plan.pools):
+        moving = len(pool.functions)
+        driver = pool.driver
+        count = plural(pool.size, "GPU")
+        if pool.kind is PoolKind.VFIO and moving != pool.size:
+            count += f", {plural(moving, 'function')}"
+        known = [str(n) for n in pool.numa_nodes if n is not None]
+        nodes = f"NUMA {', '.join(known)}" if known else "no NUMA node"
+        if known and None in pool.numa_nodes:
+            nodes += " and none"
+        box = Box(
+            f"pool{index}",
+            (f"pool {pool.name}", f"{driver} · {count}", nodes),
+            driver=driver if driver in DRIVER_COLOURS else "",
+        )
+        consumers, chained = _consumers(pool, index)
+        pools.append(PoolGroup(box, tuple(ids[g.address] for g in pool.gpus), consumers, chained))
+    drivers = tuple(dict.fromkeys(r.driver_after for r in rows))
+    return Picture(
+        title=f"GPU split on {plan.facts.node}",
+        subtitle=host_facts_line(plan.facts),
+        numa=tuple(numa),
+        pools=tuple(pools),
+        drivers=drivers,
+        any_moves=any(r.driver_changes for r in rows),
+    )
+
+
+def all_boxes(picture: Picture) -> Iterator[Box]:
+    for group in picture.numa:
+        yield group.box
+        yield from group.gpus
+    for pool in picture.pools:
+        yield pool.box
+        yield from pool.consumers

@@ -1,0 +1,62 @@
+"""etc/pve/qemu-server/<vmid>.conf of every VM pool: hostpci lines over the pool's PCI
+mapping and the NUMA pin plan() decided; a review snippet for a VM not created yet.
+
+Nothing here refuses: plan() ran the patch's own checks on the existing file, and that
+the machine is not q35 is a finding of the plan.
+"""
+
+from __future__ import annotations
+
+from pvegpu.planning.plan import Plan, VmGuest
+from pvegpu.pvefiles import qemuconf
+from pvegpu.rendering.artifact import REVIEW, Artifact
+from pvegpu.rendering.pmxcfs import PVE_MODE
+
+SNIPPET_DIR = "snippets/qemu-server"
+"""Review-only lines for VMs that do not exist yet: pvegpu never writes a guest config
+that Proxmox did not create, and /etc/pve is no place for side files."""
+
+
+def _span(indices: tuple[int, ...]) -> str:
+    return ", ".join(f"hostpci{i}" for i in indices)
+
+
+def render_vm_configs(plan: Plan) -> tuple[Artifact, ...]:
+    """Patched etc/pve/qemu-server/<vmid>.conf per VM pool, or a review snippet if absent."""
+    node = plan.facts.node
+    return tuple(_vm_config(node, pool.vm) for pool in plan.vfio_pools if pool.vm is not None)
+
+
+def _vm_config(node: str, vm: VmGuest) -> Artifact:
+    if vm.config is None:
+        text = qemuconf.snippet(vm.vmid, vm.mapping_id, vm.count, vm.numa_pin, node)
+        return Artifact(
+            f"{SNIPPET_DIR}/{vm.vmid}.conf",
+            text,
+            f"VM {vm.vmid} does not exist: lines to add once it is created (q35)",
+            target=REVIEW,
+        )
+    patched = qemuconf.patch_hostpci(
+        vm.config.content,
+        vm.mapping_id,
+        vm.count,
+        pcie=vm.pcie,
+        numa=vm.numa_pin,
+        mapped=vm.mapped,
+        subject=vm.config_path,
+    )
+    if patched.text == vm.config.content:
+        reason = f"VM {vm.vmid} already uses mapping {vm.mapping_id} as planned"
+        return Artifact(vm.config_path, patched.text, reason, PVE_MODE, base=vm.config)
+    reason = f"VM {vm.vmid}: {_span(patched.indices)} use mapping {vm.mapping_id}"
+    reason += ", pcie=1" if patched.pcie else ""
+    if patched.converted:
+        # A raw hostpci line disappears from the diff: say that it became the mapping.
+        reason += (
+            f"; raw host address of the pool's GPU on {_span(patched.converted)} "
+            "replaced by the mapping, options kept"
+        )
+    pin = vm.numa_pin
+    if pin is not None:
+        reason += f"; pinned to NUMA node {pin.hostnode} (numa0, affinity {pin.cpus})"
+    return Artifact(vm.config_path, patched.text, reason, PVE_MODE, base=vm.config)

@@ -1,0 +1,200 @@
+"""SGLang's version rules as one table: what pvegpu writes for each release where they differ.
+
+The option tables (`data/sglang/tables.json.gz`, one per release) say what a release *accepts*;
+this table says what pvegpu *writes* for it: which spelling of a flag, which environment
+variable a release needs, which variable a release retired. Code asks the table
+(`RULES.options_for(version, ...)`) and never compares versions itself, so a new release
+that renames a flag or changes a default is a new row here, not an `if` somewhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from enum import StrEnum
+
+import attrs
+
+_RELEASE = re.compile(r"^(\d+(?:\.\d+)*)")
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """The release numbers of `version` as a tuple: `0.5.10.post1` compares as 0.5.10."""
+    match = _RELEASE.match(version)
+    if match is None:
+        raise ValueError(f"{version!r} is not a version (expected e.g. 0.5.23)")
+    return tuple(int(part) for part in match.group(1).split("."))
+
+
+@attrs.frozen
+class Versions:
+    """A range of releases: `since` (inclusive) up to `before` (exclusive); open ends."""
+
+    since: str | None = None
+    before: str | None = None
+
+    def __contains__(self, version: object) -> bool:
+        if self.since is None and self.before is None:
+            return True
+        if not isinstance(version, str):
+            return False
+        try:
+            key = version_key(version)
+        except ValueError:
+            return False  # not a release number: no bounded rule can speak for it
+        if self.since is not None and key < version_key(self.since):
+            return False
+        return self.before is None or key < version_key(self.before)
+
+    def __str__(self) -> str:
+        if self.since and self.before:
+            return f"{self.since} to before {self.before}"
+        if self.since:
+            return f">= {self.since}"
+        return f"< {self.before}" if self.before else "every version"
+
+
+ALL = Versions()
+
+
+class When(StrEnum):
+    """What about the server makes a rule apply, besides the version."""
+
+    MTP = "mtp"
+    """The spec asks for MTP (`mtp = true`)."""
+    HYBRID_MTP = "hybrid-mtp"
+    """MTP on a hybrid model (some layers linear attention / mamba), from its config.json."""
+    NUMA_PINNED = "numa-pinned"
+    """systemd pins the whole service to one NUMA node."""
+
+
+def conditions(*, mtp: bool, hybrid: bool, pinned: bool) -> frozenset[When]:
+    """What holds for a server: MTP asked for, the model hybrid, the service pinned."""
+    holds = {When.MTP} if mtp else set()
+    if mtp and hybrid:
+        holds.add(When.HYBRID_MTP)
+    if pinned:
+        holds.add(When.NUMA_PINNED)
+    return frozenset(holds)
+
+
+@attrs.frozen
+class OptionRule:
+    """One launch_server option pvegpu writes when `when` holds, for `versions`."""
+
+    when: When
+    setting: str
+    """What the option sets; rows with the same setting are one option renamed over time."""
+    option: str
+    """The spelling these versions use (the option table gives the canonical form)."""
+    value: str
+    versions: Versions = ALL
+    tunable: bool = False
+    """A default: extra_args may set it instead (then only its value is written)."""
+
+
+@attrs.frozen
+class EnvironmentRule:
+    """One variable the unit's Environment= sets when `when` holds, for `versions`."""
+
+    when: When
+    name: str
+    value: str
+    versions: Versions
+    why: str
+
+
+@attrs.frozen
+class RetiredVariable:
+    """A variable a release removed: set by hand, it is reported; in an old unit, not kept."""
+
+    name: str
+    since: str
+    code: str
+    """The finding code when a spec still sets it."""
+
+    @property
+    def versions(self) -> Versions:
+        return Versions(since=self.since)
+
+
+@attrs.frozen
+class VersionRules:
+    options: tuple[OptionRule, ...]
+    environment: tuple[EnvironmentRule, ...]
+    retired: tuple[RetiredVariable, ...]
+
+    def options_for(self, version: str, holds: Collection[When]) -> tuple[OptionRule, ...]:
+        """The options to write, in table order (the order of the ExecStart lines)."""
+        return tuple(r for r in self.options if r.when in holds and version in r.versions)
+
+    def environment_for(self, version: str, holds: Collection[When]) -> tuple[EnvironmentRule, ...]:
+        return tuple(r for r in self.environment if r.when in holds and version in r.versions)
+
+    def retired_in(self, name: str, version: str) -> RetiredVariable | None:
+        """The retirement of variable `name` that `version` is past, if any."""
+        return next((r for r in self.retired if r.name == name and version in r.versions), None)
+
+    def spellings(self, setting: str) -> tuple[str, ...]:
+        """Every spelling the table has for `setting`, newest release first."""
+        rows = sorted(
+            (r for r in self.options if r.setting == setting),
+            key=lambda r: version_key(r.versions.since) if r.versions.since else (),
+            reverse=True,
+        )
+        return tuple(dict.fromkeys(r.option for r in rows))
+
+    @property
+    def settings(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.setting for r in self.options))
+
+
+RULES = VersionRules(
+    options=(
+        # MTP: the model's own next-token head drafts a greedy chain (top-k 1) of 3 tokens,
+        # verified together with the current one (draft tokens = steps + 1 at top-k 1).
+        OptionRule(When.MTP, "speculative algorithm", "--speculative-algorithm", "NEXTN"),
+        OptionRule(When.MTP, "draft steps", "--speculative-num-steps", "3", tunable=True),
+        OptionRule(When.MTP, "draft top-k", "--speculative-eagle-topk", "1", tunable=True),
+        OptionRule(When.MTP, "draft tokens", "--speculative-num-draft-tokens", "4", tunable=True),
+        # MTP on a hybrid model needs the mamba cache kept per draft branch. The option
+        # came in 0.5.7 (no earlier table lists it), was renamed in 0.5.14 (the old name a
+        # deprecated alias until 0.5.19), and 0.5.20 removed the old name.
+        OptionRule(
+            When.HYBRID_MTP,
+            "mamba cache strategy",
+            "--mamba-scheduler-strategy",
+            "extra_buffer",
+            Versions(since="0.5.7", before="0.5.14"),
+        ),
+        OptionRule(
+            When.HYBRID_MTP,
+            "mamba cache strategy",
+            "--mamba-radix-cache-strategy",
+            "extra_buffer",
+            Versions(since="0.5.14"),
+        ),
+    ),
+    environment=(
+        EnvironmentRule(
+            When.HYBRID_MTP,
+            "SGLANG_ENABLE_SPEC_V2",
+            "1",
+            Versions(since="0.5.7", before="0.5.14"),
+            "0.5.7-0.5.13 refuse MTP on a hybrid model without it next to the mamba option "
+            "above; up to 0.5.10 it defaults off",
+        ),
+        EnvironmentRule(
+            When.NUMA_PINNED,
+            "SGLANG_AUTO_NUMA_BIND",
+            "0",
+            Versions(since="0.5.18"),
+            "from 0.5.18 SGLang binds each GPU worker to its node by default (environ.py: "
+            "EnvBool(True)); systemd already binds the whole service to one node, so "
+            "SGLang's own binding would only repeat it (and could fight a later "
+            "CPUAffinity change)",
+        ),
+    ),
+    retired=(RetiredVariable("SGLANG_ENABLE_SPEC_V2", "0.5.14", "serving-spec-v2-removed"),),
+)
+"""The table in force. Read as `versions.RULES` at call time (tests swap it)."""

@@ -1,0 +1,72 @@
+"""Which node each pool is on: a single-node spec (`node`) or a cluster spec (`nodes`).
+
+A single-node spec names its node once and its pools need not repeat it. A cluster spec
+lists its nodes and every pool says which one it is on. Pools of several nodes may share
+a mapping id (pci.cfg is one file for the cluster): they must then describe it alike,
+since the mapping has one description.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pvegpu.errors import Problem
+from pvegpu.spec.schema import Spec
+
+
+def node_problems(spec: Spec) -> Iterator[Problem]:
+    """A spec with neither or both of `node` and `nodes`, pools on unknown nodes, a shared
+    mapping described two ways."""
+    if spec.node is None and not spec.nodes:
+        yield Problem(
+            "spec-missing-key",
+            "node",
+            "the spec names no node",
+            'add node = "<host name>", or nodes = ["...", ...] and a node on every pool',
+        )
+        return
+    if spec.node is not None and spec.nodes:
+        yield Problem(
+            "spec-node-and-nodes",
+            "nodes",
+            "a spec is for one node (`node`) or for several (`nodes`), not both",
+            "remove node and give every pool its node, or remove nodes",
+        )
+        return
+    known = spec.node_names
+    for i, pool in enumerate(spec.pools):
+        where = f"pools[{i}].node"
+        if pool.node is None and spec.is_cluster:
+            yield Problem(
+                "spec-pool-without-node",
+                where,
+                "a spec with `nodes` needs the node of every pool",
+                f"add node = one of {', '.join(repr(n) for n in known)}",
+            )
+        elif pool.node is not None and pool.node not in known:
+            yield Problem(
+                "spec-pool-node-unknown",
+                where,
+                f"{pool.node!r} is not "
+                + ("in nodes" if spec.is_cluster else f"the spec's node {spec.node!r}"),
+                f"use one of {', '.join(repr(n) for n in known)}"
+                + (" or add it to nodes" if spec.is_cluster else ""),
+            )
+    yield from _shared_mapping_problems(spec)
+
+
+def _shared_mapping_problems(spec: Spec) -> Iterator[Problem]:
+    described: dict[str, tuple[int, str]] = {}
+    for i, pool in enumerate(spec.pools):
+        mapping = pool.mapping
+        if mapping is None or mapping.description is None:
+            continue
+        first = described.setdefault(mapping.id, (i, mapping.description))
+        if first[1] != mapping.description:
+            yield Problem(
+                "spec-mapping-described-twice",
+                f"pools[{i}].mapping.description",
+                f"mapping {mapping.id!r} is described as {first[1]!r} by pools[{first[0]}]; "
+                "a mapping has one description",
+                "give it the same description in both pools, or in one of them only",
+            )

@@ -1,0 +1,65 @@
+"""The two binary-ish files lspci's sysfs backend needs besides the attribute files.
+
+`lspci -A linux-sysfs` opens each function's `resource` (a fatal error when missing) and
+reads the standard header from `config`; a function whose header cannot be read is left
+out. An unprivileged read of a real `config` gives exactly these 64 bytes, so a tree
+with them lists like the host it describes.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from pvegpu.testing.hostspec import DeviceSpec
+
+CONFIG_HEADER_SIZE = 64
+
+_COMMAND_MEMORY = 0x0002
+_COMMAND_BUS_MASTER = 0x0004
+_HEADER_TYPE_BRIDGE = 0x01
+_HEADER_MULTIFUNCTION = 0x80
+_INTERRUPT_PIN_INTA = 1
+_NO_ID = 0xFFFF
+"""What a virtual function's vendor and device registers read (the ids are the PF's)."""
+
+_RESOURCE_LINE = "0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
+_ENDPOINT_RESOURCES = 13
+"""6 BARs, the ROM, 6 SR-IOV BARs: PCI_BRIDGE_RESOURCES lines for an endpoint."""
+_BRIDGE_RESOURCES = 17
+"""...plus the 4 bridge windows: DEVICE_COUNT_RESOURCE lines for a bridge."""
+
+
+def config_header(
+    dev: DeviceSpec,
+    *,
+    irq: int,
+    multifunction: bool,
+    buses: tuple[int, int, int] | None = None,
+) -> bytes:
+    """The 64-byte type 0 (or, given `buses`, type 1 bridge) configuration header.
+
+    `buses` is (primary, secondary, subordinate). No capability list is claimed: there
+    is nothing behind the first 64 bytes to point at.
+    """
+    header = bytearray(CONFIG_HEADER_SIZE)
+    virtual = dev.physfn is not None
+    command = _COMMAND_MEMORY | _COMMAND_BUS_MASTER if dev.driver else 0
+    vendor, device = (_NO_ID, _NO_ID) if virtual else (dev.vendor, dev.device)
+    struct.pack_into("<HHHH", header, 0x00, vendor, device, command, 0)
+    header[0x08] = dev.revision
+    header[0x09:0x0C] = (dev.pci_class & 0xFFFFFF).to_bytes(3, "little")
+    kind = _HEADER_TYPE_BRIDGE if buses is not None else 0
+    header[0x0E] = kind | (_HEADER_MULTIFUNCTION if multifunction else 0)
+    if buses is not None:
+        header[0x18:0x1B] = bytes(buses)
+    else:
+        struct.pack_into("<HH", header, 0x2C, dev.subsystem_vendor, dev.subsystem_device)
+    if irq and not virtual:  # virtual functions have no INTx, only MSI-X
+        header[0x3C] = irq & 0xFF
+        header[0x3D] = _INTERRUPT_PIN_INTA
+    return bytes(header)
+
+
+def resource_table(dev: DeviceSpec) -> str:
+    """`resource`: one "start end flags" line per resource, all unassigned (zero)."""
+    return _RESOURCE_LINE * (_BRIDGE_RESOURCES if dev.is_bridge else _ENDPOINT_RESOURCES)

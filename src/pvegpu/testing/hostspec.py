@@ -1,0 +1,223 @@
+"""What a fake host is made of: attrs descriptions, and the checks that it could be real.
+
+`HostSpec` holds the whole host, `DeviceSpec` one PCI function. `check` refuses what no
+kernel would show (a parent that is not a bridge, a duplicate address, a virtual
+function of a function that is not there) before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+from pvegpu.pci import PciAddress
+
+BRIDGE_CLASS = 0x0604
+"""PCI-to-PCI bridges (root ports, switch ports): class 0x0604xx."""
+
+# The /proc/devices lines of a stock Proxmox VE kernel, before any GPU driver loads.
+# The kernel prints "%3d %s"; dynamic majors count down from 511 and from 254.
+BASE_CHAR_DEVICES: tuple[tuple[int, str], ...] = (
+    (1, "mem"),
+    (4, "/dev/vc/0"),
+    (4, "tty"),
+    (4, "ttyS"),
+    (5, "/dev/tty"),
+    (5, "/dev/console"),
+    (5, "/dev/ptmx"),
+    (5, "ttyprintk"),
+    (7, "vcs"),
+    (10, "misc"),
+    (13, "input"),
+    (21, "sg"),
+    (29, "fb"),
+    (89, "i2c"),
+    (108, "ppp"),
+    (128, "ptm"),
+    (136, "pts"),
+    (180, "usb"),
+    (189, "usb_device"),
+    (202, "cpu/msr"),
+    (226, "drm"),
+    (240, "aux"),
+    (241, "cec"),
+    (242, "lirc"),
+    (243, "ipmidev"),
+    (244, "hidraw"),
+    (245, "ttyDBC"),
+    (246, "wwan_port"),
+    (247, "bsg"),
+    (248, "watchdog"),
+    (249, "ptp"),
+    (250, "pps"),
+    (251, "rtc"),
+    (252, "dax"),
+    (253, "dimmctl"),
+    (254, "gpiochip"),
+)
+BLOCK_DEVICES: tuple[tuple[int, str], ...] = (
+    (7, "loop"),
+    (8, "sd"),
+    (9, "md"),
+    (65, "sd"),
+    (128, "sd"),
+    (230, "zvol"),
+    (252, "device-mapper"),
+    (253, "virtblk"),
+    (259, "blkext"),
+)
+
+
+@attrs.frozen
+class Link:
+    """A PCIe link as the `*_link_speed` / `*_link_width` attributes show it."""
+
+    speed: str = "32.0 GT/s PCIe"
+    width: int = 16
+    max_speed: str | None = None
+    """Defaults to `speed` (the link trained at its maximum)."""
+    max_width: int | None = None
+    """Defaults to `width`."""
+
+
+@attrs.frozen(kw_only=True)
+class NvidiaInfo:
+    """What /proc/driver/nvidia/gpus/<BDF>/information says about a GPU on nvidia."""
+
+    model: str
+    minor: int
+    """`Device Minor`: N of /dev/nvidiaN."""
+    vbios: str = "98.02.52.00.02"
+    dma_bits: int = 52
+    uuid: str | None = None
+    """`GPU-...`; derived from host name and address when None, so it is stable."""
+
+
+@attrs.frozen(kw_only=True)
+class DeviceSpec:
+    """One PCI function. `parent` is the address of the bridge it sits behind."""
+
+    address: str
+    vendor: int
+    device: int
+    pci_class: int
+    parent: str | None = None
+    """None: directly on a root bus, `sys/devices/pci<domain>:<its bus>/<BDF>`."""
+    subsystem_vendor: int = 0
+    subsystem_device: int = 0
+    revision: int = 0
+    numa_node: int = -1
+    """-1 where firmware gives no proximity domain (desktops); local_cpulist is then all."""
+    driver: str | None = None
+    driver_override: str | None = None
+    iommu_group: int | None = None
+    irq: int | None = None
+    """None: a stable number derived from the function's position on the host."""
+    link: Link | None = None
+    """None: no PCIe link attributes (host bridges, IOMMU functions)."""
+    nvidia: NvidiaInfo | None = None
+    """Written to /proc/driver/nvidia/gpus only while `driver` is nvidia."""
+    secondary_bus: int | None = None
+    """Bridges only; defaults to the bus of the functions behind it."""
+    physfn: str | None = None
+    """SR-IOV: the physical function this is a virtual function of. It sits next to that
+    function (same parent); the tree gets `physfn` -> it, `virtfnN` links back (N in
+    address order) and the physical function's `sriov_numvfs` / `sriov_totalvfs`."""
+
+    @property
+    def pci_address(self) -> PciAddress:
+        return PciAddress.parse(self.address)
+
+    @property
+    def is_bridge(self) -> bool:
+        return self.pci_class >> 8 == BRIDGE_CLASS
+
+
+@attrs.frozen
+class IommuUnit:
+    """An entry of sys/class/iommu: `ivhdN` (AMD) or `dmarN` (Intel)."""
+
+    name: str
+    device: str | None = None
+    """PCI function hosting the unit (AMD IOMMUs are PCI functions); None: virtual."""
+
+
+@attrs.frozen(kw_only=True)
+class NvidiaModule:
+    """The loaded nvidia kernel module."""
+
+    version: str
+    open: bool = True
+    """Open kernel module (required by Blackwell) or the proprietary one."""
+    build: str | None = None
+    """Text after the version on the NVRM line; a plausible build stamp when None."""
+    uvm_major: int = 509
+    caps_major: int | None = 510
+
+
+@attrs.frozen(kw_only=True)
+class HostSpec:
+    """A whole host. Paths in `files` and `symlinks` are relative to the root."""
+
+    hostname: str
+    cmdline: str
+    devices: tuple[DeviceSpec, ...]
+    numa: tuple[str, ...] = ("0-15",)
+    """cpulist of node0, node1, ..."""
+    iommu_units: tuple[IommuUnit, ...] = ()
+    """Empty: IOMMU off (sys/class/iommu empty, no groups)."""
+    group_type: str = "DMA-FQ"
+    """`type` of every IOMMU group: DMA, DMA-FQ or identity (iommu=pt)."""
+    sev_snp: bool | None = None
+    """None: no kvm_amd module (Intel hosts)."""
+    nvidia: NvidiaModule | None = None
+    char_devices: tuple[tuple[int, str], ...] = ()
+    """proc/devices lines beyond BASE_CHAR_DEVICES and the nvidia ones."""
+    extra_drivers: tuple[str, ...] = ()
+    """Loaded PCI drivers with no device bound (sys/bus/pci/drivers/<name>/)."""
+    pve: bool = True
+    """Write pmxcfs's etc/pve/{local,lxc,qemu-server} links into etc/pve/nodes/<node>/."""
+    files: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+    symlinks: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+    """path -> link text, written as is."""
+
+
+class HostSpecError(ValueError):
+    """The description cannot be a real host (a dangling parent, a duplicate address)."""
+
+
+def check(desc: HostSpec) -> dict[str, DeviceSpec]:
+    """Every device by address, or HostSpecError naming the first impossible part."""
+    by_address: dict[str, DeviceSpec] = {}
+    for dev in desc.devices:
+        if str(dev.pci_address) != dev.address:
+            raise HostSpecError(f"{dev.address}: write addresses like the kernel, 0000:81:00.0")
+        if dev.address in by_address:
+            raise HostSpecError(f"{dev.address} is described twice")
+        by_address[dev.address] = dev
+    units = {u.device for u in desc.iommu_units if u.device is not None}
+    for dev in desc.devices:
+        if dev.parent is not None:
+            parent = by_address.get(dev.parent)
+            if parent is None or not parent.is_bridge:
+                raise HostSpecError(f"{dev.address}: parent {dev.parent} is not a bridge here")
+        if dev.iommu_group is not None and not desc.iommu_units:
+            raise HostSpecError(f"{dev.address}: IOMMU groups need iommu_units (IOMMU on)")
+        if not -1 <= dev.numa_node < len(desc.numa):
+            raise HostSpecError(f"{dev.address}: no NUMA node {dev.numa_node}")
+        if dev.driver == "nvidia" and (desc.nvidia is None or dev.nvidia is None):
+            raise HostSpecError(f"{dev.address}: on nvidia needs NvidiaInfo and NvidiaModule")
+        if dev.physfn is not None:
+            _check_virtual_function(dev, by_address.get(dev.physfn))
+    for address in units:
+        if address not in by_address:
+            raise HostSpecError(f"IOMMU unit on {address}, which is not described")
+    return by_address
+
+
+def _check_virtual_function(vf: DeviceSpec, pf: DeviceSpec | None) -> None:
+    if pf is None or pf.physfn is not None or pf.is_bridge:
+        raise HostSpecError(f"{vf.address}: physfn {vf.physfn} is not a physical function here")
+    if pf.parent != vf.parent:
+        raise HostSpecError(f"{vf.address}: a virtual function sits next to {pf.address}")

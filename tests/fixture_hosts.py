@@ -1,0 +1,896 @@
+"""The hosts committed under fixtures/sysfs/, described for `pvegpu.testing.write_host`.
+
+`kpro6` is the reference deployment: an AMD EPYC Proxmox node with eight RTX PRO 6000
+Blackwell GPUs (10de:2bb5), four per NUMA node, all on nvidia for LXC 129 ("--tp 8 era").
+`kpro6-split` is the same node after NUMA 1 moved to vfio-pci for a SEV-SNP VM. The
+others each pin one situation discovery and planning must handle.
+
+After changing a description, rewrite the committed trees (all, or the ones named):
+
+    python tests/fixture_hosts.py regenerate fixtures/sysfs [NAME...]
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+import attrs
+
+from pvegpu.testing import (
+    DeviceSpec,
+    HostSpec,
+    IommuUnit,
+    Link,
+    NvidiaInfo,
+    NvidiaModule,
+    write_host,
+)
+
+
+@attrs.frozen
+class Ids:
+    """What lspci -nn shows for a function: ids, class and revision."""
+
+    vendor: int
+    device: int
+    subsystem_vendor: int
+    subsystem_device: int
+    pci_class: int
+    revision: int = 0
+
+
+GEN5 = Link("32.0 GT/s PCIe", 16)
+GEN4_X16 = Link("16.0 GT/s PCIe", 16)
+GEN4_X4 = Link("16.0 GT/s PCIe", 4)
+GEN3_X16 = Link("8.0 GT/s PCIe", 16)
+
+PRO6000 = Ids(0x10DE, 0x2BB5, 0x10DE, 0x204B, 0x030200, 0xA1)
+PRO6000_AUDIO = Ids(0x10DE, 0x22E8, 0x10DE, 0x204B, 0x040300, 0xA1)
+PRO6000_MODEL = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+NVIDIA_590_OPEN = NvidiaModule(version="590.48.01", open=True)
+NVIDIA_580 = NvidiaModule(
+    version="580.95.05", open=False, build="Tue Sep 23 09:58:41 UTC 2025", uvm_major=508
+)
+
+STORAGE_ZFS = """\
+dir: local
+\tpath /var/lib/vz
+\tcontent iso,vztmpl,backup
+
+zfspool: local-zfs
+\tpool rpool/data
+\tsparse
+\tcontent images,rootdir
+
+"""
+STORAGE_LVM = """\
+dir: local
+\tpath /var/lib/vz
+\tcontent iso,vztmpl,backup
+
+lvmthin: local-lvm
+\tthinpool data
+\tvgname pve
+\tcontent rootdir,images
+
+"""
+# Shipped by proxmox-kernel-helper; present on every PVE host.
+PVE_BLACKLIST = """\
+# This file contains a list of modules which are not supported by Proxmox VE
+
+# nvidiafb see bugreport https://bugzilla.proxmox.com/show_bug.cgi?id=701
+blacklist nvidiafb
+"""
+NOUVEAU_BLACKLIST = "blacklist nouveau\noptions nouveau modeset=0\n"
+
+
+class _Groups:
+    """IOMMU group numbers handed out in bus order, skipping the ones fixed on purpose."""
+
+    def __init__(self, reserved: Iterable[int] = ()) -> None:
+        self.reserved = set(reserved)
+        self.next = 0
+
+    def __call__(self) -> int:
+        while self.next in self.reserved:
+            self.next += 1
+        self.next += 1
+        return self.next - 1
+
+
+def _slot(
+    address: str,
+    parent: str,
+    gpu: Ids,
+    audio: Ids | None,
+    *,
+    numa_node: int = -1,
+    iommu_group: int | None = None,
+    link: Link | None = None,
+    driver: str | None = None,
+    override: str | None = None,
+    nvidia: NvidiaInfo | None = None,
+    audio_driver: str | None = None,
+    audio_override: str | None = None,
+) -> list[DeviceSpec]:
+    """A GPU at .0 and, if given, its HD-audio function at .1, in the same IOMMU group."""
+    slot = [
+        DeviceSpec(
+            address=address, parent=parent, numa_node=numa_node, iommu_group=iommu_group,
+            link=link, driver=driver, driver_override=override, nvidia=nvidia,
+            **attrs.asdict(gpu),
+        )
+    ]  # fmt: skip
+    if audio is not None:
+        slot.append(
+            DeviceSpec(
+                address=address[:-1] + "1", parent=parent, numa_node=numa_node,
+                iommu_group=iommu_group, link=link, driver=audio_driver,
+                driver_override=audio_override, **attrs.asdict(audio),
+            )
+        )  # fmt: skip
+    return slot
+
+
+def _amd_complex(bus: int, node: int, groups: _Groups) -> list[DeviceSpec]:
+    """An EPYC 9004 root complex: root, IOMMU, dummy host bridge, GPP bridge 01.1."""
+    b = f"0000:{bus:02x}"
+    return [
+        DeviceSpec(
+            address=f"{b}:00.0", vendor=0x1022, device=0x14A4, pci_class=0x060000,
+            subsystem_vendor=0x1022, subsystem_device=0x14A4, numa_node=node,
+            iommu_group=groups(),
+        ),
+        # The AMD IOMMU is itself a PCI function and belongs to no group.
+        DeviceSpec(
+            address=f"{b}:00.2", vendor=0x1022, device=0x149E, pci_class=0x080600,
+            subsystem_vendor=0x1022, subsystem_device=0x149E, numa_node=node,
+        ),
+        DeviceSpec(
+            address=f"{b}:01.0", vendor=0x1022, device=0x149F, pci_class=0x060000,
+            numa_node=node, iommu_group=groups(),
+        ),
+        DeviceSpec(
+            address=f"{b}:01.1", vendor=0x1022, device=0x14AB, pci_class=0x060400,
+            subsystem_vendor=0x1022, subsystem_device=0x14AB, numa_node=node,
+            driver="pcieport", iommu_group=groups(), link=GEN5,
+        ),
+    ]  # fmt: skip
+
+
+# -- kpro6: the reference host
+
+KPRO6_GPUS = (  # (root bus, NUMA node, IOMMU group); GPU at <root bus + 1>:00.0
+    (0x00, 0, 12),
+    (0x10, 0, 13),
+    (0x60, 0, 14),
+    (0x70, 0, 15),
+    (0x80, 1, 40),
+    (0x90, 1, 41),
+    (0xE0, 1, 42),
+    (0xF0, 1, 43),
+)
+KPRO6_NIC_BUS = 0xC0
+
+
+def _kpro6_devices(split: bool) -> tuple[DeviceSpec, ...]:
+    groups = _Groups(reserved=[g for _, _, g in KPRO6_GPUS])
+    gpu_at = {bus: (node, group) for bus, node, group in KPRO6_GPUS}
+    devices: list[DeviceSpec] = []
+    minor = 0
+    for bus in sorted([*gpu_at, KPRO6_NIC_BUS]):
+        node = gpu_at[bus][0] if bus in gpu_at else 1
+        devices += _amd_complex(bus, node, groups)
+        port = f"0000:{bus:02x}:01.1"
+        child = f"0000:{bus + 1:02x}:00.0"
+        if bus == 0x00:
+            devices += [
+                DeviceSpec(
+                    address="0000:00:01.2", vendor=0x1022, device=0x14AB, pci_class=0x060400,
+                    subsystem_vendor=0x1022, subsystem_device=0x14AB, numa_node=0,
+                    driver="pcieport", iommu_group=groups(), link=GEN4_X4,
+                ),
+                DeviceSpec(
+                    address="0000:02:00.0", parent="0000:00:01.2", vendor=0x144D,
+                    device=0xA80A, subsystem_vendor=0x144D, subsystem_device=0xA813,
+                    pci_class=0x010802, numa_node=0, driver="nvme", iommu_group=groups(),
+                    link=GEN4_X4,
+                ),
+            ]  # fmt: skip
+        if bus == KPRO6_NIC_BUS:
+            nic = Ids(0x15B3, 0x101D, 0x15B3, 0x0016, 0x020000)
+            group = groups()
+            for fn in (0, 1):
+                devices.append(
+                    DeviceSpec(
+                        address=f"{child[:-1]}{fn}", parent=port, numa_node=node,
+                        driver="mlx5_core", iommu_group=group, link=GEN4_X16,
+                        **attrs.asdict(nic),
+                    )
+                )  # fmt: skip
+            continue
+        group = gpu_at[bus][1]
+        to_vfio = split and node == 1
+        gpu_override: str | None
+        audio_override: str | None
+        if to_vfio:
+            gpu_driver = audio_driver = "vfio-pci"
+            gpu_override = audio_override = "vfio-pci"
+        else:
+            gpu_driver, audio_driver = "nvidia", "snd_hda_intel"
+            # After the split the host-side GPUs are pinned so no vfio-pci new_id takes them.
+            gpu_override = "nvidia" if split else None
+            audio_override = "snd_hda_intel" if split else None
+        info = None
+        if not to_vfio:
+            info = NvidiaInfo(model=PRO6000_MODEL, minor=minor, vbios="98.02.52.00.02")
+            minor += 1
+        devices += _slot(
+            child,
+            port,
+            PRO6000,
+            PRO6000_AUDIO,
+            numa_node=node,
+            iommu_group=group,
+            link=GEN5,
+            driver=gpu_driver,
+            override=gpu_override,
+            nvidia=info,
+            audio_driver=audio_driver,
+            audio_override=audio_override,
+        )
+    return tuple(devices)
+
+
+def _map_line(dev: DeviceSpec, node: str) -> str:
+    """A pci.cfg `map` line for the whole slot, keys alphabetical like the GUI writes."""
+    return (
+        f"\tmap id={dev.vendor:04x}:{dev.device:04x},iommugroup={dev.iommu_group},"
+        f"node={node},path={dev.address[:-2]},"
+        f"subsystem-id={dev.subsystem_vendor:04x}:{dev.subsystem_device:04x}\n"
+    )
+
+
+def _kpro6_pci_cfg(devices: tuple[DeviceSpec, ...], split: bool) -> str:
+    by_addr = {d.address: d for d in devices}
+    nic = by_addr[f"0000:{KPRO6_NIC_BUS + 1:02x}:00.0"]
+    text = (
+        "nic-cx6\n"
+        + _map_line(nic, "kpro6").replace(f"path={nic.address[:-2]}", f"path={nic.address}")
+        + "\tdescription ConnectX-6 Dx port 0 for the router VM\n\n"
+    )
+    gpus = [by_addr[f"0000:{bus + 1:02x}:00.0"] for bus, _, _ in KPRO6_GPUS]
+    if not split:
+        text += "pro6000\n" + "".join(_map_line(g, "kpro6") for g in gpus)
+        text += "\tdescription 8x RTX PRO 6000 Blackwell\n\n"
+        return text
+    text += "pro6000\n" + "".join(_map_line(g, "kpro6") for g in gpus if g.numa_node == 0)
+    text += "\tdescription LXC-side GPUs on NUMA 0\n\n"
+    text += "pro6000-vm\n" + "".join(_map_line(g, "kpro6") for g in gpus if g.numa_node == 1)
+    text += "\tdescription VM passthrough GPUs on NUMA 1\n\n"
+    return text
+
+
+def _ct129_section(gpus: int) -> dict[str, str]:
+    keys = {
+        "arch": "amd64",
+        "cores": "64",
+        "features": "nesting=1",
+        "hostname": "sglang-qwen",
+        "memory": "524288",
+        "mp0": "/shared,mp=/shared",
+        "net0": "name=eth0,bridge=vmbr0,firewall=1,hwaddr=BC:24:11:5E:3A:91,ip=dhcp,type=veth",
+        "onboot": "1",
+        "ostype": "ubuntu",
+        "rootfs": "local-zfs:subvol-129-disk-0,size=200G",
+        "swap": "0",
+    }
+    nodes = [f"/dev/nvidia{i}" for i in range(gpus)]
+    nodes += ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    for index, node in enumerate(nodes):
+        keys[f"dev{index}"] = f"{node},mode=0666"
+    return keys
+
+
+def _lxc_section(description: str, keys: Mapping[str, str], raw: Iterable[str]) -> str:
+    # pve-container writes the description first, keys sorted as plain strings (dev10
+    # before dev2), then raw lxc.* keys in their own order.
+    lines = [f"#{description}"]
+    lines += [f"{key}: {keys[key]}" for key in sorted(keys)]
+    lines += list(raw)
+    return "\n".join(lines) + "\n"
+
+
+def _ct129_conf(split: bool) -> str:
+    raw = ["lxc.apparmor.profile: unconfined"]
+    before = _ct129_section(8)
+    main = _ct129_section(4 if split else 8) | {"parent": "pre-split"}
+    tp = 4 if split else 8
+    # After the split the container is pinned to NUMA node 0's CPUs, like its GPUs.
+    main_raw = [*raw, "lxc.cgroup2.cpuset.cpus: 0-31,64-95"] if split else raw
+    text = _lxc_section(f"SGLang Qwen3.5-122B-A10B, TP={tp} on {tp}x RTX PRO 6000", main, main_raw)
+    text += "\n[pre-split]\n"
+    text += _lxc_section(
+        "SGLang Qwen3.5-122B-A10B, TP=8 on 8x RTX PRO 6000",
+        before | {"snaptime": "1764590400"},
+        raw,
+    )
+    return text
+
+
+SGLANG_ARGS = (
+    "--model-path /shared/models/Qwen3.5-122B-A10B --tp 8 --host 0.0.0.0 --port 30000 "
+    "--mem-fraction-static 0.85 --context-length 262144 --reasoning-parser qwen3 "
+    "--speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1 "
+    "--speculative-num-draft-tokens 4 --mamba-scheduler-strategy extra_buffer "
+    "--trust-remote-code"
+)
+SGLANG_PATH = "/usr/local/cuda-13.0/bin:/root/ml-env/bin:/usr/local/sbin:/usr/local/bin:" + (
+    "/usr/sbin:/usr/bin:/sbin:/bin"
+)
+SGLANG_UNIT = f"""\
+[Unit]
+Description=SGLang Qwen3.5-122B-A10B (TP=8)
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Type=simple
+User=root
+WorkingDirectory=/root
+Environment=CUDA_HOME=/usr/local/cuda-13.0
+Environment=PATH={SGLANG_PATH}
+Environment=SGLANG_ENABLE_SPEC_V2=1
+Environment=NCCL_DEBUG=WARN
+ExecStart=/root/ml-env/bin/python3 -m sglang.launch_server {SGLANG_ARGS}
+Restart=on-failure
+RestartSec=10
+LimitNOFILE=1048576
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+DPKG_STATUS = """\
+Package: libc6
+Status: install ok installed
+Priority: optional
+Section: libs
+Installed-Size: 13215
+Maintainer: Ubuntu Developers <ubuntu-devel-discuss@lists.ubuntu.com>
+Architecture: amd64
+Multi-Arch: same
+Source: glibc
+Version: 2.39-0ubuntu8.4
+Description: GNU C Library: Shared libraries
+ Contains the standard libraries that are used by nearly all programs on
+ the system.
+
+Package: libnvidia-compute-590
+Status: install ok installed
+Priority: optional
+Section: libs
+Installed-Size: 287516
+Maintainer: Ubuntu Core Developers <ubuntu-devel-discuss@lists.ubuntu.com>
+Architecture: amd64
+Multi-Arch: same
+Source: nvidia-graphics-drivers-590
+Version: 590.48.01-0ubuntu1
+Depends: libc6 (>= 2.34)
+Description: NVIDIA libcompute package
+ This package contains the CUDA, OpenCL and NVML user space libraries.
+
+"""
+
+OS_RELEASE = """\
+PRETTY_NAME="Ubuntu 24.04.3 LTS"
+NAME="Ubuntu"
+VERSION_ID="24.04"
+VERSION="24.04.3 LTS (Noble Numbat)"
+VERSION_CODENAME=noble
+ID=ubuntu
+ID_LIKE=debian
+UBUNTU_CODENAME=noble
+"""
+
+
+def qwen35_config() -> str:
+    """config.json of Qwen3.5-122B-A10B: 48 layers, full attention every 4th, MoE 256x8."""
+    layers = 48
+    text_config = {
+        "attention_bias": False,
+        "full_attention_interval": 4,
+        "head_dim": 256,
+        "hidden_act": "silu",
+        "hidden_size": 3072,
+        "layer_types": [
+            "full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)
+        ],
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 64,
+        "linear_value_head_dim": 128,
+        "max_position_embeddings": 262144,
+        "model_type": "qwen3_5_moe_text",
+        "moe_intermediate_size": 1024,
+        "mtp_num_hidden_layers": 1,
+        "num_attention_heads": 32,
+        "num_experts": 256,
+        "num_experts_per_tok": 8,
+        "num_hidden_layers": layers,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-06,
+        "rope_theta": 10000000,
+        "shared_expert_intermediate_size": 1024,
+        "torch_dtype": "bfloat16",
+        "vocab_size": 248320,
+    }
+    config = {
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+        "image_token_id": 248056,
+        "model_type": "qwen3_5_moe",
+        "text_config": text_config,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "transformers_version": "4.57.0.dev0",
+        "video_token_id": 248057,
+        "vision_config": {
+            "depth": 27,
+            "hidden_size": 1152,
+            "model_type": "qwen3_5_moe_vision",
+            "num_heads": 16,
+            "out_hidden_size": 3072,
+            "patch_size": 16,
+        },
+    }
+    return json.dumps(config, indent=2) + "\n"
+
+
+def qwen35_index() -> str:
+    shards = 39
+    weight_map = {
+        "lm_head.weight": shards,
+        "model.language_model.embed_tokens.weight": 1,
+        "model.language_model.layers.0.linear_attn.in_proj_qkvz.weight": 1,
+        "model.language_model.layers.3.self_attn.q_proj.weight": 2,
+        "model.language_model.layers.47.mlp.experts.255.down_proj.weight": shards - 1,
+        "model.language_model.norm.weight": shards,
+        "mtp.layers.0.mlp.gate.weight": shards,
+    }
+    index = {
+        "metadata": {"total_size": 244800000000},
+        "weight_map": {
+            name: f"model-{n:05d}-of-{shards:05d}.safetensors"
+            for name, n in sorted(weight_map.items())
+        },
+    }
+    return json.dumps(index, indent=2) + "\n"
+
+
+def _kpro6(split: bool) -> HostSpec:
+    devices = _kpro6_devices(split)
+    ct = "rpool/data/subvol-129-disk-0"
+    libs = f"{ct}/usr/lib/x86_64-linux-gnu"
+    model = "shared/models/Qwen3.5-122B-A10B"
+    iommu_hosts = sorted(d.address for d in devices if d.address.endswith(":00.2"))
+    return HostSpec(
+        hostname="kpro6",
+        cmdline=(
+            "BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs "
+            "amd_iommu=on iommu=nopt mem_encrypt=on kvm_amd.sev=1"
+        ),
+        numa=("0-31,64-95", "32-63,96-127"),
+        iommu_units=tuple(IommuUnit(f"ivhd{i}", a) for i, a in enumerate(iommu_hosts)),
+        group_type="DMA-FQ",
+        sev_snp=True,
+        nvidia=NVIDIA_590_OPEN,
+        char_devices=((236, "vfio"),) if split else (),
+        devices=devices,
+        files={
+            "etc/pve/lxc/129.conf": _ct129_conf(split),
+            "etc/pve/mapping/pci.cfg": _kpro6_pci_cfg(devices, split),
+            "etc/pve/storage.cfg": STORAGE_ZFS,
+            "etc/modprobe.d/blacklist-nouveau.conf": NOUVEAU_BLACKLIST,
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+            "etc/modprobe.d/zfs.conf": "options zfs zfs_arc_max=68719476736\n",
+            f"{ct}/etc/os-release": OS_RELEASE,
+            f"{ct}/etc/systemd/system/sglang-qwen.service": SGLANG_UNIT,
+            f"{libs}/libcuda.so.590.48.01": "",
+            f"{libs}/libnvidia-ml.so.590.48.01": "",
+            f"{ct}/var/lib/dpkg/status": DPKG_STATUS,
+            f"{model}/config.json": qwen35_config(),
+            f"{model}/model.safetensors.index.json": qwen35_index(),
+        },
+        symlinks={
+            f"{libs}/libcuda.so.1": "libcuda.so.590.48.01",
+            f"{libs}/libnvidia-ml.so.1": "libnvidia-ml.so.590.48.01",
+        },
+    )
+
+
+def kpro6() -> HostSpec:
+    """Before the split: all eight GPUs on nvidia, LXC 129 holds /dev/nvidia0..7."""
+    return _kpro6(split=False)
+
+
+def kpro6_split() -> HostSpec:
+    """After the split: NUMA 1 GPUs + audio on vfio-pci (pinned), NUMA 0 pinned to nvidia."""
+    return _kpro6(split=True)
+
+
+# -- the cluster of examples/cluster.toml: kpro6, kpro7 and pve-ws share one /etc/pve
+
+KPRO7_SUBSYSTEM = 0x204E
+"""kpro7's GPUs come on another board revision: same 10de:2bb5, another subsystem id
+(made up for the fixture), which the cluster plan reports for a shared mapping."""
+
+
+def cluster_pci_cfg() -> str:
+    """The cluster's one pci.cfg, as pmxcfs shows it on every node: kpro6's, unsplit
+    (kpro7 and pve-ws joined the cluster after kpro6's mappings were made)."""
+    return _kpro6_pci_cfg(_kpro6_devices(split=False), split=False)
+
+
+def kpro7() -> HostSpec:
+    """A second kpro6 (eight RTX PRO 6000, all on nvidia), no guests yet, other boards."""
+    devices = tuple(
+        attrs.evolve(d, subsystem_device=KPRO7_SUBSYSTEM) if d.vendor == 0x10DE else d
+        for d in _kpro6_devices(split=False)
+    )
+    iommu_hosts = sorted(d.address for d in devices if d.address.endswith(":00.2"))
+    return HostSpec(
+        hostname="kpro7",
+        cmdline=(
+            "BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs "
+            "amd_iommu=on iommu=nopt mem_encrypt=on kvm_amd.sev=1"
+        ),
+        numa=("0-31,64-95", "32-63,96-127"),
+        iommu_units=tuple(IommuUnit(f"ivhd{i}", a) for i, a in enumerate(iommu_hosts)),
+        group_type="DMA-FQ",
+        sev_snp=True,
+        nvidia=NVIDIA_590_OPEN,
+        devices=devices,
+        files={
+            "etc/pve/mapping/pci.cfg": cluster_pci_cfg(),
+            "etc/pve/storage.cfg": STORAGE_ZFS,
+            "etc/modprobe.d/blacklist-nouveau.conf": NOUVEAU_BLACKLIST,
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+        },
+    )
+
+
+def pve_ws() -> HostSpec:
+    """The workstation as a member of kpro6's cluster: the same host, the cluster pci.cfg."""
+    host = workstation()
+    return attrs.evolve(host, files={**host.files, "etc/pve/mapping/pci.cfg": cluster_pci_cfg()})
+
+
+# -- smaller hosts
+
+
+def workstation() -> HostSpec:
+    """One NUMA node, Intel VT-d, two VGA GPUs: a 3090 on nvidia, an A4000 via vfio-pci.ids."""
+    groups = _Groups()
+
+    def port(address: str, link: Link) -> DeviceSpec:
+        return DeviceSpec(
+            address=address, vendor=0x8086, device=0x352A, pci_class=0x060400,
+            driver="pcieport", iommu_group=groups(), link=link,
+        )  # fmt: skip
+
+    devices: list[DeviceSpec] = [
+        DeviceSpec(
+            address="0000:00:00.0", vendor=0x8086, device=0x09A2, pci_class=0x088000,
+            iommu_group=groups(),
+        ),
+        DeviceSpec(
+            address="0000:00:1c.0", vendor=0x8086, device=0x7AB8, pci_class=0x060400,
+            driver="pcieport", iommu_group=groups(), link=Link("5.0 GT/s PCIe", 1),
+        ),
+        DeviceSpec(
+            address="0000:01:00.0", parent="0000:00:1c.0", vendor=0x8086, device=0x15F3,
+            subsystem_vendor=0x8086, subsystem_device=0x0003, pci_class=0x020000,
+            revision=0x03, driver="igc", iommu_group=groups(), link=Link("5.0 GT/s PCIe", 1),
+        ),
+        port("0000:16:02.0", GEN4_X16),
+    ]  # fmt: skip
+    devices += _slot(
+        "0000:17:00.0",
+        "0000:16:02.0",
+        Ids(0x10DE, 0x2204, 0x1458, 0x403B, 0x030000, 0xA1),
+        Ids(0x10DE, 0x1AEF, 0x1458, 0x403B, 0x040300, 0xA1),
+        numa_node=0, iommu_group=groups(), link=GEN4_X16, driver="nvidia",
+        nvidia=NvidiaInfo(model="NVIDIA GeForce RTX 3090", minor=0, vbios="94.02.42.00.A9",
+                          dma_bits=47),
+        audio_driver="snd_hda_intel",
+    )  # fmt: skip
+    devices.append(port("0000:38:02.0", GEN4_X16))
+    devices += _slot(
+        "0000:39:00.0",
+        "0000:38:02.0",
+        Ids(0x10DE, 0x24B0, 0x10DE, 0x14AD, 0x030000, 0xA1),
+        Ids(0x10DE, 0x228B, 0x10DE, 0x14AD, 0x040300, 0xA1),
+        iommu_group=groups(), link=GEN4_X16, driver="vfio-pci", audio_driver="vfio-pci",
+    )  # fmt: skip
+    devices.append(port("0000:52:02.0", GEN4_X4))
+    devices.append(
+        DeviceSpec(
+            address="0000:53:00.0", parent="0000:52:02.0", vendor=0x144D, device=0xA80C,
+            subsystem_vendor=0x144D, subsystem_device=0xA801, pci_class=0x010802,
+            driver="nvme", iommu_group=groups(), link=GEN4_X4,
+        )
+    )  # fmt: skip
+    vm = (
+        "#Windows workstation VM with the A4000\n"
+        "bios: ovmf\n"
+        "boot: order=scsi0\n"
+        "cores: 16\n"
+        "cpu: host\n"
+        "efidisk0: local-lvm:vm-110-disk-0,efitype=4m,size=4M\n"
+        "hostpci0: 0000:39:00,pcie=1,x-vga=1\n"
+        "machine: pc-q35-9.0\n"
+        "memory: 65536\n"
+        "name: win11-cad\n"
+        "net0: virtio=BC:24:11:0A:77:10,bridge=vmbr0\n"
+        "ostype: win11\n"
+        "scsi0: local-lvm:vm-110-disk-1,size=256G\n"
+        "scsihw: virtio-scsi-single\n"
+        "smbios1: uuid=0b7a5b8e-4ad6-4f4e-9a43-3c0f1b7d2e11\n"
+        "vga: none\n"
+    )
+    return HostSpec(
+        hostname="pve-ws",
+        cmdline=(
+            "BOOT_IMAGE=/boot/vmlinuz-6.8.12-4-pve root=/dev/mapper/pve-root ro quiet "
+            "intel_iommu=on vfio-pci.ids=10de:24b0,10de:228b"
+        ),
+        numa=("0-31",),
+        iommu_units=tuple(IommuUnit(f"dmar{i}") for i in range(4)),
+        group_type="DMA-FQ",
+        nvidia=NVIDIA_580,
+        char_devices=((511, "vfio"),),
+        devices=tuple(devices),
+        files={
+            "etc/pve/qemu-server/110.conf": vm,
+            "etc/pve/storage.cfg": STORAGE_LVM,
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+            "etc/modprobe.d/vfio.conf": (
+                "# A4000 + its audio to vfio-pci before nvidia can take them\n"
+                "options vfio-pci ids=10de:24b0,10de:228b disable_vga=1\n"
+                "softdep nvidia pre: vfio-pci\n"
+            ),
+        },
+    )
+
+
+def shared_group() -> HostSpec:
+    """A GPU behind a PLX switch without ACS: its IOMMU group also holds the boot NVMe."""
+    shared = 4
+    devices = [
+        DeviceSpec(
+            address="0000:00:00.0", vendor=0x1022, device=0x14D8, pci_class=0x060000,
+            numa_node=0, iommu_group=0,
+        ),
+        DeviceSpec(
+            address="0000:00:00.2", vendor=0x1022, device=0x14D9, pci_class=0x080600,
+            numa_node=0,
+        ),
+        DeviceSpec(
+            address="0000:00:01.0", vendor=0x1022, device=0x14DA, pci_class=0x060000,
+            numa_node=0, iommu_group=1,
+        ),
+        DeviceSpec(
+            address="0000:00:01.1", vendor=0x1022, device=0x14DB, pci_class=0x060400,
+            numa_node=0, driver="pcieport", iommu_group=2, link=GEN3_X16,
+        ),
+        DeviceSpec(
+            address="0000:01:00.0", parent="0000:00:01.1", vendor=0x10B5, device=0x8747,
+            subsystem_vendor=0x10B5, subsystem_device=0x8747, pci_class=0x060400,
+            revision=0xCA, numa_node=0, driver="pcieport", iommu_group=3, link=GEN3_X16,
+        ),
+        # PEX 8747 downstream ports lack ACS: everything below them is one group.
+        DeviceSpec(
+            address="0000:02:08.0", parent="0000:01:00.0", vendor=0x10B5, device=0x8747,
+            subsystem_vendor=0x10B5, subsystem_device=0x8747, pci_class=0x060400,
+            revision=0xCA, numa_node=0, driver="pcieport", iommu_group=shared,
+            link=GEN3_X16,
+        ),
+        DeviceSpec(
+            address="0000:02:10.0", parent="0000:01:00.0", vendor=0x10B5, device=0x8747,
+            subsystem_vendor=0x10B5, subsystem_device=0x8747, pci_class=0x060400,
+            revision=0xCA, numa_node=0, driver="pcieport", iommu_group=shared,
+            link=Link("8.0 GT/s PCIe", 4, max_width=16),
+        ),
+    ]  # fmt: skip
+    devices += _slot(
+        "0000:03:00.0",
+        "0000:02:08.0",
+        Ids(0x10DE, 0x2231, 0x10DE, 0x147E, 0x030000, 0xA1),
+        Ids(0x10DE, 0x1AEF, 0x10DE, 0x147E, 0x040300, 0xA1),
+        numa_node=0, iommu_group=shared,
+        link=Link("8.0 GT/s PCIe", 16, max_speed="16.0 GT/s PCIe"), driver="nvidia",
+        nvidia=NvidiaInfo(model="NVIDIA RTX A5000", minor=0, vbios="94.02.6D.00.0A",
+                          dma_bits=47),
+        audio_driver="snd_hda_intel",
+    )  # fmt: skip
+    devices.append(
+        DeviceSpec(
+            address="0000:04:00.0", parent="0000:02:10.0", vendor=0x144D, device=0xA80A,
+            subsystem_vendor=0x144D, subsystem_device=0xA801, pci_class=0x010802,
+            numa_node=0, driver="nvme", iommu_group=shared,
+            link=Link("8.0 GT/s PCIe", 4, max_speed="16.0 GT/s PCIe"),
+        )
+    )  # fmt: skip
+    return HostSpec(
+        hostname="pve-lab",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.8.12-4-pve root=/dev/mapper/pve-root ro quiet",
+        numa=("0-23",),
+        iommu_units=(IommuUnit("ivhd0", "0000:00:00.2"),),
+        group_type="DMA",
+        sev_snp=False,
+        nvidia=NvidiaModule(version="580.95.05", open=True, uvm_major=510, caps_major=511),
+        devices=tuple(devices),
+        files={
+            "etc/pve/storage.cfg": STORAGE_LVM,
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+        },
+    )
+
+
+def no_iommu() -> HostSpec:
+    """IOMMU off: sys/class/iommu empty, no iommu_group links, no groups at all."""
+    devices = [
+        DeviceSpec(
+            address="0000:00:00.0", vendor=0x8086, device=0xA700, pci_class=0x060000,
+            subsystem_vendor=0x1043, subsystem_device=0x8882, revision=0x01,
+        ),
+        DeviceSpec(
+            address="0000:00:01.0", vendor=0x8086, device=0xA70D, pci_class=0x060400,
+            revision=0x01, driver="pcieport", link=Link("16.0 GT/s PCIe", 16),
+        ),
+    ]  # fmt: skip
+    devices += _slot(
+        "0000:01:00.0",
+        "0000:00:01.0",
+        Ids(0x10DE, 0x2684, 0x1043, 0x889D, 0x030000, 0xA1),
+        Ids(0x10DE, 0x22BA, 0x1043, 0x889D, 0x040300, 0xA1),
+        link=GEN4_X16, driver="nvidia",
+        nvidia=NvidiaInfo(model="NVIDIA GeForce RTX 4090", minor=0, vbios="95.02.18.80.5F",
+                          dma_bits=47),
+        audio_driver="snd_hda_intel",
+    )  # fmt: skip
+    devices += [
+        DeviceSpec(
+            address="0000:00:1d.0", vendor=0x8086, device=0x7AB4, pci_class=0x060400,
+            revision=0x11, driver="pcieport", link=GEN4_X4,
+        ),
+        DeviceSpec(
+            address="0000:02:00.0", parent="0000:00:1d.0", vendor=0x144D, device=0xA80C,
+            subsystem_vendor=0x144D, subsystem_device=0xA801, pci_class=0x010802,
+            driver="nvme", link=GEN4_X4,
+        ),
+        DeviceSpec(
+            address="0000:00:1f.6", vendor=0x8086, device=0x1A1C, pci_class=0x020000,
+            subsystem_vendor=0x1043, subsystem_device=0x8882, revision=0x11,
+            driver="e1000e",
+        ),
+    ]  # fmt: skip
+    return HostSpec(
+        hostname="pve-mini",
+        cmdline=(
+            "BOOT_IMAGE=/boot/vmlinuz-6.8.12-4-pve root=/dev/mapper/pve-root ro quiet "
+            "intel_iommu=off"
+        ),
+        numa=("0-23",),
+        nvidia=NVIDIA_580,
+        devices=tuple(devices),
+        files={
+            "etc/pve/storage.cfg": STORAGE_LVM,
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+            "etc/modprobe.d/blacklist-nouveau.conf": NOUVEAU_BLACKLIST,
+        },
+    )
+
+
+def mixed() -> HostSpec:
+    """An RTX PRO 6000 on nvidia next to a Radeon RX 7900 XTX on amdgpu, IOMMU passthrough."""
+    groups = _Groups()
+    devices = _amd_complex(0x00, 0, groups)
+    devices += _slot(
+        "0000:01:00.0",
+        "0000:00:01.1",
+        PRO6000,
+        PRO6000_AUDIO,
+        numa_node=0, iommu_group=groups(), link=GEN5, driver="nvidia",
+        nvidia=NvidiaInfo(model=PRO6000_MODEL, minor=0), audio_driver="snd_hda_intel",
+    )  # fmt: skip
+    # Navi 31 brings its own switch: upstream 1478, downstream 1479, then the GPU.
+    devices += [
+        DeviceSpec(
+            address="0000:00:03.1", vendor=0x1022, device=0x14AB, pci_class=0x060400,
+            numa_node=0, driver="pcieport", iommu_group=groups(), link=GEN4_X16,
+        ),
+        DeviceSpec(
+            address="0000:02:00.0", parent="0000:00:03.1", vendor=0x1002, device=0x1478,
+            pci_class=0x060400, revision=0x10, numa_node=0, driver="pcieport",
+            iommu_group=groups(), link=GEN4_X16,
+        ),
+        DeviceSpec(
+            address="0000:03:00.0", parent="0000:02:00.0", vendor=0x1002, device=0x1479,
+            pci_class=0x060400, revision=0x10, numa_node=0, driver="pcieport",
+            iommu_group=groups(), link=GEN4_X16,
+        ),
+    ]  # fmt: skip
+    devices += _slot(
+        "0000:04:00.0",
+        "0000:03:00.0",
+        Ids(0x1002, 0x744C, 0x1DA2, 0xE471, 0x030000, 0xC8),
+        Ids(0x1002, 0xAB30, 0x1002, 0xAB30, 0x040300),
+        numa_node=0, iommu_group=groups(), link=GEN4_X16, driver="amdgpu",
+        audio_driver="snd_hda_intel",
+    )  # fmt: skip
+    return HostSpec(
+        hostname="pve-mixed",
+        cmdline=(
+            "BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs "
+            "amd_iommu=on iommu=pt"
+        ),
+        numa=("0-63",),
+        iommu_units=(IommuUnit("ivhd0", "0000:00:00.2"),),
+        group_type="identity",
+        sev_snp=False,
+        nvidia=NVIDIA_590_OPEN,
+        char_devices=((239, "kfd"),),
+        devices=tuple(devices),
+        files={
+            "etc/pve/storage.cfg": STORAGE_ZFS,
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+        },
+    )
+
+
+HOSTS: Mapping[str, Callable[[], HostSpec]] = {
+    "kpro6": kpro6,
+    "kpro6-split": kpro6_split,
+    "kpro7": kpro7,
+    "mixed": mixed,
+    "no-iommu": no_iommu,
+    "pve-ws": pve_ws,
+    "shared-group": shared_group,
+    "workstation": workstation,
+}
+
+
+def regenerate(dest: Path, names: Sequence[str] | None = None) -> list[Path]:
+    """Rewrite dest/<name>/ for every host in HOSTS (or only `names`)."""
+    chosen = list(names) if names else sorted(HOSTS)
+    unknown = [n for n in chosen if n not in HOSTS]
+    if unknown:
+        raise KeyError(f"no fixture host {', '.join(unknown)}; known: {', '.join(sorted(HOSTS))}")
+    written: list[Path] = []
+    for name in chosen:
+        root = dest / name
+        if root.exists():
+            shutil.rmtree(root)
+        write_host(HOSTS[name](), root)
+        written.append(root)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 2 or args[0] != "regenerate":
+        print("usage: python tests/fixture_hosts.py regenerate DEST [NAME...]", file=sys.stderr)
+        return 2
+    for root in regenerate(Path(args[1]), args[2:]):
+        print(f"wrote {root}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""`pvegpu check` on kpro6: as the seeds found it after the driver upgrade, and after a
+correct apply (run with the fake host of tests/apply_fake.py on a copy of the fixture)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pvegpu.apply.check import EXIT_ERRORS, check
+from pvegpu.cli import main
+from test_apply import CT, ROOTFS, Setup
+
+LIBS = f"{ROOTFS}/usr/lib/x86_64-linux-gnu"
+
+
+def after_the_upgrade(root: Path) -> None:
+    """The host module went to 590.48.01; the container kept 565.57.01 (libraries and
+    dpkg status), its unit still `--tp 8` with P2P on."""
+    libs = root / LIBS
+    for name in ("libcuda", "libnvidia-ml"):
+        (libs / f"{name}.so.590.48.01").rename(libs / f"{name}.so.565.57.01")
+        (libs / f"{name}.so.1").unlink()
+        (libs / f"{name}.so.1").symlink_to(f"{name}.so.565.57.01")
+    status = root / ROOTFS / "var/lib/dpkg/status"
+    status.write_text(status.read_text().replace("590", "565").replace("48.01", "57.01"))
+
+
+def codes(root: Path, setup: Setup | None = None) -> set[str]:
+    report = check(root, setup.bundle if setup else None)
+    return {f.code for f in report.findings if f.severity != "info"}
+
+
+def test_after_the_upgrade_all_three_are_reported(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    try:
+        after_the_upgrade(setup.root)
+        found = codes(setup.root, setup)
+        assert {"container-driver-mismatch", "serving-tp", "serving-p2p-on"} <= found
+        # Without a plan, the host as it is: the same driver and P2P problems.
+        assert {"container-driver-mismatch", "p2p-under-translation"} <= codes(setup.root)
+    finally:
+        setup.kernel.close()
+
+
+def test_after_a_correct_apply_nothing_is_reported(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    try:
+        host = setup.host()
+        setup.apply(host)
+        report = check(setup.root, setup.bundle)
+        assert [f for f in report.findings if f.severity != "info"] == []
+        assert report.exit_code == 0
+        # The reviewer's findings are repeated for the record, as info.
+        assert any(f.code.startswith("plan:") for f in report.findings)
+    finally:
+        setup.kernel.close()
+
+
+def test_stale_mapping_is_reported(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    try:
+        cfg = setup.root / "etc/pve/mapping/pci.cfg"
+        cfg.write_text(cfg.read_text().replace("iommugroup=", "iommugroup=9", 1))
+        assert "mapping-stale" in codes(setup.root)
+    finally:
+        setup.kernel.close()
+
+
+def test_cli_json_exit_code_and_prometheus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    setup = Setup(tmp_path)
+    try:
+        after_the_upgrade(setup.root)
+        metrics = tmp_path / "pvegpu.prom"
+        rc = main(["check", "--root", str(setup.root), "--json", "--prometheus", str(metrics)])
+        doc = json.loads(capsys.readouterr().out)
+        assert rc == EXIT_ERRORS == doc["exit_code"]
+        assert doc["schema"] == "pvegpu.check/1"
+        assert "container-driver-mismatch" in {f["code"] for f in doc["findings"]}
+        text = metrics.read_text()
+        assert 'pvegpu_check_findings{node="kpro6",severity="error"} 2' in text
+        assert f'code="container-driver-mismatch",subject="CT {CT}"' in text
+    finally:
+        setup.kernel.close()
