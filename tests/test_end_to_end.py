@@ -38,6 +38,7 @@ from pvegpu.rendering.registry import render
 from pvegpu.rendering.split import UNIT_PATH
 from pvegpu.spec.load import load_spec
 from pvegpu.spec.schema import Spec
+from script_data import join_script, script_parts
 from test_discover import _Shuffled
 from test_split_unit import install_root
 
@@ -168,32 +169,6 @@ GOLDEN_CASES = [
     for path in sorted(example.files)
     if path != SPLIT[0] or name == FULL_SCRIPT
 ]
-# The lines of the split script the plan fills in: the host's name in the header, and
-# the VFIO and HOST tables (rows hold no quote: the renderer sanitises pool names).
-SCRIPT_DATA = re.compile(
-    r"^(?:# pvegpu-vfio-split: GPU split of Proxmox VE host .*"
-    r"|(?:VFIO|HOST)='\n(?:[^'\n]*\n)*')$",
-    re.MULTILINE,
-)
-DATA_MARK = "@DATA@"
-
-
-def script_parts(script: str) -> tuple[str, str]:
-    """(body, data) of a split script: data holds its data lines, body the template text
-    around them, each data section replaced by DATA_MARK."""
-    sections = SCRIPT_DATA.findall(script)
-    assert len(sections) == 3, f"{len(sections)} data sections, not header + VFIO + HOST"
-    return SCRIPT_DATA.sub(DATA_MARK, script), "".join(f"{s}\n" for s in sections)
-
-
-def join_script(body: str, data: str) -> str:
-    """The inverse of script_parts: the data sections put back in the body, in order."""
-    pieces = body.split(DATA_MARK)
-    sections = SCRIPT_DATA.findall(data)
-    assert len(pieces) == len(sections) + 1
-    return pieces[0] + "".join(s + rest for s, rest in zip(sections, pieces[1:], strict=True))
-
-
 # --- every artifact, as a file
 
 
