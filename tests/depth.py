@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 THOROUGH = os.environ.get("PVEGPU_THOROUGH", "") not in ("", "0")
-QUICK_SHARE = 5
+QUICK_SHARE = 10
 """The quick run generates one example in this many."""
 
 

@@ -33,7 +33,7 @@ from pvegpu.spec.load import load_spec, parse_spec
 from pvegpu.spec.schema import Spec
 
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = int(os.environ.get("PVEGPU_FUZZ_EXAMPLES", "100" if THOROUGH else "20"))
+EXAMPLES = int(os.environ.get("PVEGPU_FUZZ_EXAMPLES", "100" if THOROUGH else "12"))
 SEED = int(os.environ.get("PVEGPU_FUZZ_SEED", "20261130"))
 DEADLINE_S = 10
 CASES = (("kpro6", "kpro6.toml"), ("workstation", "workstation.toml"), ("mixed", "mixed.toml"))
