@@ -287,7 +287,9 @@ def test_single_node_spec_takes_a_named_root(capsys: pytest.CaptureFixture[str])
 def test_memory_difference_is_a_finding(tmp_path: Path) -> None:
     """Container pools on two nodes share `pro6000`; kpro7's says its GPUs have 48 GiB."""
     nodes = {node: copy_tree(root, tmp_path / node) for node, root in roots().items()}
-    (nodes["kpro7"] / "etc/pve/nodes/kpro7/lxc/130.conf").write_text(
+    config = nodes["kpro7"] / "etc/pve/nodes/kpro7/lxc/130.conf"
+    config.parent.mkdir(parents=True, exist_ok=True)  # git keeps no empty directory
+    config.write_text(
         "arch: amd64\ncores: 8\nhostname: ct130\nmemory: 65536\nostype: debian\n"
         "rootfs: local-zfs:subvol-130-disk-0,size=64G\n"
     )
