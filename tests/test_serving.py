@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pvegpu.errors import PlanError, PvegpuError, RenderError
+from bundled import spec_path
+from pvegpu.errors import PlanError, PvegpuError, RenderError, SpecError
 from pvegpu.hardware import GPU_MEMORY
 from pvegpu.host.facts import ConfigFile, FileStat, IommuGroupType
 from pvegpu.host.serving_files import read_serving_files, with_serving_files
@@ -33,6 +34,7 @@ from pvegpu.serving.options import load_table
 from pvegpu.serving.unit import unit_content
 from pvegpu.serving.unitfile import environment_pairs, exec_words, launch_options, parse_unit
 from pvegpu.serving.versions import EnvironmentRule, Versions, When
+from pvegpu.spec.load import parse_spec
 from pvegpu.spec.schema import LxcSpec, P2PSetting, PoolSpec, Spec
 from strategies_serving import (
     HOST_DRIVER,
@@ -625,6 +627,7 @@ def test_multi_numa_pool_is_refused_unless_allowed() -> None:
         ((("NCCL_P2P_DISABLE", "0"),), "serving-env-conflict"),
         ((("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7"),), "serving-env-conflict"),
         ((("BAD-NAME", "1"),), "serving-env-invalid-name"),
+        ((("HF_HOME\n", "1"),), "serving-env-invalid-name"),
         ((("HF_HOME", "a\nb"),), "serving-unprintable"),
     ],
 )
@@ -657,7 +660,7 @@ def test_all_problems_of_all_pools_at_once() -> None:
     )
     err = refused(plan_of(facts, a, b))
     subjects = {p.subject for p in err.problems}
-    assert {"pools[0].lxc.serving", "pools[1].lxc.serving"} <= subjects
+    assert {"pools[0].lxc.serving", "pools[1].lxc.serving.port"} <= subjects
 
 
 # ------------------------------------------------------------------ container
@@ -1028,3 +1031,15 @@ def test_rendered_unit_reads_back_to_what_was_rendered(path: str, value: str) ->
     (line,) = unit.values("Service", "ExecStart")
     assert exec_words(line) == serving.argv
     assert environment_pairs(unit.values("Service", "Environment")) == serving.environment
+
+
+def test_a_serving_spec_built_in_code_meets_the_loaders_rules() -> None:
+    """The spec rules apply to a ServingSpec the loader never saw: one table, one verdict."""
+    err = refused(kpro6_plan(qwen_serving(unit="sglang.service", python="/usr/bin/py thon")))
+    assert sorted((p.code, p.subject) for p in err.problems) == [
+        ("serving-invalid-python", "pools[0].lxc.serving.python"),
+        ("serving-invalid-unit", "pools[0].lxc.serving.unit"),
+    ]
+    with pytest.raises(SpecError) as loaded:
+        parse_spec(spec_path("kpro6").read_text().replace('"sglang-qwen"', '"sglang-qwen.service"'))
+    assert [p.subject for p in loaded.value.problems] == ["pools[0].lxc.serving.unit"]

@@ -108,13 +108,18 @@ class LiveHost:
         is written where the link leads; the file itself is never a link followed.
         """
         if rel.startswith("/") or ".." in rel.split("/"):
-            raise ApplyError.one("apply-path", rel, "not a path inside the root")
+            raise ApplyError.one(
+                "apply-path", rel, "not a path inside the root", "this is a pvegpu bug; report it"
+            )
         path = self.root / rel
         parent = Path(os.path.realpath(path.parent))
         root = Path(os.path.realpath(self.root))
         if parent != root and root not in parent.parents:
             raise ApplyError.one(
-                "apply-path", "/" + rel, f"its directory leads outside {self.root} ({parent})"
+                "apply-path",
+                "/" + rel,
+                f"its directory leads outside {self.root} ({parent})",
+                "replace the link on that path with the directory it stands for",
             )
         return parent / path.name
 
@@ -127,7 +132,10 @@ class LiveHost:
         except OSError as err:
             if err.errno == errno.ELOOP:
                 raise ApplyError.one(
-                    "apply-symlink", "/" + path, "is a symbolic link; apply never follows one"
+                    "apply-symlink",
+                    "/" + path,
+                    "is a symbolic link; apply never follows one",
+                    "replace the link with the file it points to, then apply again",
                 ) from err
             raise
         with os.fdopen(fd, "rb") as handle:

@@ -43,14 +43,22 @@ def load_last(host: Host) -> tuple[Bundle, State]:
     bundle_id = last_apply(host)
     if bundle_id is None:
         raise ApplyError.one(
-            "nothing-applied", "/var/lib/pvegpu/apply/last", "no apply to revert on this host"
+            "nothing-applied",
+            "/var/lib/pvegpu/apply/last",
+            "no apply to revert on this host",
+            "nothing to undo; to undo a change made by hand, use the bundle's revert/revert.sh",
         )
     state = State(host, bundle_id)
 
     def file(rel: str) -> bytes:
         content = host.read(f"{state.dir}/bundle/{rel}")
         if content is None:
-            raise ApplyError.one("state-damaged", f"/{state.dir}/bundle/{rel}", "is missing")
+            raise ApplyError.one(
+                "state-damaged",
+                f"/{state.dir}/bundle/{rel}",
+                "is missing from the state of the last apply",
+                "undo by hand with revert/revert.sh of the bundle that was applied",
+            )
         return content
 
     return parse_bundle(file("MANIFEST.json").decode(), file), state

@@ -7,7 +7,6 @@ read what it decided. `decide_serving` is the one factory of `SglangServing`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import attrs
@@ -34,11 +33,8 @@ from pvegpu.serving.unit_secrets import (
     secrets_moved_message,
     unit_secrets,
 )
-from pvegpu.spec.rules import UNIT_NAME
+from pvegpu.spec.rules import rule_problems
 from pvegpu.spec.schema import ServingSpec
-
-# A user name or numeric UID as systemd's User= takes it (no specifiers, no spaces).
-_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
 def decide_serving(
@@ -183,21 +179,17 @@ def _report_drops(checks: Checks, serving: SglangServing, old: OldUnit, table: O
         checks.finding(Severity.WARNING, "serving-drops-settings", message)
 
 
+_RULE_CODES = {"unit": "serving-invalid-unit", "python": "serving-invalid-python"}
+
+
 def _check_scalars(checks: Checks) -> None:
+    """The spec's value rules (spec/rules.py) for a ServingSpec that may have been built
+    in code: the loader applies the same table to every spec it reads."""
     spec = checks.spec
-    if not UNIT_NAME.fullmatch(spec.unit) or spec.unit.endswith(".service"):
-        checks.problem(
-            "serving-invalid-unit",
-            f"unit {spec.unit!r} is not a unit name (letters, digits, `:_.-\\`, one `@`, "
-            "no suffix)",
-            'e.g. unit = "sglang-qwen" for sglang-qwen.service',
-        )
-    if not spec.python.startswith("/"):
-        checks.problem(
-            "serving-invalid-python",
-            f"python {spec.python!r} is not an absolute path; ExecStart= needs one",
-            'e.g. python = "/root/ml-env/bin/python3"',
-        )
+    for problem in rule_problems(spec, checks.where):
+        field = problem.subject.rpartition(".")[2]
+        code = _RULE_CODES.get(field, "serving-invalid-value")
+        checks.problem(code, f"{field}: {problem.message}", problem.fix, subject=problem.subject)
     if spec.served_model_name is not None and ":" in spec.served_model_name:
         checks.problem(
             "served-model-name-colon",
@@ -205,31 +197,8 @@ def _check_scalars(checks: Checks) -> None:
             "reads as a model:adapter separator",
             f'e.g. served_model_name = "{spec.served_model_name.replace(":", "-")}"',
         )
-    if spec.context_length is not None and spec.context_length < 1:
-        checks.problem("serving-invalid-value", f"context_length {spec.context_length} < 1")
-    if spec.mem_fraction_static is not None and not 0 < spec.mem_fraction_static < 1:
-        checks.problem(
-            "serving-invalid-value",
-            f"mem_fraction_static {spec.mem_fraction_static} is not between 0 and 1",
-        )
-    if not 0 < spec.port < 65536:
-        checks.problem("serving-invalid-value", f"port {spec.port} is not a TCP port")
-    if spec.user is not None and not _USER.match(spec.user):
-        checks.problem(
-            "serving-invalid-value",
-            f"user {spec.user!r} is not a user name or UID",
-            'e.g. user = "root"',
-        )
     if spec.working_directory is not None:
         checks.printable("working_directory", spec.working_directory)
-        if not spec.working_directory.startswith("/"):
-            checks.problem(
-                "serving-invalid-value",
-                f"working_directory {spec.working_directory!r} is not an absolute path",
-                'e.g. working_directory = "/root"',
-            )
-    if spec.limit_nofile is not None and spec.limit_nofile < 1:
-        checks.problem("serving-invalid-value", f"limit_nofile {spec.limit_nofile} < 1")
 
 
 def decided_servings(plan: Plan) -> Plan:

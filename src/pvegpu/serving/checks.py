@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from pvegpu.errors import Problem
 from pvegpu.host.facts import HostFacts
 from pvegpu.host.paths import root_relative
 from pvegpu.planning.plan import Finding, Pool, Severity
+from pvegpu.spec.rules import CONTROL
 from pvegpu.spec.schema import ServingSpec
-
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class Checks:
@@ -50,7 +48,7 @@ class Checks:
             return None
 
     def printable(self, what: str, value: str) -> None:
-        if _UNPRINTABLE.search(value):
+        if CONTROL.search(value):
             self.problem(
                 "serving-unprintable",
                 f"{what} {value!r} holds a control character; systemd cannot carry it",

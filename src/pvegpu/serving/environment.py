@@ -11,6 +11,7 @@ from pvegpu.serving import versions
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.decision import P2PDecision
 from pvegpu.serving.versions import When
+from pvegpu.spec.rules import ENV_NAME
 
 P2P_ENV = "NCCL_P2P_DISABLE"
 FORBIDDEN_ENV = {
@@ -18,7 +19,6 @@ FORBIDDEN_ENV = {
     "back to sockets between GPUs of one host",
 }
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # `$NAME` / `${NAME}`: what a shell would expand and Environment= does not.
 _VARIABLE_REFERENCE = re.compile(r"\$\{?[A-Za-z_]")
 
@@ -65,7 +65,7 @@ def service_environment(
     ours = dict(env)
     for name, value in spec.environment:
         where = f"{checks.where}.environment.{name}"
-        if not _ENV_NAME.match(name):
+        if not ENV_NAME.fullmatch(name):
             checks.problem(
                 "serving-env-invalid-name",
                 f"{name!r} is not an environment variable name",

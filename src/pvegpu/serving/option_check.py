@@ -194,6 +194,7 @@ def _check_values(table: OptionTable, option: ParsedOption, where: str) -> list[
                 where,
                 f"`{option.written}` takes {_nargs_text(nargs)}, got {count}: "
                 + " ".join(option.tokens),
+                f"give `{option.written}` {_nargs_text(nargs)} in serving.extra_args",
             )
         ]
     problems: list[Problem] = []
@@ -206,6 +207,7 @@ def _check_values(table: OptionTable, option: ParsedOption, where: str) -> list[
                     "sglang-value-type",
                     where,
                     f"`{option.written} {value}`: {spec.type} expected ({err})",
+                    f"write a {spec.type} value after `{option.written}` in serving.extra_args",
                 )
             )
             continue
@@ -241,6 +243,7 @@ def parse_command_line(
                     subject,
                     f"`{token}` is not an option and no option before it takes it "
                     f"(sglang {table.version} has no positional arguments)",
+                    "put the option it belongs to before it in serving.extra_args, or remove it",
                 )
             )
             i += 1
@@ -296,6 +299,7 @@ def parse_command_line(
                         "sglang-option-required",
                         subject,
                         f"sglang {table.version} requires `{spec.canonical}`",
+                        f"add `{spec.canonical} <value>` to serving.extra_args",
                     )
                 )
     return ParsedCommandLine(tuple(options), tuple(problems))

@@ -26,7 +26,8 @@ from pvegpu.spec import schema as s
 
 MAX_TEXT = 4096
 """Longest free-text value (descriptions, paths, arguments): far above any real one."""
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+"""A control character: a newline or tab would start a new line or field in any file."""
 
 
 @attrs.frozen
@@ -93,6 +94,15 @@ def _no_comma(value: Any) -> str | None:
     return "contains ',', which pci.cfg reads as a separator" if "," in value else None
 
 
+def _without_suffix(rule: Rule, suffix: str) -> Rule:
+    def check(value: Any) -> str | None:
+        if value.endswith(suffix):
+            return f"{value!r} ends in {suffix}, which the renderer adds"
+        return rule.check(value)
+
+    return Rule(rule.text, check)
+
+
 VMID = _int_range(100, 999_999_999)
 """Proxmox's guest id range."""
 BYTES = _int_range(1, 2**62)
@@ -131,10 +141,13 @@ RULES: dict[tuple[type[Any], str], Rule] = {
     (s.VmSpec, "vmid"): VMID,
     (s.ServingSpec, "version"): _pattern(r"[0-9]+(\.[0-9]+)*[0-9A-Za-z.+-]*", "a version", 64),
     (s.ServingSpec, "engine"): _pattern(r"sglang", '"sglang"', 6),
-    (s.ServingSpec, "unit"): _pattern(
-        UNIT_NAME.pattern,
-        "a systemd unit name without .service (`[A-Za-z0-9:_.\\-]`, one `@`)",
-        200,
+    (s.ServingSpec, "unit"): _without_suffix(
+        _pattern(
+            UNIT_NAME.pattern,
+            "a systemd unit name without .service (`[A-Za-z0-9:_.\\-]`, one `@`)",
+            200,
+        ),
+        ".service",
     ),
     # ExecStart='s executable is one plain word: never quoted, no `$` or `%` (systemd).
     (s.ServingSpec, "python"): _pattern(
@@ -159,7 +172,7 @@ TEXT_RULE = f"no control characters, at most {MAX_TEXT} characters"
 
 
 def _text_problem(value: str) -> str | None:
-    if _CONTROL.search(value):
+    if CONTROL.search(value):
         return f"{value[:60]!r} holds a control character (a newline, tab, ...)"
     if len(value) > MAX_TEXT:
         return f"is {len(value)} characters long (at most {MAX_TEXT})"
@@ -182,12 +195,28 @@ def value_problems(node: Any, path: str = "") -> Iterator[Problem]:
             if message is not None:
                 yield Problem("spec-invalid-value", where, message, "fix the value")
                 continue
-        rule = RULES.get((type(node), field.name))
-        # A rule on a list judges the whole list (`nodes`: names, none twice).
-        if rule is not None:
-            message = rule.check(value)
-            if message is not None:
-                yield Problem("spec-invalid-value", where, message, f"use {rule.text}")
+        yield from _rule_problem(node, field.name, value, where)
+
+
+def _rule_problem(node: Any, name: str, value: Any, where: str) -> Iterator[Problem]:
+    rule = RULES.get((type(node), name))
+    # A rule on a list judges the whole list (`nodes`: names, none twice).
+    if rule is not None:
+        message = rule.check(value)
+        if message is not None:
+            yield Problem("spec-invalid-value", where, message, f"use {rule.text}")
+
+
+def rule_problems(node: Any, path: str) -> Iterator[Problem]:
+    """The RULES of `node`'s own fields only (no nested tables, no generic text check):
+    for a spec class built in code rather than loaded, which the loader never saw."""
+    for field in attrs.fields(type(node)):
+        value = getattr(node, field.name)
+        if value is None or attrs.has(type(value)):
+            continue
+        if isinstance(value, str) and _text_problem(value) is not None:
+            continue  # control characters and length: the caller's own check says so
+        yield from _rule_problem(node, field.name, value, f"{path}.{field.name}")
 
 
 def _sequence_problems(values: tuple[Any, ...], path: str) -> Iterator[Problem]:
