@@ -48,6 +48,7 @@ QUICK_SIZES = (256, 2048)
 TARGETS = {"discover": 3.0, "growth": 9.0, "render": 1.5, "stage growth": 9.0, "peak": 40.0}
 TIMEOUT_S = 300.0
 FLOOR = (sys.executable, "-c", "import attrs, cattrs, jinja2")
+SYSCALL_FLOOR = REPO / "bench" / "syscall_floor.py"
 
 
 def ensure_lspci() -> str | None:
@@ -131,13 +132,15 @@ def _s(seconds: float) -> str:
 
 def bench_discover(
     hosts: list[BenchHost], lspci: str, runs: int, report: Report
-) -> dict[int, tuple[Series, Series]]:
-    results: dict[int, tuple[Series, Series]] = {}
+) -> dict[int, tuple[Series, Series, Series]]:
+    results: dict[int, tuple[Series, Series, Series]] = {}
     for host in hosts:
         ours = Series("pvegpu", (*pvegpu_argv(), "discover", "--json", "--root", str(host.root)))
         sysfs = f"sysfs.path={host.root}/sys/bus/pci"
         theirs = Series("lspci", (lspci, "-A", "linux-sysfs", "-O", sysfs, "-nn", "-D"))
-        alternate([ours, theirs], runs if host.functions <= 2048 else max(3, runs // 3), TIMEOUT_S)
+        floor = Series("floor", (sys.executable, str(SYSCALL_FLOOR), str(host.root)))
+        rounds = runs if host.functions <= 2048 else max(3, runs // 3)
+        alternate([ours, theirs, floor], rounds, TIMEOUT_S)
         ratio = ours.seconds / theirs.seconds
         report.add(
             f"`discover --json`, {host.functions:,} functions ({host.gpus} GPUs)",
@@ -147,7 +150,15 @@ def bench_discover(
             f"<= {TARGETS['discover']:g}x",
             ratio <= TARGETS["discover"],
         )
-        results[host.functions] = (ours, theirs)
+        report.add(
+            f"discover's reads alone, in a bare Python loop, {host.functions:,} functions",
+            f"{_s(floor.seconds)} (cpu {_s(floor.cpu)})",
+            f"pvegpu {ours.seconds / floor.seconds:.1f}x this",
+            f"{floor.seconds / theirs.seconds:.1f}x lspci",
+            "- (bench/syscall_floor.py)",
+            True,
+        )
+        results[host.functions] = (ours, theirs, floor)
     for small, large in itertools.pairwise(sorted(results)):
         ours_growth = results[large][0].seconds / results[small][0].seconds
         lspci_growth = results[large][1].seconds / results[small][1].seconds
@@ -160,7 +171,7 @@ def bench_discover(
             ours_growth <= TARGETS["growth"],
         )
     if 2048 in results:
-        ours, theirs = results[2048]
+        ours, theirs, _ = results[2048]
         ours_mib, how = peak_mib(ours.argv)
         floor_mib, _ = peak_mib(FLOOR)
         report.add(
@@ -252,7 +263,9 @@ def main() -> int:
                 results = bench_discover(hosts, lspci, args.runs, report)
                 per_function = {
                     name: [results[s][i].seconds / s * 1e6 for s in sizes]
-                    for i, name in enumerate(("pvegpu discover --json", "lspci -nn -D"))
+                    for i, name in enumerate(
+                        ("pvegpu discover --json", "lspci -nn -D", "Python, reads alone")
+                    )
                 }
                 args.plot.write_text(
                     growth_svg("Time per PCI function, by tree size", sizes, per_function)

@@ -17,7 +17,7 @@ from pvegpu.errors import DiscoveryError
 from pvegpu.host import facts_dump
 from pvegpu.host.bootconfig import BootConfig, BootLoader, BootModule, KernelCmdline
 from pvegpu.host.discover import discover
-from pvegpu.host.facts import FileStat, HostFacts
+from pvegpu.host.facts import FileStat, HostFacts, PcieLink
 from pvegpu.host.facts_json import (
     SCHEMA,
     converter,
@@ -125,18 +125,43 @@ def test_type_is_hostfacts() -> None:
     assert facts.gpus[0].function == facts.function(facts.gpus[0].address)
 
 
+def _odd_strings(facts: HostFacts) -> HostFacts:
+    """Every free-text field of the functions and groups with quotes, backslashes,
+    control and non-ASCII characters, which the text writer must escape as json does."""
+    odd = 'a"b\\c\td\u00e9\u2603\U0001f600'
+    functions = tuple(
+        attrs.evolve(
+            fn,
+            sysfs_path=f"sys/devices/{odd}",
+            driver=odd,
+            driver_override=odd,
+            link=PcieLink(odd, None, odd, 4) if i % 2 else None,
+            local_cpus=None if i % 3 == 0 else fn.local_cpus,
+        )
+        for i, fn in enumerate(facts.functions)
+    )
+    groups = tuple(attrs.evolve(g, type=None) for g in facts.iommu_groups[:1])
+    return attrs.evolve(facts, functions=functions, iommu_groups=groups + facts.iommu_groups[1:])
+
+
 @settings(max_examples=examples(40), deadline=None)
 @given(facts=hosts())
 def test_writer_without_cattrs_is_the_converter(facts: HostFacts) -> None:
     """`discover --json` writes through pvegpu.host.facts_dump, not cattrs: the same
-    document as the converter's, for any facts, boot, stats and files included."""
+    document as the converter's, and the same text as json.dumps of it, for any facts,
+    boot, stats, files and odd strings included."""
     boot = BootConfig(
         loader=BootLoader.GRUB,
         boot_tool=True,
         cmdlines=(KernelCmdline("etc/default/grub", "quiet", "GRUB_CMDLINE_LINUX"),),
         modules=(BootModule("etc/modules", "vfio_pci"),),
     )
-    for variant in (facts, attrs.evolve(facts, boot=boot, stats=(FileStat("a", 1),))):
+    for variant in (
+        facts,
+        attrs.evolve(facts, boot=boot, stats=(FileStat("a", 1),)),
+        _odd_strings(facts),
+        attrs.evolve(facts, functions=(), gpus=(), iommu_groups=()),
+    ):
         by_converter = {"schema": SCHEMA} | converter.unstructure(variant)
         by_converter["gpus"] = [
             {
@@ -147,6 +172,6 @@ def test_writer_without_cattrs_is_the_converter(facts: HostFacts) -> None:
             }
             for g in variant.gpus
         ]
-        assert json.dumps(facts_dump.unstructure_facts(variant), indent=2) == json.dumps(
-            by_converter, indent=2
-        )
+        expected = json.dumps(by_converter, indent=2)
+        assert json.dumps(facts_dump.unstructure_facts(variant), indent=2) == expected
+        assert facts_dump.facts_to_json(variant) == expected + "\n"

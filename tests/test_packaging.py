@@ -16,4 +16,10 @@ def test_every_subpackage_is_listed() -> None:
         for init in (REPO / "src" / "pvegpu").rglob("__init__.py")
     }
     assert set(config["packages"]) == on_disk | {"pvegpu.templates"}
-    assert config["package-dir"]["pvegpu.templates"] == "templates"
+    # The templates are a package through a symlink (rglob does not follow it), not a
+    # package-dir mapping: a mapping makes an editable install import a finder at start.
+    assert config["package-dir"] == {"": "src"}
+    templates = REPO / "src/pvegpu/templates"
+    assert templates.is_symlink()
+    assert templates.resolve() == REPO / "templates"
+    assert (templates / "__init__.py").is_file()

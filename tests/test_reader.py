@@ -106,6 +106,29 @@ def test_links_out_of_the_root_read_as_missing(root: Path, target: str, opened: 
     assert not any("secret" in path for path in opened)
 
 
+def test_links_into_directories_read_before(root: Path, opened: list[str]) -> None:
+    """A link whose target climbs into a directory the reader resolved or listed lands
+    there in one step (every device's iommu_group and driver link); a name that only
+    looks like that directory, because one of its components is a link, is walked."""
+    write(root / "elsewhere/iommu_groups/5/type", "DMA\n")
+    (root / "sys").mkdir()
+    (root / "sys/kernel").symlink_to("../elsewhere")
+    device = "sys/devices/pci0000:00/0000:00:01.0"
+    (root / device).mkdir(parents=True)
+    (root / device / "iommu_group").symlink_to("../../../kernel/iommu_groups/5")
+    (root / device / "driver").symlink_to("../../../bus/pci/drivers/nvidia")
+    (root / "sys/bus/pci/drivers/nvidia").mkdir(parents=True)
+    (root / device / "escape").symlink_to("../../../../../outside/secret")
+    reader = RootReader(root)
+    assert reader.listdir("sys/kernel/iommu_groups") == ["5"]
+    assert reader.resolve("iommu_group", at=device) == "elsewhere/iommu_groups/5"
+    assert reader.resolve("sys/kernel/iommu_groups/5") == "elsewhere/iommu_groups/5"
+    assert reader.directory("sys/bus/pci/drivers/nvidia") == "sys/bus/pci/drivers/nvidia"
+    assert reader.directory("driver", at=device) == "sys/bus/pci/drivers/nvidia"
+    assert reader.read("escape", at=device) is None
+    assert not any("secret" in path for path in opened)
+
+
 def test_loop_and_dangling_links(root: Path) -> None:
     """A loop is a typed error after 40 links; a dangling link reads as missing."""
     (root / "a").symlink_to("b")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,13 @@ from pvegpu.serving.model_config import (
 )
 from pvegpu.serving.options import load_table
 from pvegpu.serving.unit import unit_content
-from pvegpu.serving.unitfile import environment_pairs, exec_words, launch_options, parse_unit
+from pvegpu.serving.unitfile import (
+    environment_pairs,
+    exec_words,
+    launch_options,
+    parse_unit,
+    unit_words,
+)
 from pvegpu.serving.versions import EnvironmentRule, Versions, When
 from pvegpu.spec.load import parse_spec
 from pvegpu.spec.schema import LxcSpec, P2PSetting, PoolSpec, Spec
@@ -839,6 +846,17 @@ def test_exec_words_undo_the_renderers_escaping() -> None:
     """Prefixes dropped, quotes removed, `%%`/`$$` back to `%`/`$`: the argv systemd runs."""
     words = exec_words('-/usr/bin/python3 -m sglang.launch_server --x "a b%%" $$HOME')
     assert words == ("/usr/bin/python3", "-m", "sglang.launch_server", "--x", "a b%", "$HOME")
+
+
+@given(st.text(alphabet=" \t\r\n\x0b\xa0ab=-/.#%$\"'\\", max_size=16))
+def test_unit_words_split_as_shlex_does(value: str) -> None:
+    """The unquoted fast path and shlex agree on every value: whitespace that is not
+    shlex's own (vertical tab, no-break space) stays inside a word, `#` starts none."""
+    try:
+        expected = tuple(shlex.split(value, posix=True))
+    except ValueError:
+        expected = tuple(value.split())
+    assert unit_words(value) == expected
 
 
 def test_kpro6_old_unit_against_the_default_spec() -> None:

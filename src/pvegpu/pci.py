@@ -11,9 +11,11 @@ _FULL = re.compile(r"^([0-9a-fA-F]{4}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7]
 _SHORT = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 
 
+_LIMITS = {"domain": 0xFFFF, "bus": 0xFF, "device": 0x1F, "function": 0x7}
+
+
 def _check_address(inst: PciAddress, attribute: attrs.Attribute[int], value: int) -> None:
-    limits = {"domain": 0xFFFF, "bus": 0xFF, "device": 0x1F, "function": 0x7}
-    if not 0 <= value <= limits[attribute.name]:
+    if not 0 <= value <= _LIMITS[attribute.name]:
         raise ValueError(f"PCI {attribute.name} {value:#x} out of range")
 
 
@@ -64,7 +66,8 @@ class PciAddress:
         return attrs.evolve(self, function=function)
 
     def __str__(self) -> str:
-        return f"{self.slot}.{self.function:x}"
+        # One format, not `slot` + function: printed for every function of a host.
+        return f"{self.domain:04x}:{self.bus:02x}:{self.device:02x}.{self.function:x}"
 
 
 MAX_CPUS = 8192

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pvegpu.host.discover import read_host
 from pvegpu.host.facts import HostFacts
 from pvegpu.host.reader import RootReader
 from pvegpu.host.serving_files import add_serving_files, read_serving
-from pvegpu.planning.cluster import ClusterPlan, plan_cluster
 from pvegpu.planning.plan import Plan
 from pvegpu.planning.planner import plan
 from pvegpu.rendering.artifact import Artifact
-from pvegpu.rendering.cluster import NodeArtifacts, render_cluster
 from pvegpu.rendering.registry import render
 from pvegpu.spec.schema import Spec
+
+if TYPE_CHECKING:
+    from pvegpu.planning.cluster import ClusterPlan
+    from pvegpu.rendering.cluster import NodeArtifacts
 
 
 def discover_for(spec: Spec, root: Path = Path("/")) -> HostFacts:
@@ -42,5 +45,9 @@ def discover_cluster(spec: Spec, roots: Mapping[str, Path]) -> dict[str, HostFac
 def plan_and_render_cluster(
     facts: Mapping[str, HostFacts], spec: Spec
 ) -> tuple[ClusterPlan, NodeArtifacts]:
+    # Imported here: a single node's run never loads the cluster planner and renderer.
+    from pvegpu.planning.cluster import plan_cluster
+    from pvegpu.rendering.cluster import render_cluster
+
     planned = plan_cluster(facts, spec)
     return planned, render_cluster(planned)

@@ -11,11 +11,13 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from pvegpu.cli.arguments import EPILOG, build_parser
 from pvegpu.errors import PvegpuError
+from pvegpu.gcpause import command_paused, frozen_for_exit
 
 if TYPE_CHECKING:
     import argparse
@@ -30,6 +32,10 @@ def _run_function(args: argparse.Namespace) -> Callable[[argparse.Namespace], in
 
 
 REFUSAL_SCHEMA = "pvegpu.refusal/1"
+
+_WAITING_COMMANDS = frozenset({"apply", "revert"})
+"""Commands that wait on the host (units, health checks) for minutes: they run with the
+cyclic collector on. Every other command is one short pass, run with it paused."""
 
 
 def refusal_document(command: str, err: PvegpuError) -> dict[str, Any]:
@@ -47,10 +53,18 @@ def refusal_document(command: str, err: PvegpuError) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit code.
+
+    `argv`: the arguments after the program name. None: this process's own (sys.argv),
+    and main is then the program itself, so it leaves its objects frozen for the exit
+    that follows (`gcpause.frozen_for_exit`); a caller that goes on passes its argv.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
+    paused = command_paused() if args.command not in _WAITING_COMMANDS else nullcontext()
     try:
-        code: int = _run_function(args)(args)
+        with paused:
+            code: int = _run_function(args)(args)
     except PvegpuError as err:
         print(f"pvegpu {args.command}: refused", file=sys.stderr)
         for problem in err.problems:
@@ -65,4 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `pvegpu plan | head`: the reader left; say nothing more, like other tools.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    finally:
+        if argv is None:
+            # Run as the program (the console script, `python -m pvegpu`): the process
+            # exits with what main returns.
+            frozen_for_exit()
     return code

@@ -26,16 +26,8 @@ from pvegpu.spec.load import load_spec
 from pvegpu.spec.schema import Spec
 
 Roots = Sequence[tuple[str | None, Path]] | None
-"""`--root` as argparse gathered it: (node or None, directory) per flag; None: none given."""
-
-
-def single_root(spec: Spec, roots: Roots) -> Path | None:
-    """The root of a single-node run, or None when the run is a cluster's."""
-    given = list(roots or [(None, Path("/"))])
-    if spec.is_cluster or len(given) != 1:
-        return None
-    name, root = given[0]
-    return root if name in (None, spec.node) else None
+"""`--root` as argparse gathered it: (node or None, directory) per flag; None: none given.
+Whether a run is a cluster's at all is `cli.plan.single_root`'s to say."""
 
 
 def _given_problems(given: Sequence[tuple[str | None, Path]]) -> Iterator[Problem]:

@@ -21,7 +21,7 @@ def current(root: Path, artifact: Artifact) -> str | None:
 
 
 def diff(root: Path, artifact: Artifact) -> str:
-    # Imported here: `render` imports this module (through cli.cluster) but never diffs,
+    # Imported here: `render` imports this module (cli/plan.py runs both) but never diffs,
     # and difflib costs a kpro6 render about 18 ms.
     import difflib
 

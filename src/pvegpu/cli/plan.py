@@ -10,9 +10,8 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pvegpu.cli.cluster import run_cluster_plan, run_cluster_render, single_root
 from pvegpu.cli.diffs import diff
 from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.planning.plan import Plan
@@ -21,6 +20,19 @@ from pvegpu.rendering.bundle import manifest_entry, write_bundle
 from pvegpu.rendering.review.apply_doc import manifest_header
 from pvegpu.rendering.review.topology import topology_table
 from pvegpu.spec.load import load_spec
+from pvegpu.spec.schema import Spec
+
+if TYPE_CHECKING:
+    from pvegpu.cli.cluster import Roots
+
+
+def single_root(spec: Spec, roots: Roots) -> Path | None:
+    """The root of a single-node run, or None when the run is a cluster's."""
+    given = list(roots or [(None, Path("/"))])
+    if spec.is_cluster or len(given) != 1:
+        return None
+    name, root = given[0]
+    return root if name in (None, spec.node) else None
 
 
 def _load(args: argparse.Namespace) -> tuple[Path, Plan, tuple[Artifact, ...]] | None:
@@ -36,6 +48,9 @@ def _load(args: argparse.Namespace) -> tuple[Path, Plan, tuple[Artifact, ...]] |
 def run_plan(args: argparse.Namespace) -> int:
     loaded = _load(args)
     if loaded is None:
+        # Imported here, as its planner and renderers: only a cluster's run needs them.
+        from pvegpu.cli.cluster import run_cluster_plan
+
         return run_cluster_plan(args)
     root, plan, artifacts = loaded
     installed = [a for a in artifacts if a.target != REVIEW and a.bundle != REVERT_BUNDLE]
@@ -83,6 +98,8 @@ def run_plan(args: argparse.Namespace) -> int:
 def run_render(args: argparse.Namespace) -> int:
     loaded = _load(args)
     if loaded is None:
+        from pvegpu.cli.cluster import run_cluster_render  # as in run_plan
+
         return run_cluster_render(args)
     _, plan, artifacts = loaded
     # The header carries the runbook as actions: `pvegpu apply --bundle` runs those.

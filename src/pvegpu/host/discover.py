@@ -127,15 +127,16 @@ def _function(reader: RootReader, name: str, cpus: Callable[[str], CpuList]) -> 
     # The device link is resolved once; every attribute is then read relative to the
     # real directory (about 25 readlinks per device otherwise). Errors still name the
     # path as accessed, `sys/bus/pci/devices/<BDF>/<file>`.
-    real = reader.resolve(base)
+    real = reader.directory(base)
     if real is None:
-        fail(
-            "dangling-link",
-            base,
-            f"points to {reader.readlink(base)!r}, which does not exist under the root",
-        )
-    if not reader.is_dir(real, subject=base):
-        fail("not-a-directory", base, f"resolves to {real}, which is not a directory")
+        found = reader.resolve(base)
+        if found is None:
+            fail(
+                "dangling-link",
+                base,
+                f"points to {reader.readlink(base)!r}, which does not exist under the root",
+            )
+        fail("not-a-directory", base, f"resolves to {found}, which is not a directory")
     # Listed once: its d_types say which attributes are regular files, so each is opened
     # without an lstat first, and an absent one costs nothing (pvegpu.host.listing).
     listing = Listing(reader, real, base)
@@ -237,8 +238,8 @@ def _iommu_group_link(reader: RootReader, base: str, real: str) -> int | None:
     name = target.rstrip("/").rpartition("/")[2]
     if not _NUMBER.fullmatch(name):
         fail("bad-value", path, f"points to {target!r}; expected .../kernel/iommu_groups/<N>")
-    group = reader.resolve("iommu_group", at=real, subject=path)
-    if group != f"{IOMMU_GROUPS}/{name}" or not reader.is_dir(group):
+    group = reader.directory("iommu_group", at=real, subject=path)
+    if group != f"{IOMMU_GROUPS}/{name}":
         fail(
             "dangling-link",
             path,

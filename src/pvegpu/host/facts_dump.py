@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Callable
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 import attrs
 
 from pvegpu.host.bootconfig import BootConfig
-from pvegpu.host.facts import GPU, HostFacts, PciFunction
+from pvegpu.host.facts import GPU, HostFacts, IommuGroup, PciFunction
 from pvegpu.pci import CpuList, PciAddress
 
 SCHEMA = "pvegpu.facts/1"
@@ -85,12 +87,19 @@ def _gpu(gpu: GPU) -> dict[str, Any]:
     return doc
 
 
-def unstructure_facts(facts: HostFacts) -> dict[str, Any]:
-    """HostFacts -> the JSON-ready dict, `schema` first, GPUs by function address."""
+def unstructure_facts(
+    facts: HostFacts, writers: dict[str, Callable[[Any], Any]] | None = None
+) -> dict[str, Any]:
+    """HostFacts -> the JSON-ready dict, `schema` first, GPUs by function address.
+
+    `writers` turn the named fields into their value in the document instead (the text
+    writers of `facts_to_json`)."""
     doc: dict[str, Any] = {"schema": SCHEMA}
     for name in _names(HostFacts):
         value = getattr(facts, name)
-        if name == "gpus":
+        if writers is not None and name in writers:
+            doc[name] = writers[name](value)
+        elif name == "gpus":
             doc[name] = [_gpu(gpu) for gpu in value]
         elif name == "boot":
             # Left out while empty (no boot files read, as on every bundled fixture), so
@@ -103,5 +112,105 @@ def unstructure_facts(facts: HostFacts) -> dict[str, Any]:
 
 
 def facts_to_json(facts: HostFacts) -> str:
-    """The facts document: `pvegpu discover --json`."""
-    return json.dumps(unstructure_facts(facts), indent=2) + "\n"
+    """The facts document: `pvegpu discover --json`, as `json.dumps(doc, indent=2)` prints it.
+
+    With an indent, the json module encodes in pure Python, value by value: at 2,048 PCI
+    functions that was a seventh of `discover --json`. The two lists that grow with the
+    host, `functions` and `iommu_groups`, are written here from one format per record;
+    every other value goes through json.dumps. tests/test_facts_json.py checks the text
+    against json.dumps of the converter's document for any facts.
+    """
+    fields = []
+    for name, value in unstructure_facts(facts, _TEXT_WRITERS).items():
+        text = value if isinstance(value, _Text) else json.dumps(value, indent=2)
+        fields.append(f'  "{name}": {text.replace(_NL, _NL_IN_FIELD)}')
+    return "{\n" + ",\n".join(fields) + "\n}\n"
+
+
+class _Text(str):
+    """A field's JSON text, already written (not a string value to encode)."""
+
+
+_NL = "\n"
+_NL_IN_FIELD = "\n  "
+
+
+def _string(value: str | None) -> str:
+    return "null" if value is None else encode_basestring_ascii(value)
+
+
+def _number(value: int | None) -> str:
+    return "null" if value is None else str(value)
+
+
+def _list_text(items: list[str]) -> _Text:
+    """A JSON list of already-written items (each indented as an item of a top field)."""
+    return _Text("[\n" + ",\n".join(items) + "\n]" if items else "[]")
+
+
+def _function_text(fn: PciFunction, local_cpus: str | None) -> str:
+    link = fn.link
+    link_text = (
+        "null"
+        if link is None
+        else (
+            "{\n"
+            f'      "current_speed": {_string(link.current_speed)},\n'
+            f'      "current_width": {_number(link.current_width)},\n'
+            f'      "max_speed": {_string(link.max_speed)},\n'
+            f'      "max_width": {_number(link.max_width)}\n'
+            "    }"
+        )
+    )
+    return (
+        "  {\n"
+        f'    "address": "{fn.address}",\n'
+        f'    "vendor": "{fn.vendor:04x}",\n'
+        f'    "device": "{fn.device:04x}",\n'
+        f'    "subsystem_vendor": "{fn.subsystem_vendor:04x}",\n'
+        f'    "subsystem_device": "{fn.subsystem_device:04x}",\n'
+        f'    "class": "{fn.pci_class:06x}",\n'
+        f'    "sysfs_path": {_string(fn.sysfs_path)},\n'
+        f'    "numa_node": {_number(fn.numa_node)},\n'
+        f'    "iommu_group": {_number(fn.iommu_group)},\n'
+        f'    "driver": {_string(fn.driver)},\n'
+        f'    "driver_override": {_string(fn.driver_override)},\n'
+        f'    "local_cpus": {_string(local_cpus)},\n'
+        f'    "link": {link_text},\n'
+        f'    "mdev_capable": {"true" if fn.mdev_capable else "false"}\n'
+        "  }"
+    )
+
+
+def _group_text(group: IommuGroup) -> str:
+    members = ",\n".join(f'      "{m}"' for m in group.members)
+    kind = group.type
+    return (
+        "  {\n"
+        f'    "id": {group.id},\n'
+        f'    "members": {"[" + _NL + members + _NL + "    ]" if members else "[]"},\n'
+        f'    "type": {_string(None if kind is None else kind.value)}\n'
+        "  }"
+    )
+
+
+def _functions_text(functions: tuple[PciFunction, ...]) -> _Text:
+    # The functions of a NUMA node share one CpuList (discovery parses each text once);
+    # printing it is a loop over its CPUs, so once per list, not per function.
+    cpus_text: dict[int, str] = {}
+    texts = []
+    for fn in functions:
+        cpus = fn.local_cpus
+        text = None
+        if cpus is not None:
+            text = cpus_text.get(id(cpus))
+            if text is None:
+                text = cpus_text[id(cpus)] = str(cpus)
+        texts.append(_function_text(fn, text))
+    return _list_text(texts)
+
+
+_TEXT_WRITERS: dict[str, Callable[[Any], _Text]] = {
+    "functions": _functions_text,
+    "iommu_groups": lambda groups: _list_text([_group_text(g) for g in groups]),
+}

@@ -10,8 +10,6 @@ followed inside the root and a directory or device node gets the reader's own er
 
 from __future__ import annotations
 
-import stat
-
 from pvegpu.host.rawfile import decode
 from pvegpu.host.reader import RootReader, fail
 
@@ -44,8 +42,7 @@ class Listing:
         if entry is None:
             return None
         if entry.is_file(follow_symlinks=False):
-            data = self.reader.read_found(f"{self.real}/{name}", stat.S_IFREG, subject)
-            return decode(data, subject)
+            return decode(self.reader.read_regular(f"{self.real}/{name}", subject), subject)
         return self.reader.read(name, at=self.real, subject=subject)
 
     def need(self, name: str, what: str, subject: str) -> str:

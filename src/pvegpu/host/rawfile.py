@@ -92,6 +92,8 @@ def read_regular(path: str, subject: str, max_bytes: int) -> bytes:
 
 def decode(data: bytes, subject: str) -> str:
     """`data` as UTF-8, strictly; anything else is a `not-utf8` error about `subject`."""
+    if data.isascii():
+        return data.decode("ascii")  # nearly every sysfs and procfs file
     try:
         return data.decode()
     except UnicodeDecodeError as err:

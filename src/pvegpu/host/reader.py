@@ -70,8 +70,7 @@ class RootReader:
         self.trace = trace
         self.max_bytes = max_bytes
         self._prefix = os.fspath(root).rstrip("/") + "/"
-        # Only directories and links are cached: they are what lookups pass through again.
-        # Leaves are read once, and caching them would cost memory on a 16k-device host.
+        # Only directories and links are cached (leaves are read once; 16k devices).
         self._modes: dict[str, int] = {}
         self._targets: dict[str, str] = {}
         # (at, rel) -> (real directory, links followed on the way), for the walk above.
@@ -155,10 +154,7 @@ class RootReader:
                 hops += 1
                 if hops > MAX_LINK_HOPS:
                     fail("symlink-loop", subject, f"more than {MAX_LINK_HOPS} symlinks to resolve")
-                target = self._link_text(path, subject)
-                if target.startswith("/"):
-                    here = ""
-                pending.extend(reversed([p for p in target.split("/") if p and p != "."]))
+                here, mode = self._follow(path, here, pending, subject)
                 continue
             here, mode = path, found
         if stat.S_ISDIR(mode):
@@ -167,6 +163,33 @@ class RootReader:
             self._walked[(at, rel)] = (here, hops)
             self._walked[("", here)] = (here, 0)
         return here, mode
+
+    def _follow(self, link: str, here: str, pending: list[str], subject: str) -> tuple[str, int]:
+        """Go on from `link` in real directory `here` (so `..` is its parent) to the target.
+
+        A target naming a directory known to be real (resolved or listed before) is one
+        step: each device's `iommu_group` and `driver` link, and its sys/bus/pci/devices
+        link once its bridge was read, would walk every name again. The rest: `pending`.
+        """
+        target = self._link_text(link, subject)
+        names = [p for p in target.split("/") if p and p != "."]
+        if target.startswith("/"):
+            here = ""
+        climb = 0
+        while climb < len(names) and names[climb] == "..":
+            here = here.rpartition("/")[0]
+            climb += 1
+        rest = names[climb:]
+        if rest and ".." not in rest:
+            landed = "/".join([here, *rest] if here else rest)
+            if self._walked.get(("", landed)) == (landed, 0):
+                return landed, stat.S_IFDIR
+            parent, _, last = landed.rpartition("/")
+            if parent and self._walked.get(("", parent)) == (parent, 0):
+                pending.append(last)
+                return parent, stat.S_IFDIR
+        pending.extend(reversed(rest))
+        return here, stat.S_IFDIR
 
     def resolve(
         self, rel: str, *, follow: bool = True, at: str = "", subject: str | None = None
@@ -190,12 +213,16 @@ class RootReader:
         return self._resolve(rel, True, at, subject or rel) is not None
 
     def is_dir(self, rel: str, *, at: str = "", subject: str | None = None) -> bool:
+        return self.directory(rel, at=at, subject=subject) is not None
+
+    def directory(self, rel: str, *, at: str = "", subject: str | None = None) -> str | None:
+        """The real path of directory `rel` (or of a link to one) inside the root, or None."""
         found = self._resolve(rel, True, at, subject or rel)
         if found is None or not stat.S_ISDIR(found[1]):
-            return False
+            return None
         if self.trace is not None:
             self.trace.dirs.add(found[0])
-        return True
+        return found[0]
 
     def through_link(self, rel: str) -> bool:
         """Does any component of `rel` (from the root) name a symlink?
@@ -231,6 +258,10 @@ class RootReader:
                 f"is {kind(mode)}, where a regular file is expected; it was not opened",
                 "replace it with the file the kernel or Proxmox writes there; " + RECAPTURE,
             )
+        return self.read_regular(real, subject)
+
+    def read_regular(self, real: str, subject: str) -> bytes:
+        """`read_found` of a path a listing's d_type says is a regular file."""
         data = read_regular(self._prefix + real, subject, self.max_bytes)
         if self.trace is not None:
             self.trace.files[real] = data
@@ -280,6 +311,9 @@ class RootReader:
                     self._modes[path] = stat.S_IFLNK
                 elif entry.is_dir(follow_symlinks=False):
                     self._modes[path] = stat.S_IFDIR
+                    # A directory in a real directory is real: links into it (the devices'
+                    # iommu_group links into sys/kernel/iommu_groups) land in one step.
+                    self._walked[("", path)] = (path, 0)
         except OSError as err:
             fail("unreadable", subject, f"cannot be listed: {err.strerror}")
         entries.sort(key=lambda e: e.name)

@@ -88,8 +88,8 @@ def _loader() -> jinja2.BaseLoader:
     try:
         return jinja2.PackageLoader("pvegpu.templates", ".")
     except ModuleNotFoundError:
-        # A checkout run as `PYTHONPATH=src python3 -m pvegpu`: only an install maps the
-        # top-level templates/ to the package pvegpu.templates (pyproject.toml).
+        # A checkout whose src/pvegpu/templates symlink did not survive (git with
+        # core.symlinks=false): the top-level templates/ it points to.
         return jinja2.FileSystemLoader(Path(__file__).resolve().parents[3] / "templates")
 
 

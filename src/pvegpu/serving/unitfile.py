@@ -7,6 +7,7 @@ empty assignment that resets a list setting. Pure; no systemd needed.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable
 
@@ -18,6 +19,10 @@ ENVIRONMENT = "Environment"
 ENVIRONMENT_FILE = "EnvironmentFile"
 # ExecStart= prefixes (systemd.service(5)): ignore failure, argv[0], privileges, ...
 _EXEC_PREFIXES = "-@:+!|"
+_UNQUOTED = re.compile(r"[^\"'\\]*")
+"""A value without quotes or backslashes: shlex would only split it at its whitespace."""
+_SHLEX_WORD = re.compile(r"[^ \t\r\n]+")
+"""A word between shlex's whitespace: space, tab, CR, LF (not a vertical tab, say)."""
 
 
 @attrs.frozen
@@ -99,6 +104,10 @@ def unit_words(value: str) -> tuple[str, ...]:
     quotes, `\\"`, `\\\\`); unbalanced quotes fall back to splitting on whitespace, so
     a broken old unit is still compared rather than refused.
     """
+    if _UNQUOTED.fullmatch(value):
+        # Most values (targets, plain assignments, an unquoted command line): the same
+        # words without shlex's character-by-character reader.
+        return tuple(_SHLEX_WORD.findall(value))
     try:
         return tuple(shlex.split(value, posix=True))
     except ValueError:
