@@ -272,7 +272,9 @@ def main() -> int:
                 )
                 print(f"wrote {args.plot}")
             bench_render_start(scratch, args.runs, report)
-            bench_stages(hosts, max(3, args.runs // 2), report)
+            # Five processes at least: the plan and render of the small trees take
+            # milliseconds, and one fast or slow process moves a median of three.
+            bench_stages(hosts, max(5, args.runs // 2), report)
             bench_cluster(report.add, max(3, args.runs // 2), scratch)  # bench/cluster.py
     except BenchError as err:
         print(f"could not measure: {err}", file=sys.stderr)
