@@ -62,10 +62,6 @@ def _load(args: argparse.Namespace) -> tuple[dict[str, Path], ClusterPlan, NodeA
     return roots, cluster, rendered
 
 
-def _finding(f: Any) -> dict[str, str]:
-    return {"severity": str(f.severity), "code": f.code, "subject": f.subject, "message": f.message}
-
-
 def run_cluster_plan(args: argparse.Namespace) -> int:
     roots, cluster, rendered = _load(args)
     shared = cluster.shared
@@ -81,7 +77,7 @@ def run_cluster_plan(args: argparse.Namespace) -> int:
                     {"name": p.name, "kind": str(p.kind), "gpus": [str(g.address) for g in p.gpus]}
                     for p in plan.pools
                 ],
-                "findings": [_finding(f) for f in plan.findings],
+                "findings": [f.document() for f in plan.findings],
                 "changes": [{**manifest_entry(a), "diff": text} for a, text in diffs],
             }
         )
@@ -95,7 +91,7 @@ def run_cluster_plan(args: argparse.Namespace) -> int:
             "schema": "pvegpu.cluster-plan/1",
             "nodes": nodes,
             "pci_cfg_node": None if shared is None else shared.writer,
-            "findings": [_finding(f) for f in cluster.findings],
+            "findings": [f.document() for f in cluster.findings],
         }
         print(json.dumps(doc, indent=2))
         return 0

@@ -69,15 +69,7 @@ def run_plan(args: argparse.Namespace) -> int:
                 }
                 for p in plan.pools
             ],
-            "findings": [
-                {
-                    "severity": str(f.severity),
-                    "code": f.code,
-                    "subject": f.subject,
-                    "message": f.message,
-                }
-                for f in plan.findings
-            ],
+            "findings": [f.document() for f in plan.findings],
             "changes": [{**manifest_entry(a), "diff": diff(root, a)} for a in installed],
         }
         print(json.dumps(doc, indent=2))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable
+from collections.abc import Iterator
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
@@ -40,8 +40,6 @@ def _value(value: Any) -> Any:
     kind = type(value)
     if value is None or kind in _SCALARS:
         return value
-    if kind is PciFunction:
-        return _function(value)
     if isinstance(value, enum.Enum):
         return value.value
     if kind is PciAddress or kind is CpuList:
@@ -51,28 +49,6 @@ def _value(value: Any) -> Any:
     if attrs.has(kind):
         return {name: _value(getattr(value, name)) for name in _names(kind)}
     raise TypeError(f"no JSON form for {kind.__name__}")
-
-
-def _function(fn: PciFunction) -> dict[str, Any]:
-    """The ids as the kernel's hex without 0x (`10de`, class `030200`), `class` renamed."""
-    local_cpus = fn.local_cpus
-    link = fn.link
-    return {
-        "address": str(fn.address),
-        "vendor": f"{fn.vendor:04x}",
-        "device": f"{fn.device:04x}",
-        "subsystem_vendor": f"{fn.subsystem_vendor:04x}",
-        "subsystem_device": f"{fn.subsystem_device:04x}",
-        "class": f"{fn.pci_class:06x}",
-        "sysfs_path": fn.sysfs_path,
-        "numa_node": fn.numa_node,
-        "iommu_group": fn.iommu_group,
-        "driver": fn.driver,
-        "driver_override": fn.driver_override,
-        "local_cpus": None if local_cpus is None else str(local_cpus),
-        "link": None if link is None else _value(link),
-        "mdev_capable": fn.mdev_capable,
-    }
 
 
 def _gpu(gpu: GPU) -> dict[str, Any]:
@@ -87,28 +63,11 @@ def _gpu(gpu: GPU) -> dict[str, Any]:
     return doc
 
 
-def unstructure_facts(
-    facts: HostFacts, writers: dict[str, Callable[[Any], Any]] | None = None
-) -> dict[str, Any]:
-    """HostFacts -> the JSON-ready dict, `schema` first, GPUs by function address.
-
-    `writers` turn the named fields into their value in the document instead (the text
-    writers of `facts_to_json`)."""
-    doc: dict[str, Any] = {"schema": SCHEMA}
-    for name in _names(HostFacts):
-        value = getattr(facts, name)
-        if writers is not None and name in writers:
-            doc[name] = writers[name](value)
-        elif name == "gpus":
-            doc[name] = [_gpu(gpu) for gpu in value]
-        elif name == "boot":
-            # Left out while empty (no boot files read, as on every bundled fixture), so
-            # documents of hosts without them read as before it existed.
-            if value != BootConfig():
-                doc[name] = _value(value)
-        else:
-            doc[name] = _value(value)
-    return doc
+def unstructure_facts(facts: HostFacts) -> dict[str, Any]:
+    """HostFacts -> the JSON-ready dict, `schema` first, GPUs by function address: the
+    document `facts_to_json` writes, read back (for callers that want it as data)."""
+    document: dict[str, Any] = json.loads(facts_to_json(facts))
+    return document
 
 
 def facts_to_json(facts: HostFacts) -> str:
@@ -121,10 +80,30 @@ def facts_to_json(facts: HostFacts) -> str:
     against json.dumps of the converter's document for any facts.
     """
     fields = []
-    for name, value in unstructure_facts(facts, _TEXT_WRITERS).items():
+    for name, value in _fields(facts):
         text = value if isinstance(value, _Text) else json.dumps(value, indent=2)
         fields.append(f'  "{name}": {text.replace(_NL, _NL_IN_FIELD)}')
     return "{\n" + ",\n".join(fields) + "\n}\n"
+
+
+def _fields(facts: HostFacts) -> Iterator[tuple[str, Any]]:
+    """The document's fields in order: JSON-ready values, or already written `_Text`."""
+    yield "schema", SCHEMA
+    for name in _names(HostFacts):
+        value = getattr(facts, name)
+        if name == "functions":
+            yield name, _functions_text(value)
+        elif name == "iommu_groups":
+            yield name, _list_text([_group_text(g) for g in value])
+        elif name == "gpus":
+            yield name, [_gpu(gpu) for gpu in value]
+        elif name == "boot":
+            # Left out while empty (no boot files read, as on every bundled fixture), so
+            # documents of hosts without them read as before it existed.
+            if value != BootConfig():
+                yield name, _value(value)
+        else:
+            yield name, _value(value)
 
 
 class _Text(str):
@@ -208,9 +187,3 @@ def _functions_text(functions: tuple[PciFunction, ...]) -> _Text:
                 text = cpus_text[id(cpus)] = str(cpus)
         texts.append(_function_text(fn, text))
     return _list_text(texts)
-
-
-_TEXT_WRITERS: dict[str, Callable[[Any], _Text]] = {
-    "functions": _functions_text,
-    "iommu_groups": lambda groups: _list_text([_group_text(g) for g in groups]),
-}

@@ -154,7 +154,7 @@ class RootReader:
                 hops += 1
                 if hops > MAX_LINK_HOPS:
                     fail("symlink-loop", subject, f"more than {MAX_LINK_HOPS} symlinks to resolve")
-                here, mode = self._follow(path, here, pending, subject)
+                here, mode = self._follow(path, here, pending, subject), stat.S_IFDIR
                 continue
             here, mode = path, found
         if stat.S_ISDIR(mode):
@@ -164,12 +164,13 @@ class RootReader:
             self._walked[("", here)] = (here, 0)
         return here, mode
 
-    def _follow(self, link: str, here: str, pending: list[str], subject: str) -> tuple[str, int]:
-        """Go on from `link` in real directory `here` (so `..` is its parent) to the target.
+    def _follow(self, link: str, here: str, pending: list[str], subject: str) -> str:
+        """The directory the walk goes on from after `link` (in real directory `here`, so
+        `..` is its parent); names of the target still to walk are put on `pending`.
 
         A target naming a directory known to be real (resolved or listed before) is one
         step: each device's `iommu_group` and `driver` link, and its sys/bus/pci/devices
-        link once its bridge was read, would walk every name again. The rest: `pending`.
+        link once its bridge was read, would otherwise walk every name again.
         """
         target = self._link_text(link, subject)
         names = [p for p in target.split("/") if p and p != "."]
@@ -183,13 +184,13 @@ class RootReader:
         if rest and ".." not in rest:
             landed = "/".join([here, *rest] if here else rest)
             if self._walked.get(("", landed)) == (landed, 0):
-                return landed, stat.S_IFDIR
+                return landed
             parent, _, last = landed.rpartition("/")
             if parent and self._walked.get(("", parent)) == (parent, 0):
                 pending.append(last)
-                return parent, stat.S_IFDIR
+                return parent
         pending.extend(reversed(rest))
-        return here, stat.S_IFDIR
+        return here
 
     def resolve(
         self, rel: str, *, follow: bool = True, at: str = "", subject: str | None = None
@@ -311,8 +312,7 @@ class RootReader:
                     self._modes[path] = stat.S_IFLNK
                 elif entry.is_dir(follow_symlinks=False):
                     self._modes[path] = stat.S_IFDIR
-                    # A directory in a real directory is real: links into it (the devices'
-                    # iommu_group links into sys/kernel/iommu_groups) land in one step.
+                    # Real, as its parent is: a link into it lands in one step (_follow).
                     self._walked[("", path)] = (path, 0)
         except OSError as err:
             fail("unreadable", subject, f"cannot be listed: {err.strerror}")

@@ -41,6 +41,15 @@ class Finding:
     """The plan holds only until the next boot: the runbook reboots after the split and
     plans again there, and starts no container before (rendering/review/apply_steps)."""
 
+    def document(self) -> dict[str, str]:
+        """Its JSON form in `plan --json` (one node or a cluster) and MANIFEST.json."""
+        return {
+            "severity": str(self.severity),
+            "code": self.code,
+            "subject": self.subject,
+            "message": self.message,
+        }
+
 
 @attrs.frozen
 class LxcContainer:

@@ -96,15 +96,7 @@ def apply_document(plan: Plan, artifacts: Sequence[Artifact]) -> dict[str, Any]:
         "facts": {"digest": facts_digest(functions), "functions": functions},
         "split_unit": SPLIT_UNIT_NAME if plan.vfio_pools else None,
         "serving": serving,
-        "findings": [
-            {
-                "severity": str(f.severity),
-                "code": f.code,
-                "subject": f.subject,
-                "message": f.message,
-            }
-            for f in plan.findings
-        ],
+        "findings": [f.document() for f in plan.findings],
         "steps": [step_to_json(s) for s in runbook(plan, artifacts)],
     }
 
