@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 # The reference split: host kpro6 (fixture tree) + examples/kpro6.toml, rendered to OUT.
 demo: $(STAMP)
 	rm -rf $(OUT)
+	mkdir -p $(dir $(OUT))
 	$(BIN)/pvegpu discover --root fixtures/sysfs/kpro6
 	@echo
 	$(BIN)/pvegpu render --root fixtures/sysfs/kpro6 --spec examples/kpro6.toml --out $(OUT)

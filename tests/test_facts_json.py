@@ -81,6 +81,13 @@ def _mutations() -> dict[str, tuple[Callable[[dict[str, Any]], None], str]]:
 
         return apply
 
+    def regroup(address: str, group: int) -> Callable[[dict[str, Any]], None]:
+        def apply(doc: dict[str, Any]) -> None:
+            function = next(f for f in doc["functions"] if f["address"] == address)
+            function["iommu_group"] = group
+
+        return apply
+
     return {
         "wrong schema": (set_(["schema"], "pvegpu.host.facts/0"), "schema"),
         "uppercase hex": (set_(["functions", 0, "vendor"], "10DE"), "hex digits"),
@@ -91,6 +98,14 @@ def _mutations() -> dict[str, tuple[Callable[[dict[str, Any]], None], str]]:
         "unknown companion": (
             set_(["gpus", 1, "companions"], ["0000:77:00.1"]),
             r"\$\.gpus\[1\]\.companions\[0\]",
+        ),
+        "companion of another slot": (
+            set_(["gpus", 1, "companions"], ["0000:01:00.1"]),
+            r"\$\.gpus\[1\]\.companions\[0\]: '0000:01:00\.1' is not in slot 0000:04:00",
+        ),
+        "companion in another group": (
+            regroup("0000:04:00.1", 99),
+            r"\$\.gpus\[1\]\.companions\[0\]: '0000:04:00\.1' is in IOMMU group 99",
         ),
         "extra key": (set_(["functions", 0, "colour"], "red"), "extra|colour"),
         "bad cpulist": (set_(["numa_nodes", 0, "cpus"], "0-x"), "CPU list"),

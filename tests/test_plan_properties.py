@@ -25,6 +25,11 @@ from pvegpu.spec.schema import Spec
 from strategies_host import hosts, specs
 
 MIN_ACCEPTED = 0.6
+# The properties that assert a share of their outcomes draw a fixed sequence of examples
+# (derandomize): a share of random draws falls under any honest floor now and then (one
+# run in about 50 did), and a red run that the next run cannot repeat says nothing. The
+# fixed sequence differs between the quick and the thorough run; both are checked in CI.
+SHARE_SETTINGS = settings(derandomize=True, database=None)
 """The accepted share each property must reach (measured: about 0.8)."""
 
 
@@ -65,7 +70,7 @@ def test_plans_are_disjoint_and_vfio_pools_take_whole_groups() -> None:
     """Any accepted plan: no GPU in two pools; a vfio pool holds every non-bridge group member."""
     outcomes: Counter[str] = Counter()
 
-    @settings(max_examples=examples(200, at_least=80), deadline=None)
+    @settings(SHARE_SETTINGS, max_examples=examples(200, at_least=80))
     @given(st.data())
     def check(data: st.DataObject) -> None:
         host = data.draw(hosts())
@@ -98,7 +103,7 @@ def test_foreign_group_members_always_refused() -> None:
     pools are drawn over such groups too (vfio_anywhere), and some must be refused so."""
     outcomes: Counter[str] = Counter()
 
-    @settings(max_examples=examples(100, at_least=80), deadline=None)
+    @settings(SHARE_SETTINGS, max_examples=examples(100, at_least=80))
     @given(st.data())
     def check(data: st.DataObject) -> None:
         host = data.draw(hosts(iommu=True))

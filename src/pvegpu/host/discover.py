@@ -306,7 +306,14 @@ def _gpus(reader: RootReader, functions: tuple[PciFunction, ...]) -> tuple[GPU, 
         if not fn.is_display:
             continue
         a = fn.address
-        companions = tuple(o for o in by_slot[(a.domain, a.bus, a.device)] if o is not fn)
+        # A companion moves with the GPU, so it must share the GPU's IOMMU group: an APU's
+        # slot also holds the host's USB controllers, its security processor and audio in
+        # groups of their own, and an SR-IOV PF's slot its VFs, none of which go along.
+        companions = tuple(
+            o
+            for o in by_slot[(a.domain, a.bus, a.device)]
+            if o is not fn and o.iommu_group == fn.iommu_group
+        )
         minor = model = None
         path = f"{NVIDIA_GPUS}/{fn.address}/information"
         text = reader.read(path)

@@ -100,7 +100,9 @@ class GPU:
 
     function: PciFunction
     companions: tuple[PciFunction, ...] = ()
-    """Other functions of the same slot (the .1 HD audio), which move with the GPU."""
+    """Other functions of the same slot and the same IOMMU group (the .1 HD audio), which
+    move with the GPU. Slot functions in other groups (an APU's USB controllers, an SR-IOV
+    PF's virtual functions) are not companions: they stay where they are."""
     nvidia_minor: int | None = None
     """`Device Minor` from /proc/driver/nvidia/gpus/<addr>/information: N of /dev/nvidiaN."""
     model: str | None = None

@@ -131,17 +131,27 @@ def _structure(doc: Any) -> HostFacts:
         if not isinstance(ref, dict):
             raise ValueError(f"$.gpus[{i}]: expected an object")
         rest = {k: v for k, v in ref.items() if k not in ("address", "companions")}
-        gpus.append(
-            {
-                "function": function(f"$.gpus[{i}].address", ref.get("address")),
-                "companions": [
-                    function(f"$.gpus[{i}].companions[{j}]", a)
-                    for j, a in enumerate(ref.get("companions", []))
-                ],
-                **rest,
-            }
-        )
+        gpu = function(f"$.gpus[{i}].address", ref.get("address"))
+        companions = []
+        for j, address in enumerate(ref.get("companions", [])):
+            companion = function(f"$.gpus[{i}].companions[{j}]", address)
+            _check_companion(f"$.gpus[{i}].companions[{j}]", gpu, companion)
+            companions.append(companion)
+        gpus.append({"function": gpu, "companions": companions, **rest})
     return converter.structure(body | {"gpus": gpus}, HostFacts)
+
+
+def _check_companion(where: str, gpu: dict[str, Any], companion: dict[str, Any]) -> None:
+    """A companion moves with its GPU (GPU.companions): same slot, same IOMMU group. A
+    document that lists another would make the plan move a device it never shows."""
+    slot = str(gpu.get("address")).rpartition(".")[0]
+    if str(companion.get("address")).rpartition(".")[0] != slot:
+        raise ValueError(f"{where}: {companion.get('address')!r} is not in slot {slot}")
+    if companion.get("iommu_group") != gpu.get("iommu_group"):
+        raise ValueError(
+            f"{where}: {companion.get('address')!r} is in IOMMU group "
+            f"{companion.get('iommu_group')}, not the GPU's {gpu.get('iommu_group')}"
+        )
 
 
 def facts_from_json(text: str, source: str = "<facts>") -> HostFacts:

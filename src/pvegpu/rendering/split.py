@@ -281,10 +281,12 @@ def _host_pool(pool: Pool) -> _HostPool:
 
 
 def _pool_functions(pool: Pool) -> list[PciFunction]:
-    """The pool's functions and its GPUs' own, once per address, in PCI order."""
-    by_address = {f.address: f for gpu in pool.gpus for f in gpu.functions}
-    by_address.update((f.address, f) for f in pool.functions)  # the plan's view wins
-    return [by_address[a] for a in sorted(by_address)]
+    """The functions the plan moves (vfio pools) or keeps (LXC pools), in PCI order.
+
+    Only the plan's own list: SUMMARY.md, the runbook and `check` show exactly this set,
+    so the script may not add to it (it once added every function of a GPU's slot, which
+    on an APU is the host's USB controllers and security processor)."""
+    return sorted(pool.functions, key=_address)
 
 
 def _bad_driver_names(drivers: Iterable[str | None]) -> list[Problem]:
