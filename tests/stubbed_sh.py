@@ -7,6 +7,7 @@ whether each interpolated value reached its command as exactly one argument.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -39,7 +40,11 @@ def stub(path: Path) -> None:
 def run_stubbed(
     text: str, script: Path, work: Path, environment: dict[str, str]
 ) -> list[list[str]]:
-    """`text` written to `script` and run by dash, PATH only stubs: each call\'s argv."""
+    """`text` written to `script` and run by dash, PATH only stubs: each call\'s argv.
+
+    A script that prints the commands of a dry run as `would run: WORD ...` (revert.sh
+    under ROOT) has those lines read back with sh's quoting rules as calls too, in order
+    after the ones it ran."""
     bin_dir = work / "bin"
     for name in STUBS:
         stub(bin_dir / name)
@@ -61,4 +66,10 @@ def run_stubbed(
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    return [call.split("\037")[:-1] for call in log.read_text().split("\036")[:-1]]
+    ran = [call.split("\037")[:-1] for call in log.read_text().split("\036")[:-1]]
+    printed = [
+        shlex.split(line.removeprefix("would run: "))
+        for line in result.stdout.splitlines()
+        if line.startswith("would run: ")
+    ]
+    return ran + printed

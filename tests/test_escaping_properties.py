@@ -294,13 +294,16 @@ def run_revert(case: Rendered, work: Path) -> list[list[str]]:
     # ever hashes that one: its stub answers with the hash the script expects of it.
     stub(root / "usr/local/sbin/pvegpu-vfio-split")
     split_sha = hashlib.sha256(case.artifact(SPLIT_SCRIPT).content.encode()).hexdigest()
-    environment = {"ROOT": str(root), "STUB_NODE": case.plan.facts.node, "STUB_SHA": split_sha}
+    (root / "etc").mkdir(parents=True, exist_ok=True)
+    (root / "etc/hostname").write_text(case.plan.facts.node + "\n")
+    environment = {"ROOT": str(root), "STUB_SHA": split_sha}
+    # Under ROOT the commands are printed, not run: run_stubbed reads them back as words.
     calls = run_stubbed(case.revert_script, bundle / "revert.sh", work, environment)
     serving = case.serving
     unit = f"{serving.unit}.service"
-    assert ["pct", "exec", str(serving.vmid), "--", "systemctl", "restart", unit] in calls
+    assert ["pct", "exec", str(serving.vmid), "--", "systemctl", "start", unit] in calls
     for call in calls:
-        if call[:4] == ["pct", "exec", str(serving.vmid), "--"] and call[-2] in ("stop", "restart"):
+        if call[:4] == ["pct", "exec", str(serving.vmid), "--"] and call[-2] in ("stop", "start"):
             assert call[-3:] == ["systemctl", call[-2], unit], call
         if call[0] == "pct" and call[1] == "push":
             assert call[4] == "/" + serving.unit_path, call

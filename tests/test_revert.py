@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bundled import FIXTURES, copy_tree, example_plan
+from pvegpu.planning.plan import Plan
 from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE
 from pvegpu.rendering.bundle import write_bundle
 from pvegpu.rendering.registry import render
@@ -56,34 +57,61 @@ def applied(tmp_path: Path) -> tuple[Path, Path]:
     return root, out
 
 
-def run_revert(tmp_path: Path, root: Path, out: Path, **env: str) -> tuple[int, list[str], str]:
+def run_revert(
+    tmp_path: Path, root: Path | None, out: Path, **env: str
+) -> tuple[int, list[str], str, str]:
+    """revert.sh under dash with logging stand-ins first on PATH: (exit, calls, out, err).
+
+    With `root`, the dry run on that copy (ROOT set). Without, the live mode, whose PATH
+    holds only the stand-ins (cp, rm and sha256sum too), so that nothing on this machine
+    can change even when the script goes wrong."""
     log = tmp_path / "log"
-    log.touch()
+    log.write_text("")
+    bin_dir = tmp_path / "bin"
+    path = f"{bin_dir}:/usr/bin:/bin"
+    if root is None:
+        for name in ("cp", "rm", "mv", "sha256sum", "cat"):
+            (bin_dir / name).write_text(STUB.format(name=name, body=""))
+            (bin_dir / name).chmod(0o755)
+        for name in ("dirname", "cut", "grep"):
+            real = shutil.which(name)
+            assert real is not None, name
+            (bin_dir / name).unlink(missing_ok=True)
+            (bin_dir / name).symlink_to(real)
+        path = str(bin_dir)
     result = subprocess.run(
         [DASH or "sh", str(out / "revert" / "revert.sh")],
         env={
-            "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
-            "ROOT": str(root),
+            "PATH": path,
             "LOG": str(log),
-            "SYSFS": str(root / "sys"),
+            **({} if root is None else {"ROOT": str(root)}),
             **env,
         },
         capture_output=True,
         text=True,
         check=False,
     )
-    calls = [c for c in log.read_text().splitlines() if not c.startswith("hostname")]
-    return result.returncode, calls, result.stderr
+    return result.returncode, log.read_text().splitlines(), result.stdout, result.stderr
+
+
+def would_run(stdout: str) -> list[str]:
+    return [
+        line.removeprefix("would run: ")
+        for line in stdout.splitlines()
+        if line.startswith("would run:")
+    ]
 
 
 @pytest.mark.skipif(DASH is None, reason="dash is not installed")
-def test_revert_restores_files_and_runs_steps_in_order(
+def test_dry_run_under_root_restores_files_and_runs_no_command(
     tmp_path: Path, applied: tuple[Path, Path]
 ) -> None:
-    """revert.sh puts back 129.conf and pci.cfg byte for byte and removes pvegpu's files."""
+    """ROOT set: 129.conf and pci.cfg come back byte for byte and pvegpu's files go, under
+    ROOT only; not one command runs (the stand-ins log nothing), each is printed."""
     root, out = applied
-    code, calls, err = run_revert(tmp_path, root, out)
-    assert (code, err) == (0, ""), calls
+    code, calls, stdout, err = run_revert(tmp_path, root, out)
+    assert (code, err) == (0, ""), stdout
+    assert calls == []
     for path in ("etc/pve/lxc/129.conf", "etc/pve/mapping/pci.cfg"):
         assert (root / path).read_bytes() == (KPRO6 / path).read_bytes(), path
     for path in (
@@ -92,20 +120,45 @@ def test_revert_restores_files_and_runs_steps_in_order(
         "etc/modprobe.d/pvegpu-vfio.conf",
     ):
         assert not (root / path).exists(), path
-    assert calls == [
-        "pct status 129",
+    assert would_run(stdout) == [
         "pct exec 129 -- systemctl stop sglang-qwen.service",
-        "pct status 129",
-        "pct stop 129",
-        "systemctl disable pvegpu-vfio-split.service",
-        "systemctl daemon-reload",
-        "update-initramfs -u -k all",
-        "pct start 129",
         "pct push 129 "
         f"{out}/revert/ct/129/etc/systemd/system/sglang-qwen.service "
         "/etc/systemd/system/sglang-qwen.service",
         "pct exec 129 -- systemctl daemon-reload",
-        "pct exec 129 -- systemctl restart sglang-qwen.service",
+        "pct stop 129",
+        "systemctl disable pvegpu-vfio-split.service",
+        f"{root}/usr/local/sbin/pvegpu-vfio-split revert",
+        "systemctl daemon-reload",
+        "update-initramfs -u -k all",
+        "pct start 129",
+        "pct exec 129 -- systemctl start sglang-qwen.service",
+    ]
+
+
+def test_previous_unit_is_back_before_the_container_starts(kpro6: Plan) -> None:
+    """The container's previous unit is pushed while it still runs and before it is
+    stopped: starting it again must never start the new unit (an enabled unit starts
+    with its container)."""
+    script = next(a.content for a in render(kpro6) if a.path == "revert.sh")
+    lines = [line.strip() for line in script.splitlines()]
+    push = next(i for i, line in enumerate(lines) if line.startswith("run pct push 129"))
+    assert push < lines.index("run pct stop 129") < lines.index("run pct start 129")
+
+
+@pytest.mark.skipif(DASH is None, reason="dash is not installed")
+def test_live_revert_refuses_a_stopped_container_before_any_change(
+    tmp_path: Path, applied: tuple[Path, Path]
+) -> None:
+    """Live (no ROOT): a stopped container cannot take its files back (pct push needs it
+    running), so the revert stops before its first change and says how to go on."""
+    _, out = applied
+    (tmp_path / "bin" / "pct").write_text(STUB.format(name="pct", body='echo "status: stopped"'))
+    code, calls, _, err = run_revert(tmp_path, None, out)
+    assert code == 4, err
+    assert "CT 129 is not running" in err and "pct start 129, then run revert.sh again" in err
+    assert [c for c in calls if not c.startswith(("hostname", "sha256sum", "cat"))] == [
+        "pct status 129"
     ]
 
 
@@ -118,18 +171,23 @@ def test_revert_refuses_when_a_file_changed_since(
     pci = root / "etc/pve/mapping/pci.cfg"
     pci.write_text(pci.read_text() + "other\n\tmap id=1234:5678,node=pve2,path=0000:02:00\n\n")
     before = pci.read_bytes()
-    code, calls, err = run_revert(tmp_path, root, out)
+    code, calls, stdout, err = run_revert(tmp_path, root, out)
     assert code == 3
     assert f"{pci} changed since the change was applied" in err
-    assert calls == []
+    assert calls == [] and would_run(stdout) == []
     assert pci.read_bytes() == before
 
 
 @pytest.mark.skipif(DASH is None, reason="dash is not installed")
 def test_revert_refuses_on_another_node(tmp_path: Path, applied: tuple[Path, Path]) -> None:
-    """The bundle only runs on the node it was made for."""
+    """The bundle only runs on the node it was made for: the live host's name, or under
+    ROOT the copy's etc/hostname."""
     root, out = applied
-    code, calls, err = run_revert(tmp_path, root, out, STUB_HOSTNAME="pve2")
+    (root / "etc/hostname").write_text("pve2\n")
+    code, calls, stdout, err = run_revert(tmp_path, root, out)
     assert code == 2
     assert "this bundle is for node kpro6, not pve2" in err
-    assert calls == []
+    assert calls == [] and would_run(stdout) == []
+    code, calls, _, err = run_revert(tmp_path, None, out, STUB_HOSTNAME="pve2")
+    assert code == 2
+    assert "this bundle is for node kpro6, not pve2" in err

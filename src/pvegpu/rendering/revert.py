@@ -96,6 +96,35 @@ def _restore(artifact: Artifact) -> Artifact:
     )
 
 
+@attrs.frozen
+class _ContainerSteps:
+    """What revert.sh does in one container before stopping it, while it still runs."""
+
+    vmid: int
+    units: tuple[str, ...]
+    restores: tuple[Artifact, ...]
+    removals: tuple[Artifact, ...]
+    pulled: tuple[Artifact, ...]
+
+    @classmethod
+    def of(
+        cls,
+        vmid: int,
+        serving: Sequence[tuple[int, str]],
+        ct_entries: Sequence[Artifact],
+        ct_pulled: Sequence[Artifact],
+    ) -> _ContainerSteps:
+        target = container_target(vmid)
+        mine = [a for a in ct_entries if a.target == target]
+        return cls(
+            vmid=vmid,
+            units=tuple(unit for v, unit in serving if v == vmid),
+            restores=tuple(a for a in mine if not a.delete),
+            removals=tuple(a for a in mine if a.delete),
+            pulled=tuple(a for a in ct_pulled if a.target == target),
+        )
+
+
 def render_revert(plan: Plan, applied: Sequence[Artifact]) -> tuple[Artifact, ...]:
     """Restore/remove entries for every installed artifact, plus `revert.sh`."""
     installed = [a for a in applied if a.target != REVIEW]
@@ -109,29 +138,36 @@ def render_revert(plan: Plan, applied: Sequence[Artifact]) -> tuple[Artifact, ..
         if p.lxc is not None and p.serving is not None
     ]
     vms = [p.vm.vmid for p in plan.vfio_pools if p.vm is not None and p.vm.config is not None]
+    ct_restores = [a for a in restores if a.target != HOST]
+    containers = [p.lxc.vmid for p in plan.lxc_pools if p.lxc is not None]
     script = render_template(
         "revert.sh.j2",
         node=plan.facts.node,
         vms=vms,
         mappings=[p.mapping.id for p in plan.vfio_pools if p.mapping is not None],
         serving=serving,
-        containers=[p.lxc.vmid for p in plan.lxc_pools if p.lxc is not None],
+        containers=containers,
+        container_steps=[
+            _ContainerSteps.of(vmid, serving, ct_restores, ct_pulled) for vmid in containers
+        ],
         has_split=any(a.path == SPLIT_SCRIPT for a in installed),
         split_script="/" + SPLIT_SCRIPT,
         split_unit=SPLIT_UNIT,
         host_restores=[a for a in restores if a.target == HOST and not a.delete],
         host_removals=[a for a in restores if a.target == HOST and a.delete],
-        ct_restores=[a for a in restores if a.target != HOST and not a.delete],
+        ct_restores=[a for a in ct_restores if not a.delete],
         ct_kept=[a.path for a in installed if kept_in_container(a)],
         kept_suffix=KEPT_SUFFIX,
-        ct_removals=[a for a in restores if a.target != HOST and a.delete],
         ct_pulled=ct_pulled,
         absent_suffix=ABSENT_SUFFIX,
     )
     runner = Artifact(
         path="revert.sh",
         content=script,
-        reason="runs the revert in order: stop guests, unbind vfio, restore files, restart",
+        reason=(
+            "runs the revert in order: stop guests (their own files back first), unbind vfio, "
+            "restore host files, restart; with ROOT set, a dry run on a copy"
+        ),
         mode=0o755,
         target=REVIEW,
         bundle=REVERT_BUNDLE,

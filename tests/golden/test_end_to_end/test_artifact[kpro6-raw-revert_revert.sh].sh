@@ -3,14 +3,64 @@
 # Run as root on kpro6. Files are read from this bundle's directory, so it can be run
 # from wherever the bundle was copied to.
 set -eu
-# ROOT (default empty, i.e. /) prefixes every host path, so the script can be tried on a
-# copy of the host's files first.
+# ROOT (default empty: the live host) prefixes every host path. With ROOT set, this is a
+# dry run on a copy of the host's files: the files under ROOT are restored and removed as
+# they would be on the host, and every command (qm, pct, systemctl, update-initramfs, the
+# split script) is printed, not run, so nothing outside ROOT changes.
 ROOT=${ROOT:-}
+
+run() {
+    if [ -n "$ROOT" ]; then
+        printf 'would run:'
+        for q_arg in "$@"; do
+            printf ' '
+            quoted "$q_arg"
+        done
+        printf '\n'
+    else
+        "$@"
+    fi
+}
+
+# quoted WORD: WORD as sh reads it back, in single quotes only where it needs them.
+quoted() {
+    case $1 in
+    '' | *[!A-Za-z0-9_./:=@%+,-]*)
+        q_rest=$1 q_out=
+        while :; do
+            case $q_rest in
+            *\'*)
+                q_out="$q_out${q_rest%%\'*}'\\''"
+                q_rest=${q_rest#*\'}
+                ;;
+            *)
+                q_out="$q_out$q_rest"
+                break
+                ;;
+            esac
+        done
+        printf "'%s'" "$q_out"
+        ;;
+    *) printf '%s' "$1" ;;
+    esac
+}
+
+# running qm|pct VMID: is the guest running? Under ROOT every guest counts as running, so
+# the dry run shows each step the live run could take.
+running() {
+    [ -n "$ROOT" ] || "$1" status "$2" | grep -q running
+}
 
 bundle=$(cd "$(dirname "$0")" && pwd)
 
-if [ "$(hostname)" != "kpro6" ]; then
-    echo "revert.sh: this bundle is for node kpro6, not $(hostname); nothing done" >&2
+here=
+if [ -z "$ROOT" ]; then
+    here=$(hostname)
+elif [ -r "$ROOT/etc/hostname" ]; then
+    read -r here <"$ROOT/etc/hostname" || true
+fi
+if [ "$here" != "kpro6" ]; then
+    echo "revert.sh: this bundle is for node kpro6, not ${here:-an unnamed host}; nothing done" >&2
     exit 2
 fi
 
@@ -32,19 +82,28 @@ if [ "$changed" -ne 0 ]; then
     echo "revert.sh: nothing done; merge those files by hand (the bundle holds the old copies)" >&2
     exit 3
 fi
-
-echo "1. stop the servers and the containers that hold GPUs"
-if pct status 129 | grep -q running; then
-    pct exec 129 -- systemctl stop sglang-qwen.service
+# CT 129's own files go back with `pct push`/`pct exec`, which need it running.
+if ! running pct 129; then
+    echo "revert.sh: CT 129 is not running, and its files can only be put back into a running container: pct start 129, then run revert.sh again; nothing done" >&2
+    exit 4
 fi
-if pct status 129 | grep -q running; then
-    pct stop 129
+
+echo "1. stop the servers, put the containers' previous files back, stop the containers"
+# The previous unit goes back while the container still runs (pct push needs it running)
+# and before it starts again: an enabled unit starts with its container, so the new one
+# must be gone by then.
+if running pct 129; then
+    run pct exec 129 -- systemctl stop sglang-qwen.service
+    # restore etc/systemd/system/sglang-qwen.service as it was before (sha256 86c93a338cfd)
+    run pct push 129 "$bundle/ct/129/etc/systemd/system/sglang-qwen.service" "/etc/systemd/system/sglang-qwen.service"
+    run pct exec 129 -- systemctl daemon-reload
+    run pct stop 129
 fi
 
 echo "2. return the vfio-pci functions to the drivers they had before"
 # Disable first so a reboot in between cannot re-apply the split.
-systemctl disable pvegpu-vfio-split.service
-"$ROOT/usr/local/sbin/pvegpu-vfio-split" revert
+run systemctl disable pvegpu-vfio-split.service
+run "$ROOT/usr/local/sbin/pvegpu-vfio-split" revert
 
 echo "3. restore the host's files"
 # restore etc/pve/lxc/129.conf as it was before (sha256 23162c027f91)
@@ -57,19 +116,15 @@ rm -f "$ROOT/usr/local/sbin/pvegpu-vfio-split"
 rm -f "$ROOT/etc/systemd/system/pvegpu-vfio-split.service"
 # remove etc/modprobe.d/pvegpu-vfio.conf: pvegpu created it
 rm -f "$ROOT/etc/modprobe.d/pvegpu-vfio.conf"
-systemctl daemon-reload
+run systemctl daemon-reload
 # The modprobe.d hook may have been copied into the initramfs.
-if command -v update-initramfs >/dev/null 2>&1; then
-    update-initramfs -u -k all
+if [ -n "$ROOT" ] || command -v update-initramfs >/dev/null 2>&1; then
+    run update-initramfs -u -k all
 fi
 
-echo "4. start the containers with their previous files"
-# pct push needs a running container.
-pct start 129
-# restore etc/systemd/system/sglang-qwen.service as it was before (sha256 86c93a338cfd)
-pct push 129 "$bundle/ct/129/etc/systemd/system/sglang-qwen.service" "/etc/systemd/system/sglang-qwen.service"
-pct exec 129 -- systemctl daemon-reload
-# The container started the new unit with it; run the previous one instead.
-pct exec 129 -- systemctl restart sglang-qwen.service
+echo "4. start the containers with their previous GPUs and servers"
+run pct start 129
+# Started with the container if it is enabled; a unit that was not is started here.
+run pct exec 129 -- systemctl start sglang-qwen.service
 
 echo "revert of node kpro6 done"

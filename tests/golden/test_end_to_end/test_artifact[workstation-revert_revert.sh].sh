@@ -3,14 +3,64 @@
 # Run as root on pve-ws. Files are read from this bundle's directory, so it can be run
 # from wherever the bundle was copied to.
 set -eu
-# ROOT (default empty, i.e. /) prefixes every host path, so the script can be tried on a
-# copy of the host's files first.
+# ROOT (default empty: the live host) prefixes every host path. With ROOT set, this is a
+# dry run on a copy of the host's files: the files under ROOT are restored and removed as
+# they would be on the host, and every command (qm, pct, systemctl, update-initramfs, the
+# split script) is printed, not run, so nothing outside ROOT changes.
 ROOT=${ROOT:-}
+
+run() {
+    if [ -n "$ROOT" ]; then
+        printf 'would run:'
+        for q_arg in "$@"; do
+            printf ' '
+            quoted "$q_arg"
+        done
+        printf '\n'
+    else
+        "$@"
+    fi
+}
+
+# quoted WORD: WORD as sh reads it back, in single quotes only where it needs them.
+quoted() {
+    case $1 in
+    '' | *[!A-Za-z0-9_./:=@%+,-]*)
+        q_rest=$1 q_out=
+        while :; do
+            case $q_rest in
+            *\'*)
+                q_out="$q_out${q_rest%%\'*}'\\''"
+                q_rest=${q_rest#*\'}
+                ;;
+            *)
+                q_out="$q_out$q_rest"
+                break
+                ;;
+            esac
+        done
+        printf "'%s'" "$q_out"
+        ;;
+    *) printf '%s' "$1" ;;
+    esac
+}
+
+# running qm|pct VMID: is the guest running? Under ROOT every guest counts as running, so
+# the dry run shows each step the live run could take.
+running() {
+    [ -n "$ROOT" ] || "$1" status "$2" | grep -q running
+}
 
 bundle=$(cd "$(dirname "$0")" && pwd)
 
-if [ "$(hostname)" != "pve-ws" ]; then
-    echo "revert.sh: this bundle is for node pve-ws, not $(hostname); nothing done" >&2
+here=
+if [ -z "$ROOT" ]; then
+    here=$(hostname)
+elif [ -r "$ROOT/etc/hostname" ]; then
+    read -r here <"$ROOT/etc/hostname" || true
+fi
+if [ "$here" != "pve-ws" ]; then
+    echo "revert.sh: this bundle is for node pve-ws, not ${here:-an unnamed host}; nothing done" >&2
     exit 2
 fi
 
@@ -34,14 +84,14 @@ if [ "$changed" -ne 0 ]; then
 fi
 
 echo "1. stop the VMs that use a4000"
-if qm status 110 | grep -q running; then
-    qm shutdown 110 --timeout 300
+if running qm 110; then
+    run qm shutdown 110 --timeout 300
 fi
 
 echo "2. return the vfio-pci functions to the drivers they had before"
 # Disable first so a reboot in between cannot re-apply the split.
-systemctl disable pvegpu-vfio-split.service
-"$ROOT/usr/local/sbin/pvegpu-vfio-split" revert
+run systemctl disable pvegpu-vfio-split.service
+run "$ROOT/usr/local/sbin/pvegpu-vfio-split" revert
 
 echo "3. restore the host's files"
 # restore etc/pve/qemu-server/110.conf as it was before (sha256 11a19cc52961)
@@ -54,10 +104,10 @@ rm -f "$ROOT/usr/local/sbin/pvegpu-vfio-split"
 rm -f "$ROOT/etc/systemd/system/pvegpu-vfio-split.service"
 # remove etc/modprobe.d/pvegpu-vfio.conf: pvegpu created it
 rm -f "$ROOT/etc/modprobe.d/pvegpu-vfio.conf"
-systemctl daemon-reload
+run systemctl daemon-reload
 # The modprobe.d hook may have been copied into the initramfs.
-if command -v update-initramfs >/dev/null 2>&1; then
-    update-initramfs -u -k all
+if [ -n "$ROOT" ] || command -v update-initramfs >/dev/null 2>&1; then
+    run update-initramfs -u -k all
 fi
 
 echo "revert of node pve-ws done"

@@ -87,13 +87,26 @@ def _revert(
     entries = _revert_entries(artifacts)
     containers = container_pools(plan)
 
+    # A container's own files go back first, while it still runs (`pct push` needs it
+    # running) and before it starts again (an enabled unit starts with its container).
     for pool in containers:
         assert pool.lxc is not None
         vmid = pool.lxc.vmid
+        mine = by_container.get(vmid, [])
         commands = (
             [f"pct exec {vmid} -- systemctl stop {sh(pool.serving.unit)}"] if pool.serving else []
         )
-        yield Step(f"Stop CT {vmid}", (*commands, f"pct stop {vmid}"))
+        commands += [c for f in mine if (c := _restore(entries, f)) is not None]
+        if any(is_unit(f.artifact.path) for f in mine):
+            commands.append(f"pct exec {vmid} -- systemctl daemon-reload")
+        yield Step(
+            f"Put CT {vmid}'s previous files back and stop it" if mine else f"Stop CT {vmid}",
+            (*commands, f"pct stop {vmid}"),
+            "The container must be running for `pct push`: if it is stopped, start it, stop "
+            "its server, and go on from there."
+            if mine
+            else "",
+        )
 
     functions = vfio_functions(plan)
     if plan.vfio_pools:
@@ -135,16 +148,11 @@ def _revert(
     for pool in containers:
         assert pool.lxc is not None
         vmid = pool.lxc.vmid
-        mine = by_container.get(vmid, [])
         commands = [f"pct start {vmid}"]
-        commands += [c for f in mine if (c := _restore(entries, f)) is not None]
-        if any(is_unit(f.artifact.path) for f in mine):
-            commands.append(f"pct exec {vmid} -- systemctl daemon-reload")
         if pool.serving is not None:
-            commands.append(f"pct exec {vmid} -- systemctl restart {sh(pool.serving.unit)}")
+            commands.append(f"pct exec {vmid} -- systemctl start {sh(pool.serving.unit)}")
         yield Step(
-            f"Start CT {vmid} with its previous "
-            + ("files and server" if pool.serving else "GPUs"),
+            f"Start CT {vmid} with its previous " + ("GPUs and server" if pool.serving else "GPUs"),
             tuple(commands),
             f"It gets its previous GPUs back with the restored /etc/pve/lxc/{vmid}.conf"
             + (
