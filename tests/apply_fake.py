@@ -1,8 +1,9 @@
 """A Proxmox host for apply tests: a copied fixture tree, recorded commands, a simulated kernel.
 
-`FakeHost` is `LiveHost` with only `run` answered here: files are written by the real
-code (temporary file, rename, guest-config flocks and the pmxcfs lock directory under
-the temp root), and the split script runs for real under dash against `KernelSim`.
+`FakeHost` is `LiveHost` with only the commands (`_execute`) answered here: files are
+written by the real code (temporary file, rename, guest-config flocks and the pmxcfs lock
+directory under the temp root), the node-wide apply lock is a real flock, and the split
+script runs for real under dash against `KernelSim`.
 `pct` keeps each container's state (running, its units active) and maps its files to
 the container's rootfs directory under the root. Every mutating effect is counted;
 `kill_after=N` raises `Killed` right after the Nth, as a SIGKILL between two effects.
@@ -13,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,8 @@ from pvegpu.rendering.review.commands import SPLIT_SCRIPT, nvidia_smi_bus_id
 from sysfs_sim import KernelSim
 
 READ_ONLY = ("status", "is-active", "is-enabled", "test", "cat", "nvidia-smi", "curl")
+ANSWERED = ("pct", "systemctl", "update-initramfs", "proxmox-boot-tool", "update-grub")
+"""The host commands this node has (`_answer` answers them)."""
 
 
 class Killed(BaseException):
@@ -41,8 +43,12 @@ class FakeHost(LiveHost):
         running: dict[int, bool] | None = None,
         active: dict[int, set[str]] | None = None,
         kill_after: int | None = None,
+        missing: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(root)
+        self.live = True  # the temp root stands for a node's `/`: its commands are answered
+        self.missing = missing
+        """Commands this node lacks (`installed` says so, and `run` fails as exec would)."""
         self.kernel = kernel
         self.rootfs = rootfs
         self.running = dict(running or dict.fromkeys(rootfs, True))
@@ -90,9 +96,16 @@ class FakeHost(LiveHost):
     def mutating(self) -> list[tuple[str, ...]]:
         return [c for c in self.commands if not any(w in READ_ONLY for w in c[:6])]
 
-    def run(self, argv: Sequence[str]) -> Completed:
-        argv = tuple(argv)
+    def installed(self, command: str) -> bool:
+        if command == SPLIT_SCRIPT:
+            return (self.root / SPLIT_SCRIPT.lstrip("/")).is_file()
+        return command in ANSWERED and command not in self.missing
+
+    def _execute(self, argv: tuple[str, ...]) -> Completed:
+        """What LiveHost.run would get from the command (run keeps its own checks)."""
         self.commands.append(argv)
+        if not self.installed(argv[0]):
+            raise FileNotFoundError(2, "No such file or directory", argv[0])
         rc, out = self._answer(argv)
         if not any(w in READ_ONLY for w in argv[:6]):
             self._effect()
@@ -110,7 +123,7 @@ class FakeHost(LiveHost):
             return self._pct(argv[1], int(argv[2]), argv[3:])
         if argv[0] == "systemctl":
             return self._systemctl(argv[1:])
-        if argv[0] in ("update-initramfs", "proxmox-boot-tool", "update-grub"):
+        if argv[0] in ANSWERED[2:]:
             return 0, ""
         return 127, ""
 

@@ -509,6 +509,9 @@ def _kpro6(split: bool) -> HostSpec:
         symlinks={
             f"{libs}/libcuda.so.1": "libcuda.so.590.48.01",
             f"{libs}/libnvidia-ml.so.1": "libnvidia-ml.so.590.48.01",
+            # The unit's venv interpreter, as `python3 -m venv` links it: to the
+            # container's own /usr (dangling as the host sees it).
+            f"{ct}/root/ml-env/bin/python3": "/usr/bin/python3.12",
         },
     )
 

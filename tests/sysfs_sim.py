@@ -221,17 +221,22 @@ class KernelSim:
 
     # --- public -----------------------------------------------------------------
 
-    def run(self, script: Path, *args: str, timeout: float = 60) -> Result:
+    def run(self, script: Path, *args: str, timeout: float = 60, path: str | None = None) -> Result:
         """Run `script` under dash with SYSFS and MODPROBE pointing here; apply its writes."""
-        return self.run_command(["dash", str(script), *args], timeout=timeout)
+        dash = shutil.which("dash") or "dash"
+        return self.run_command([dash, str(script), *args], timeout=timeout, path=path)
 
-    def run_command(self, argv: list[str], *, timeout: float = 60) -> Result:
-        """Run any command with SYSFS and MODPROBE pointing here; apply its writes."""
+    def run_command(
+        self, argv: list[str], *, timeout: float = 60, path: str | None = None
+    ) -> Result:
+        """Run any command with SYSFS and MODPROBE pointing here; apply its writes.
+
+        `path`: the command's PATH (default this process's), to run with fewer tools."""
         start = len(self.writes)
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._stop.clear()
         self._thread.start()
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
+        env = {"PATH": path or os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
         env |= {"SYSFS": str(self.sys), "MODPROBE": str(self.modprobe)}
         # This kernel answers within milliseconds: 10 ms naps keep every bounded wait
         # (1 s per unbind, 0.5 s per probe) far above its latency, and the suite fast.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from apply_fake import FakeHost, Killed
+from apply_fake import READ_ONLY, FakeHost, Killed
 from bundled import FIXTURES, copy_tree, example_spec
 from pvegpu.apply.bundle import Bundle, bundle_from_files
 from pvegpu.apply.run import apply_bundle
@@ -285,3 +285,20 @@ def test_revert_after_a_complete_apply(setup: Setup) -> None:
     assert host.running[CT] and host.active[CT] == {UNIT}
     revert(host, setup.lines.append)  # a second revert finds nothing to do
     assert setup.lines[-1].endswith("already reverted; nothing to do")
+
+
+def test_revert_puts_the_old_unit_back_before_the_container_restarts(setup: Setup) -> None:
+    """The server's previous unit goes back while the container still runs, before it is
+    stopped and started again: an enabled unit starts with its container, so the new one
+    must never be what the restart starts."""
+    host = setup.host()
+    setup.apply(host)
+    start = len(host.commands)
+    revert(host, setup.lines.append)
+    undone = [c for c in host.commands[start:] if not any(w in READ_ONLY for w in c[:6])]
+    ct = str(CT)
+    push = next(i for i, c in enumerate(undone) if c[:3] == ("pct", "push", ct) and UNIT in c[4])
+    stop = undone.index(("pct", "stop", ct))
+    restart = undone.index(("pct", "start", ct))
+    assert push < stop < restart, undone
+    assert undone.index(("pct", "exec", ct, "--", "systemctl", "stop", UNIT)) < push

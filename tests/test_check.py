@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from bundled import FIXTURES, copy_tree, example_plan
 from pvegpu.apply.check import EXIT_ERRORS, check
 from pvegpu.cli import main
+from pvegpu.rendering.artifact import REVERT_BUNDLE
+from pvegpu.rendering.registry import render
 from test_apply import CT, ROOTFS, Setup
 
 LIBS = f"{ROOTFS}/usr/lib/x86_64-linux-gnu"
+CT129 = "etc/pve/lxc/129.conf"
 
 
 def after_the_upgrade(root: Path) -> None:
@@ -85,3 +89,20 @@ def test_cli_json_exit_code_and_prometheus(
         assert f'code="container-driver-mismatch",subject="CT {CT}"' in text
     finally:
         setup.kernel.close()
+
+
+def test_raw_container_with_a_stale_uvm_major_is_reported(tmp_path: Path) -> None:
+    """Raw lines allow nvidia-uvm by the major it had at render time (509): once the
+    module comes back with another (a driver update), check names the container."""
+    root = copy_tree(FIXTURES / "kpro6", tmp_path / "host")
+    artifacts = render(example_plan("kpro6-raw"))
+    (config,) = [a for a in artifacts if a.path == CT129 and a.bundle != REVERT_BUNDLE]
+    assert "c 509:0 rwm" in config.content
+    (root / CT129).unlink()
+    (root / CT129).write_text(config.content)
+    assert "container-uvm-major-stale" not in codes(root)
+    devices = root / "proc/devices"
+    devices.write_text(devices.read_text().replace("509 nvidia-uvm", "508 nvidia-uvm"))
+    stale = [f for f in check(root, None).findings if f.code == "container-uvm-major-stale"]
+    assert [(f.severity, f.subject) for f in stale] == [("error", CT129)]
+    assert "nvidia-uvm's major is 508 now" in stale[0].message

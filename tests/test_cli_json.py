@@ -43,7 +43,7 @@ def _refusal(doc: Any, command: str, exit_code: int) -> list[dict[str, str]]:
     problems: list[dict[str, str]] = doc["problems"]
     assert problems
     for problem in problems:
-        assert set(problem) == {"code", "subject", "message", "fix"}
+        assert set(problem) == {"code", "subject", "message", "fix", "line"}
     return problems
 
 
@@ -124,4 +124,5 @@ def test_the_documented_refusal_example_is_what_pvegpu_prints(
     code, doc, _ = run_json("plan", "--root", root, "--spec", spec, "--json")
     assert (code, doc["exit_code"]) == (example["exit_code"], example["exit_code"])
     assert [p["code"] for p in doc["problems"]] == [p["code"] for p in example["problems"]]
+    assert [p["line"] for p in doc["problems"]] == [p["line"] for p in example["problems"]]
     assert set(doc) == set(example)

@@ -35,6 +35,7 @@ INSTALLED = {
     ("host", "usr/local/sbin/pvegpu-vfio-split"),
     ("host", "etc/systemd/system/pvegpu-vfio-split.service"),
     ("host", "etc/modprobe.d/pvegpu-vfio.conf"),
+    ("host", "etc/initramfs-tools/hooks/pvegpu-vfio-split"),
     ("ct:129", "etc/systemd/system/sglang-qwen.service"),
 }
 
@@ -88,7 +89,7 @@ def test_plan_prints_diffs_and_findings(run: Run) -> None:
     )
     assert "--- /dev/null\n+++ b/usr/local/sbin/pvegpu-vfio-split\n" in out
     assert "--- a/ct:129/etc/systemd/system/sglang-qwen.service\n" in out
-    assert "plan for node kpro6: 6 file(s)\n" in out
+    assert "plan for node kpro6: 7 file(s)\n" in out
     assert "  pool sglang: lxc on nvidia: 01:00.0, 11:00.0, 61:00.0, 71:00.0\n" in out
     assert "  pool vm: vfio on vfio-pci: 81:00.0, 91:00.0, e1:00.0, f1:00.0\n" in out
     for code_ in ("identical-device-ids", "group-members-move", "sev-snp", "serving-p2p"):
@@ -173,7 +174,7 @@ def test_render_writes_every_manifest_file(run: Run, tmp_path: Path) -> None:
     out = tmp_path / "out"
     code, stdout, err = run("render", "--root", KPRO6, "--spec", KPRO6_SPEC, "--out", out)
     assert (code, err) == (0, "")
-    assert stdout.startswith(f"rendered 14 files for node kpro6 into {out}")
+    assert stdout.startswith(f"rendered 15 files for node kpro6 into {out}")
     top = json.loads((out / "MANIFEST.json").read_text())
     assert top["schema"] == "pvegpu.manifest/1" and top["node"] == "kpro6"
     assert top["spec"] == str(KPRO6_SPEC)
@@ -261,7 +262,7 @@ def test_gpu_in_two_pools_is_refused(run: Run, tmp_path: Path, command: str) -> 
             "no-iommu",
             'node = "pve-mini"\n[[pools]]\nname = "vm"\ncount = 1\n'
             'mapping = { id = "rtx4090" }\nvfio = {}\n',
-            ("no-iommu", "pools[0]", "intel_iommu=on"),
+            ("no-iommu", "pools[0] (line 2)", "intel_iommu=on"),
             id="vfio-without-iommu",
         ),
         pytest.param(
@@ -273,7 +274,7 @@ def test_gpu_in_two_pools_is_refused(run: Run, tmp_path: Path, command: str) -> 
         pytest.param(
             "kpro6",
             'node = "kpro7"\n[[pools]]\nname = "ct"\nnuma_node = 0\nlxc = { vmid = 129 }\n',
-            ("node-mismatch", "node", 'set node = "kpro6"'),
+            ("node-mismatch", "node (line 1)", 'set node = "kpro6"'),
             id="spec-for-another-node",
         ),
     ],
@@ -281,7 +282,8 @@ def test_gpu_in_two_pools_is_refused(run: Run, tmp_path: Path, command: str) -> 
 def test_host_refusals(
     run: Run, tmp_path: Path, host: str, spec: str, expected: tuple[str, ...]
 ) -> None:
-    """A plan the host cannot take exits 5 naming the code, subject and fix; no output."""
+    """A plan the host cannot take exits 5 naming the code, subject (with the spec's line
+    when the subject is a spec path) and fix; no output."""
     out = tmp_path / "out"
     code, stdout, err = run(
         "render", "--root", FIXTURES / host, "--spec", _write_spec(tmp_path, spec), "--out", out
@@ -299,24 +301,25 @@ def test_host_refusals(
         pytest.param('node = "kpro6"\n[[pools]\n', "[spec-syntax]", id="toml-syntax"),
         pytest.param(
             'node = "kpro6"\n[[pools]]\nname = "ct"\nnuma = 0\nlxc = { vmid = 129 }\n',
-            "pools[0].numa: unknown key [spec-unknown-key]",
+            "pools[0].numa (line 4): unknown key [spec-unknown-key]",
             id="unknown-key",
         ),
         pytest.param(
             'node = "kpro6"\n[[pools]]\nname = "ct"\nnuma_node = 0\nlxc = { vmid = "129" }\n',
-            "pools[0].lxc.vmid: expected an integer",
+            "pools[0].lxc.vmid (line 5): expected an integer",
             id="wrong-type",
         ),
         pytest.param(
             'node = "kpro6"\n[[pools]]\nname = "vm"\ngpus = ["81:00"]\n'
             'mapping = { id = "pro6000-vm" }\nvfio = {}\n',
-            "pools[0].gpus[0]: '81:00' is not a PCI address [spec-invalid-address]",
+            "pools[0].gpus[0] (line 4): '81:00' is not a PCI address [spec-invalid-address]",
             id="bad-address",
         ),
     ],
 )
 def test_malformed_spec_exits_4(run: Run, tmp_path: Path, text: str, expected: str) -> None:
-    """A malformed spec exits 4 with the spec path of the problem; nothing is written."""
+    """A malformed spec exits 4 with the spec path of the problem and its line; nothing is
+    written."""
     out = tmp_path / "out"
     code, stdout, err = run(
         "render", "--root", KPRO6, "--spec", _write_spec(tmp_path, text), "--out", out
@@ -365,7 +368,7 @@ def test_nonexistent_root_is_named(run: Run, tmp_path: Path) -> None:
 
 
 def test_help_lists_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
-    """pvegpu --help ends with the exit codes, one line each, 0 to 7."""
+    """pvegpu --help ends with the exit codes, one line each, 0 to 9."""
     with pytest.raises(SystemExit) as exited:
         main(["--help"])
     assert exited.value.code == 0
@@ -374,9 +377,12 @@ def test_help_lists_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     for code, words in [
         (0, "success"),
         (3, "--root is broken"),
-        (4, "spec is malformed"),
+        (4, "the spec, or the bundle given with --bundle, is malformed"),
         (5, "plan is refused"),
         (6, "cannot be rendered"),
+        (7, "applying to the host failed"),
+        (8, "pvegpu check: warnings"),
+        (9, "pvegpu check: at least one error"),
     ]:
         assert re.search(rf"^  {code}  .*{re.escape(words)}", out, re.MULTILINE), code
 
@@ -405,5 +411,5 @@ def test_console_script_plan(tmp_path: Path) -> None:
     )
     assert (result.returncode, result.stderr) == (0, "")
     assert f"--- a/{LXC_CONF}\n+++ b/{LXC_CONF}\n" in result.stdout
-    assert "plan for node kpro6: 6 file(s)" in result.stdout
+    assert "plan for node kpro6: 7 file(s)" in result.stdout
     assert list(tmp_path.iterdir()) == []

@@ -48,7 +48,9 @@ SPLIT = (
     "usr/local/sbin/pvegpu-vfio-split",
     "etc/systemd/system/pvegpu-vfio-split.service",
     "etc/modprobe.d/pvegpu-vfio.conf",
+    "etc/initramfs-tools/hooks/pvegpu-vfio-split",
 )
+HOOK = SPLIT[3]
 REVIEW_FILES = ("SUMMARY.md", "topology.svg", "MANIFEST.json", "revert/MANIFEST.json")
 SERVING = "ct/129/etc/systemd/system/sglang-qwen.service"
 
@@ -145,7 +147,7 @@ def bundle_files(artifacts: tuple[Artifact, ...], **header: Any) -> dict[str, st
     return {path: content for path, (content, _) in bundle_contents(artifacts, **header).items()}
 
 
-def header(name: str, facts: HostFacts) -> dict[str, str]:
+def header(name: str, facts: HostFacts) -> dict[str, Any]:
     return {"node": facts.node, "spec": f"examples/{name}.toml"}
 
 
@@ -167,7 +169,7 @@ GOLDEN_CASES = [
     pytest.param(name, path, id=golden_id(name, path))
     for name, example in EXAMPLES.items()
     for path in sorted(example.files)
-    if path != SPLIT[0] or name == FULL_SCRIPT
+    if path not in (SPLIT[0], HOOK) or name == FULL_SCRIPT
 ]
 # --- every artifact, as a file
 
@@ -204,6 +206,14 @@ def test_split_script_data(name: str, golden: Callable[[str], SnapshotAssertion]
     _, data = script_parts(script)
     assert data == golden("sh")
     assert join_script(body, data) == script
+
+
+@pytest.mark.parametrize("name", [name for name in EXAMPLES if name != FULL_SCRIPT])
+def test_initramfs_hook_differs_by_host_name_only(name: str) -> None:
+    """The initramfs hook is kpro6's, pinned whole above, with this host's name."""
+    node = rendered(name).facts.node
+    hook = rendered(FULL_SCRIPT).files[HOOK]
+    assert rendered(name).files[HOOK] == hook.replace("host kpro6,", f"host {node},")
 
 
 def test_script_parts_round_trip() -> None:
@@ -347,14 +357,19 @@ def test_kpro6_raw_lxc_lines_are_per_minor() -> None:
 # (test_split_script_data): checking kpro6's checks theirs. revert.sh differs per example.
 SHELL_CASES = [
     pytest.param(name, path, id=golden_id(name, path))
-    for name, path in [(FULL_SCRIPT, SPLIT[0]), *((n, "revert/revert.sh") for n in EXAMPLES)]
+    for name, path in [
+        (FULL_SCRIPT, SPLIT[0]),
+        (FULL_SCRIPT, HOOK),
+        *((n, "revert/revert.sh") for n in EXAMPLES),
+    ]
 ]
 
 
 @needs_shellcheck
 @pytest.mark.parametrize(("name", "path"), SHELL_CASES)
 def test_shell_passes_shellcheck(name: str, path: str, tmp_path: Path) -> None:
-    """The split script and every example's revert.sh pass `shellcheck -s sh -S style`."""
+    """The split script, its initramfs hook and every example's revert.sh pass
+    `shellcheck -s sh -S style`."""
     script = tmp_path / PurePosixPath(path).name
     script.write_text(rendered(name).files[path])
     result = shellcheck(script)

@@ -17,8 +17,10 @@ import signal
 import string
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import attrs
 import pytest
@@ -29,6 +31,7 @@ from pvegpu.host.facts import ConfigFile, HostFacts
 from pvegpu.pipeline import discover_for
 from pvegpu.planning.planner import plan
 from pvegpu.rendering.registry import render
+from pvegpu.serving.model_config import LINEAR_LAYER_TYPES
 from pvegpu.spec.load import load_spec, parse_spec
 from pvegpu.spec.schema import Spec
 
@@ -326,7 +329,9 @@ def _json_mutation(rng: random.Random, content: str) -> str:
     elif choice == 2:
         del text_config[key]
     elif choice == 3:
-        return content.replace("}", "]", 1) + "[" * rng.randrange(1, 100_000)
+        if rng.random() < 0.5:  # broken early: the decoder stops before the brackets
+            return content.replace("}", "]", 1) + "[" * rng.randrange(1, 100_000)
+        return _deeply_nested(rng, doc, text_config, rng.choice([key, "deep"]))
     else:
         text = json.dumps(doc).replace(
             '"' + key + '": ',
@@ -352,4 +357,166 @@ def test_mutated_model_configs_give_typed_errors() -> None:
         )
         mutated = attrs.evolve(facts, files=changed)
         outcomes.run(lambda m=mutated: plan_and_render(m, spec), f"#{index}: {content[:600]}")  # type: ignore[misc]
+    outcomes.check()
+
+
+# From what 3.11's JSON reader refuses (about 1000 levels) past what 3.13's takes (about
+# 10,000, where repr() of a nested object already raises RecursionError).
+DEEP = (500, 100_000)
+
+
+def _deeply_nested(
+    rng: random.Random, doc: dict[str, Any], holder: dict[str, Any], key: str
+) -> str:
+    """`doc` as JSON with `holder[key]` (a key pvegpu reads, or one it does not) nested
+    `[[...]]` or `{"a": ...}` deeply: valid JSON, past 3.11's reader or within 3.13's."""
+    depth = rng.randrange(*DEEP)
+    opening, closing = rng.choice([("[", "]"), ('{"a": ', "}")])
+    nested = opening * depth + ("[]" if opening == "[" else "1") + closing * depth
+    holder[key] = "\x00deep\x00"
+    return json.dumps(doc).replace(json.dumps(holder[key]), nested, 1)
+
+
+def _swap_file(facts: HostFacts, path: str, content: str) -> HostFacts:
+    """`facts` with the file at `path` holding `content` (added when facts lack it)."""
+    others = tuple(f for f in facts.files if f.path != path)
+    return attrs.evolve(facts, files=(*others, ConfigFile(path, content)))
+
+
+# -- the sizes of existing guests (VM 200 of kpro6-raw is NUMA-pinned, so they are read)
+
+VM_PATH = "etc/pve/qemu-server/200.conf"
+VM_CONFIG = """\
+boot: order=scsi0
+cores: 32
+cpu: host
+machine: q35
+memory: 262144
+name: snp-vm
+numa: 0
+scsi0: local-lvm:vm-200-disk-0,size=128G
+sockets: 1
+"""
+ODD_NUMBERS = [
+    "4.0",
+    "4_0",
+    "\u0664",  # ARABIC-INDIC DIGIT FOUR: int() reads it, Proxmox does not
+    "\uff14",  # FULLWIDTH DIGIT FOUR
+    "4\u00b2",  # a superscript two: isdigit() says yes, int() refuses
+    "+4",
+    "-4",
+    "0",
+    "0x20",
+    "1e3",
+    "9" * 19,
+    "9" * 5000,
+    "current=abc",
+    "current=4096,foo=1",
+    "current=",
+    ",",
+]
+
+
+def _size_mutation(rng: random.Random, content: str, key: str) -> str:
+    """`content` with its `key:` line's value replaced (or the line removed)."""
+    value = rng.choice([*ODD_NUMBERS, *NASTY_TEXT, None])
+    lines = [line for line in content.splitlines() if not line.startswith(f"{key}:")]
+    if value is not None:
+        lines.insert(rng.randrange(len(lines) + 1), f"{key}: {value}")
+    return "\n".join(lines) + "\n"
+
+
+def test_mutated_guest_sizes_give_typed_errors() -> None:
+    """VM 200's cores/sockets/memory and LXC 129's cores, odd in every way Proxmox refuses."""
+    rng = random.Random(f"{SEED}-sizes")
+    spec = load_spec(REPO / "examples" / "kpro6-raw.toml")
+    facts = _swap_file(discover_for(spec, REPO / "fixtures/sysfs/kpro6"), VM_PATH, VM_CONFIG)
+    plan_and_render(facts, spec)  # the unmutated VM config plans
+    lxc = next(f for f in facts.files if f.path == "etc/pve/lxc/129.conf")
+    outcomes = Outcomes()
+    for index in range(EXAMPLES):
+        path, content, keys = rng.choice(
+            [
+                (VM_PATH, VM_CONFIG, ("cores", "sockets", "memory")),
+                (lxc.path, lxc.content, ("cores",)),
+            ]
+        )
+        for key in rng.sample(keys, rng.randrange(1, len(keys) + 1)):
+            content = _size_mutation(rng, content, key)
+        mutated = _swap_file(facts, path, content)
+        outcomes.run(partial(plan_and_render, mutated, spec), f"#{index}: {path}:\n{content[:600]}")
+    outcomes.check()
+    assert outcomes.codes.get("vm-config-value-invalid") and outcomes.codes.get("ok")
+
+
+# -- the checkpoint index
+
+
+def _index_mutation(rng: random.Random, content: str) -> str:
+    doc = json.loads(content)
+    choice = rng.randrange(4)
+    if choice == 0:  # what json.loads reads besides numbers: NaN, infinities, 1e400
+        raw = rng.choice(["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "9" * 5000])
+        return json.dumps(doc).replace(str(doc["metadata"]["total_size"]), raw, 1)
+    if choice == 1:
+        doc["metadata"]["total_size"] = rng.choice(
+            [0, -1, 2**53 + 1, 2**64, 1.5, 1e308, True, None, [], {}, *NASTY_TEXT]
+        )
+    elif choice == 2:
+        doc[rng.choice(["metadata", "weight_map"])] = rng.choice([None, [], "x", 7])
+    else:
+        holder, key = rng.choice([(doc["metadata"], "total_size"), (doc, "deep")])
+        return _deeply_nested(rng, doc, holder, key)
+    return json.dumps(doc)
+
+
+def test_mutated_checkpoint_indexes_give_typed_errors() -> None:
+    rng = random.Random(f"{SEED}-index")
+    spec = load_spec(REPO / "examples" / "kpro6.toml")
+    facts = discover_for(spec, REPO / "fixtures/sysfs/kpro6")
+    (index,) = [f for f in facts.files if f.path.endswith("/model.safetensors.index.json")]
+    outcomes = Outcomes()
+    for number in range(EXAMPLES):
+        content = _index_mutation(rng, index.content)
+        mutated = _swap_file(facts, index.path, content)
+        outcomes.run(partial(plan_and_render, mutated, spec), f"#{number}: {content[:600]}")
+    outcomes.check()
+    assert outcomes.codes.get("checkpoint-index-invalid")
+
+
+# -- model configs in which few or no layers hold a KV cache
+
+
+def _kv_layer_mutation(rng: random.Random, content: str) -> str:
+    doc = json.loads(content)
+    text_config = doc["text_config"]
+    layers = text_config["num_hidden_layers"]
+    choice = rng.randrange(4)
+    if choice == 0:  # every layer linear, in any of the linear kinds
+        kinds = sorted(LINEAR_LAYER_TYPES)
+        text_config["layer_types"] = [rng.choice(kinds) for _ in range(layers)]
+    elif choice == 1:  # no layer_types: the interval decides, beyond the layer count too
+        del text_config["layer_types"]
+        text_config["full_attention_interval"] = rng.choice([layers + 1, 10**9, 2**60, 1, 0])
+    elif choice == 2:  # a few full layers at random places, or one
+        full = set(rng.sample(range(layers), rng.choice([1, 2, layers // 2])))
+        text_config["layer_types"] = [
+            "full_attention" if i in full else "linear_attention" for i in range(layers)
+        ]
+    else:  # head counts no model has: listing the valid TP sizes must not spin
+        key = rng.choice(["num_attention_heads", "num_key_value_heads", "linear_num_key_heads"])
+        text_config[key] = rng.choice([1_000_000_001, 2**53, 2**53 + 1, 7919])
+    return json.dumps(doc)
+
+
+def test_model_configs_with_few_or_no_kv_layers_give_typed_errors() -> None:
+    rng = random.Random(f"{SEED}-kv-layers")
+    spec = load_spec(REPO / "examples" / "kpro6.toml")
+    facts = discover_for(spec, REPO / "fixtures/sysfs/kpro6")
+    (config,) = [f for f in facts.files if f.path.endswith("/config.json")]
+    outcomes = Outcomes()
+    for index in range(EXAMPLES):
+        content = _kv_layer_mutation(rng, config.content)
+        mutated = _swap_file(facts, config.path, content)
+        outcomes.run(partial(plan_and_render, mutated, spec), f"#{index}: {content[:600]}")
     outcomes.check()

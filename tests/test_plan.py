@@ -328,3 +328,14 @@ def test_facts_lookups_see_the_facts_they_belong_to(kpro6: HostFacts) -> None:
     assert fewer.gpu(gpu.address) is None
     assert fewer.file("etc/pve/lxc/129.conf") is None
     assert fewer == attrs.evolve(kpro6, gpus=kpro6.gpus[1:], files=())
+
+
+def test_raw_mode_says_the_uvm_major_can_change() -> None:
+    """Raw lines carry nvidia-uvm's major, which the kernel assigns at module load: the
+    plan says so (and that `check` catches a stale one); devN lines need no major."""
+    from bundled import example_plan
+
+    (raw,) = [f for f in example_plan("kpro6-raw").findings if f.code == "nvidia-uvm-major-dynamic"]
+    assert raw.subject == "etc/pve/lxc/129.conf"
+    assert "major 509" in raw.message and "pvegpu check" in raw.message
+    assert not [f for f in example_plan("kpro6").findings if f.code == "nvidia-uvm-major-dynamic"]

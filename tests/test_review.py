@@ -184,6 +184,7 @@ def test_changed_files_order_and_targets(
     assert [(f.where, f.kind) for f in files] == [
         ("/etc/pve/lxc/129.conf", ChangeKind.PATCHED),
         ("/etc/pve/mapping/pci.cfg", ChangeKind.PATCHED),
+        ("/etc/initramfs-tools/hooks/pvegpu-vfio-split", ChangeKind.NEW),
         ("/etc/modprobe.d/pvegpu-vfio.conf", ChangeKind.NEW),
         ("/etc/systemd/system/pvegpu-vfio-split.service", ChangeKind.NEW),
         ("/usr/local/sbin/pvegpu-vfio-split", ChangeKind.NEW),
@@ -470,7 +471,7 @@ def test_every_bundle_path_exists_in_the_written_bundle(
         elif words[:2] == ["pct", "push"]:
             sources.append(words[3])
     relative = [s for s in sources if not s.startswith("/")]
-    assert len(relative) == 9
+    assert len(relative) == 10
     assert [s for s in relative if not (out / s).is_file()] == []
     assert (out / "MANIFEST.json").is_file() and (out / SUMMARY).is_file()
 

@@ -13,7 +13,7 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 
 import bundled
-from pvegpu.errors import PlanError, PvegpuError, RenderError
+from pvegpu.errors import PlanError, PvegpuError, SpecError
 from pvegpu.pipeline import discover_for
 from pvegpu.planning.plan import Plan
 from pvegpu.planning.planner import plan
@@ -201,7 +201,7 @@ def test_unknown_release_without_sources_is_refused(tmp_path: Path, kpro6_instal
     (site / "sglang-0.6.0.dist-info").mkdir(parents=True)
     (site / "sglang-0.6.0.dist-info" / "METADATA").write_text("Name: sglang\nVersion: 0.6.0\n")
     err = refusal(kpro6_installed, serving_spec(version=None, python="/srv/bare-env/bin/python3"))
-    assert isinstance(err, RenderError)
+    assert isinstance(err, SpecError)
     (problem,) = err.problems
     assert problem.code == "sglang-version-unknown"
     assert "no server_args.py" in problem.message

@@ -62,7 +62,7 @@ def test_type_errors_and_unknown_keys_reported_together() -> None:
 
 def test_bool_is_not_an_integer() -> None:
     """TOML `true` where a number belongs is refused, not read as 1."""
-    with pytest.raises(SpecError, match=r"pools\[0\]\.numa_node: expected an integer"):
+    with pytest.raises(SpecError, match=r"pools\[0\]\.numa_node \(line \d+\): expected an integer"):
         parse_spec(BASE.replace("numa_node = 0", "numa_node = true"))
 
 

@@ -21,6 +21,7 @@ from pvegpu.planning.plan import Plan, PoolKind
 from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.rendering.registry import render
 from pvegpu.rendering.split import (
+    INITRAMFS_HOOK_PATH,
     MODPROBE_PATH,
     SCRIPT_PATH,
     UNIT_PATH,
@@ -79,12 +80,14 @@ def install_root(base: Path, artifacts: dict[str, Artifact]) -> Path:
 
 
 def test_render_split_artifacts(artifacts: dict[str, Artifact]) -> None:
-    """Script 0755, unit and modprobe file 0644, all on the host, reasons one line each."""
-    assert list(artifacts) == [SCRIPT_PATH, UNIT_PATH, MODPROBE_PATH]
+    """Script and initramfs hook 0755, unit and modprobe file 0644, all on the host,
+    reasons one line each."""
+    assert list(artifacts) == [SCRIPT_PATH, UNIT_PATH, MODPROBE_PATH, INITRAMFS_HOOK_PATH]
     assert SCRIPT_PATH == "usr/local/sbin/pvegpu-vfio-split"
     assert UNIT_PATH == "etc/systemd/system/pvegpu-vfio-split.service"
     assert MODPROBE_PATH == "etc/modprobe.d/pvegpu-vfio.conf"
-    assert [a.mode for a in artifacts.values()] == [0o755, 0o644, 0o644]
+    assert INITRAMFS_HOOK_PATH == "etc/initramfs-tools/hooks/pvegpu-vfio-split"
+    assert [a.mode for a in artifacts.values()] == [0o755, 0o644, 0o644, 0o755]
     for artifact in artifacts.values():
         assert artifact.target == HOST
         assert artifact.base is None
@@ -149,7 +152,7 @@ def test_patched_split_files_are_restored_on_revert(kpro6_plan: Plan, tmp_path: 
     )
     _installed(root, old)
     artifacts = render(root_plan(root))
-    paths = (SCRIPT_PATH, UNIT_PATH, MODPROBE_PATH)
+    paths = (SCRIPT_PATH, UNIT_PATH, MODPROBE_PATH, INITRAMFS_HOOK_PATH)
     applied = {a.path: a for a in artifacts if a.bundle != REVERT_BUNDLE and a.path in paths}
     reverts = {a.path: a for a in artifacts if a.bundle == REVERT_BUNDLE and a.path in paths}
     summary = next(a for a in artifacts if a.target == REVIEW and a.path == "SUMMARY.md")

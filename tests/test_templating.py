@@ -65,7 +65,13 @@ def test_edited_shipped_template_renders_the_edit(tmp_path: Path) -> None:
     """A cached shipped template, edited in place: the next process renders the edit."""
     templates = _copy_templates(tmp_path)
     name = "split-modprobe.conf.j2"
-    context = {"node": "kpro6", "script": "/s", "softdeps": ["nouveau"], "softdep_notes": []}
+    context = {
+        "node": "kpro6",
+        "script": "/s",
+        "hook": "/h",
+        "softdeps": ["nouveau"],
+        "softdep_notes": [],
+    }
     before = _fresh(templates, tmp_path / "cache").get_template(name).render(context)
     assert "softdep nouveau pre: vfio-pci\n" in before
 

@@ -336,7 +336,8 @@ def test_guests_without_pool_gpus_are_left_alone(tmp_path: Path) -> None:
         ("lxc.mount.entry = /dev/nvidia-uvm dev/nvidia-uvm none bind", None, False),
         ("lxc.cgroup2.devices.allow: c 195:7 rwm", 7, False),
         ("lxc.cgroup2.devices.allow = c 195:7 rw", 7, False),
-        ("lxc.cgroup2.devices.allow: c 195:255 rwm", 255, False),
+        ("lxc.cgroup2.devices.allow: c 195:255 rwm", None, False),  # nvidiactl, no GPU
+        ("lxc.cgroup2.devices.allow: c 195:254 rwm", None, False),  # nvidia-modeset
         ("lxc.cgroup2.devices.allow: c 508:0 rwm", None, False),
         ("lxc.cgroup2.devices.allow: b 195:7 rwm", None, False),
         ("lxc.cgroup2.devices.allow: b *:* rwm", None, False),
@@ -353,3 +354,50 @@ def test_which_lines_name_gpus(line: str, minor: int | None, every: bool) -> Non
     shared nodes, other majors, block rules and cgroup v1 name none."""
     parsed = ConfLine.parse(line + "\n")
     assert (lxcconf.gpu_minor(parsed), lxcconf.grants_every_gpu(parsed)) == (minor, every)
+
+
+def test_container_left_without_a_gpu_loses_its_shared_nodes(tmp_path: Path) -> None:
+    """CT 131 has only a VM GPU (nvidia4): with it gone, its nvidiactl and nvidia-uvm
+    lines, in both styles, go too (`pct start` fails on a node that is gone once no GPU is
+    left on nvidia), and the reason and the finding say so; other lines stay."""
+    uvm = host_facts("kpro6").char_major("nvidia-uvm")
+    shared = [
+        "dev1: /dev/nvidiactl,mode=0666",
+        "dev2: /dev/nvidia-uvm,mode=0666",
+        "dev3: /dev/nvidia-uvm-tools,mode=0666",
+        "lxc.cgroup2.devices.allow: c 195:255 rwm",
+        f"lxc.cgroup2.devices.allow: c {uvm}:* rwm",
+        "lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none bind,optional,create=file",
+    ]
+    ct131 = CT131_BASE + "dev0: /dev/nvidia4,mode=0666\n" + "".join(f"{s}\n" for s in shared)
+    ct131 += "lxc.cgroup2.devices.allow: c 226:128 rwm\n"
+    result = plan(variant(tmp_path, {CT131: ct131}), parse_spec(SPLIT))
+    (removed,) = result.containers_losing_gpus
+    assert removed.shared_keys == ("dev1", "dev2", "dev3", *["lxc.cgroup2.devices.allow"] * 2,
+                                   "lxc.mount.entry")  # fmt: skip
+    config = artifact(render(result), CT131)
+    assert [ln for ln in main_lines(ct131) if ln not in main_lines(config.content)] == [
+        "dev0: /dev/nvidia4,mode=0666",
+        *shared,
+    ]
+    assert "lxc.cgroup2.devices.allow: c 226:128 rwm" in main_lines(config.content)
+    assert "it keeps no GPU, so dev1, dev2, dev3" in config.reason
+    (finding,) = [f for f in of(result.findings, "container-loses-gpus") if f.subject == CT131]
+    assert "it keeps none, so its lines for the shared NVIDIA nodes (dev1, dev2" in finding.message
+
+
+def test_container_keeping_a_gpu_keeps_its_shared_nodes(tmp_path: Path) -> None:
+    """With a GPU left (nvidia3, in no pool), nvidiactl and nvidia-uvm stay."""
+    ct131 = CT131_BASE + (
+        "dev0: /dev/nvidia4,mode=0666\n"
+        "dev1: /dev/nvidia3,mode=0666\n"
+        "dev2: /dev/nvidiactl,mode=0666\n"
+        "dev3: /dev/nvidia-uvm,mode=0666\n"
+    )
+    result = plan(variant(tmp_path, {CT131: ct131}), parse_spec(SPLIT))
+    (removed,) = result.containers_losing_gpus
+    assert (removed.shared_majors, removed.shared_keys) == (None, ())
+    config = artifact(render(result), CT131)
+    assert [ln for ln in main_lines(ct131) if ln not in main_lines(config.content)] == [
+        "dev0: /dev/nvidia4,mode=0666"
+    ]

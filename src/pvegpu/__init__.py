@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pvegpu.errors import (
     ApplyError,
+    BundleError,
     DiscoveryError,
     PlanError,
     Problem,
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
         VmGuest,
     )
     from pvegpu.planning.planner import plan
-    from pvegpu.rendering.artifact import Artifact
+    from pvegpu.rendering.artifact import Artifact, ArtifactRole
     from pvegpu.rendering.bundle import write_bundle
     from pvegpu.rendering.registry import render
     from pvegpu.serving.decision import SglangServing
@@ -67,7 +68,7 @@ _HOMES = {
         "VmGuest",
     ),
     "pvegpu.planning.planner": ("plan",),
-    "pvegpu.rendering.artifact": ("Artifact",),
+    "pvegpu.rendering.artifact": ("Artifact", "ArtifactRole"),
     "pvegpu.rendering.bundle": ("write_bundle",),
     "pvegpu.rendering.registry": ("render",),
     "pvegpu.serving.decision": ("SglangServing",),
@@ -94,6 +95,8 @@ __all__ = [
     "GPU",
     "ApplyError",
     "Artifact",
+    "ArtifactRole",
+    "BundleError",
     "CpuList",
     "DiscoveryError",
     "Finding",

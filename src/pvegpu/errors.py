@@ -22,9 +22,13 @@ class Problem:
     message: str
     fix: str = ""
     """A line the user can act on or paste; empty when there is nothing to suggest."""
+    line: int | None = None
+    """The spec file's line that sets `subject` (a spec path), where the loader found it
+    (spec/lines.py); None for every other subject."""
 
     def __str__(self) -> str:
-        text = f"{self.subject}: {self.message} [{self.code}]"
+        where = self.subject if self.line is None else f"{self.subject} (line {self.line})"
+        text = f"{where}: {self.message} [{self.code}]"
         return f"{text}\n  fix: {self.fix}" if self.fix else text
 
 
@@ -54,6 +58,14 @@ class DiscoveryError(PvegpuError):
 
 class SpecError(PvegpuError):
     """The split spec is malformed; subjects are spec paths like `pools[1].gpus[0]`."""
+
+    exit_code = 4
+
+
+class BundleError(PvegpuError):
+    """The bundle given with `--bundle` cannot be used: missing, not a pvegpu bundle with
+    apply steps, or changed after it was rendered. Like a malformed spec, it is input the
+    user fixes (render again), so it shares the spec's exit code."""
 
     exit_code = 4
 

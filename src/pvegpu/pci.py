@@ -7,11 +7,14 @@ from collections.abc import Iterable
 
 import attrs
 
-_FULL = re.compile(r"^([0-9a-fA-F]{4}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
-_SHORT = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+# The kernel names a function "%04x:%02x:%02x.%d": the domain has four hex digits or
+# more. Domains above ffff are real: Intel VMD puts the devices behind it in 10000 and
+# up, SPDK's VMD driver in 6-digit ones. pci_domain_nr() is an int, so at most 8 digits.
+_FULL = re.compile(r"^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+_SHORT = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 
 
-_LIMITS = {"domain": 0xFFFF, "bus": 0xFF, "device": 0x1F, "function": 0x7}
+_LIMITS = {"domain": 0xFFFFFFFF, "bus": 0xFF, "device": 0x1F, "function": 0x7}
 
 
 def _check_address(inst: PciAddress, attribute: attrs.Attribute[int], value: int) -> None:
@@ -38,12 +41,20 @@ class PciAddress:
 
     @classmethod
     def parse_lenient(cls, text: str) -> PciAddress:
-        """Also accept `81:00.0` (domain 0000), the form lspci and humans write."""
+        """Also accept `81:00.0` (domain 0000), the form lspci and humans write.
+
+        On a host with several domains `81:00.0` may name a function of each: a caller
+        resolving it against a host checks `names_domain` and looks in every domain."""
         match = _SHORT.fullmatch(text)
         if match is None:
             raise ValueError(f"{text!r} is not a PCI address (expected dddd:bb:dd.f or bb:dd.f)")
         domain, *rest = match.groups()
         return cls._from_groups((domain or "0000", *rest))
+
+    @staticmethod
+    def names_domain(text: str) -> bool:
+        """Whether an address `parse_lenient` accepts says its domain (`0000:81:00.0`)."""
+        return text.count(":") == 2
 
     @classmethod
     def _from_groups(cls, groups: Iterable[str | None]) -> PciAddress:
@@ -59,8 +70,13 @@ class PciAddress:
 
     @property
     def short(self) -> str:
-        """`81:00.0`, as admins say it; only unambiguous on domain 0000."""
+        """`81:00.0` on domain 0000, as lspci prints it; the full address elsewhere."""
         return str(self)[5:] if self.domain == 0 else str(self)
+
+    @property
+    def bus_device_function(self) -> tuple[int, int, int]:
+        """What a short address (`81:00.0`) names: the same in every domain."""
+        return (self.bus, self.device, self.function)
 
     def with_function(self, function: int) -> PciAddress:
         return attrs.evolve(self, function=function)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pvegpu.host.container_units import read_container_units
 from pvegpu.host.discover import read_host
 from pvegpu.host.facts import HostFacts
 from pvegpu.host.reader import RootReader
@@ -22,13 +23,16 @@ if TYPE_CHECKING:
 
 
 def discover_for(spec: Spec, root: Path = Path("/")) -> HostFacts:
-    """Host facts plus the files this spec's servers need (model config, container rootfs).
+    """Host facts plus the files this spec's servers need (model config, container rootfs)
+    and the enabled units of the containers whose GPUs it may change.
 
-    The only I/O of the pipeline: after this, planning and rendering are pure. Both
+    The only I/O of the pipeline: after this, planning and rendering are pure. The
     readings share one `RootReader`: one set of rules, links and directories looked up once.
     """
     reader = RootReader(root)
-    return add_serving_files(read_host(reader), read_serving(reader, spec))
+    facts = add_serving_files(read_host(reader), read_serving(reader, spec))
+    # The units of the containers whose GPUs the plan may change (their own servers).
+    return add_serving_files(facts, read_container_units(reader, spec, facts))
 
 
 def plan_and_render(facts: HostFacts, spec: Spec) -> tuple[Plan, tuple[Artifact, ...]]:

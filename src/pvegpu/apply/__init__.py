@@ -2,6 +2,7 @@
 
 - host.py: the effects seam (`Host`) and the real host (`LiveHost`, root `/`);
 - bundle.py: a rendered bundle read back (MANIFEST.json, files, steps as actions);
+- commands.py: the host commands a runbook runs, checked up front (`command-missing`);
 - preflight.py: what is checked before the first change;
 - execute.py: the steps, journaled and resumable; state.py: journal and backups;
 - run.py: `apply_bundle` (preflight, steps, final verification); undo.py: `revert`;

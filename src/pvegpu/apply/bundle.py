@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from pvegpu.errors import ApplyError, Problem
+from pvegpu.errors import BundleError, Problem
 from pvegpu.rendering.artifact import REVERT_BUNDLE, REVIEW
 from pvegpu.rendering.bundle import MANIFEST, MANIFEST_SCHEMA
 from pvegpu.rendering.outdir import relative_path
@@ -70,8 +70,8 @@ class Bundle:
         return found
 
 
-def _bad(message: str) -> ApplyError:
-    return ApplyError(
+def _bad(message: str) -> BundleError:
+    return BundleError(
         [Problem("bundle-invalid", MANIFEST, message, "render the bundle again with pvegpu")]
     )
 
@@ -81,7 +81,7 @@ def read_bundle_dir(out: Path) -> Bundle:
     try:
         manifest = (out / MANIFEST).read_text(encoding="utf-8")
     except OSError as err:
-        raise ApplyError.one(
+        raise BundleError.one(
             "bundle-missing", str(out / MANIFEST), f"cannot be read: {err.strerror}",
             "pass the directory `pvegpu render --out` wrote",
         ) from err  # fmt: skip
@@ -115,14 +115,17 @@ def parse_bundle(manifest: str, file: Any) -> Bundle:
         raise _bad(f"not a {MANIFEST_SCHEMA} manifest")
     apply = doc.get("apply")
     if not isinstance(apply, dict) or apply.get("schema") != APPLY_SCHEMA:
-        raise _bad("has no apply steps (rendered by an older pvegpu, or by the library)")
+        raise _bad(
+            "has no apply steps (rendered by an older pvegpu, or by write_bundle without "
+            "plan=: docs/api.md)"
+        )
     entries = []
     for raw in doc.get("artifacts", []):
         if raw.get("bundle") == REVERT_BUNDLE or raw.get("target") == REVIEW:
             continue
         content = file(raw["file"])
         if hashlib.sha256(content).hexdigest() != raw["sha256"]:
-            raise ApplyError.one(
+            raise BundleError.one(
                 "bundle-edited",
                 raw["file"],
                 "differs from the sha256 MANIFEST.json lists: the bundle was changed "

@@ -4,12 +4,16 @@
 host would be owned by `nobody` inside) and reaches any storage, zvols included; it
 needs the container running. A push lands beside the target and is renamed over it
 inside the container, so a kill leaves the old unit or the new one, never half of one.
+A tree that is not the running machine (a snapshot) has no container to ask: `read`
+takes the file from the container's root file system directory in the tree.
 """
 
 from __future__ import annotations
 
 from pvegpu.apply.host import Completed, Host, sha256_of
 from pvegpu.errors import ApplyError
+from pvegpu.host.reader import RootReader
+from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
 
 NEW_SUFFIX = ".pvegpu-new"
 
@@ -46,10 +50,33 @@ def exists(host: Host, vmid: int, path: str) -> bool:
 
 def read(host: Host, vmid: int, path: str) -> bytes | None:
     """The file inside the running container, None when it does not exist."""
+    if not host.live:
+        return _read_in_tree(host, vmid, path)
     if not exists(host, vmid, path):
         return None
     done = checked(host, pct_exec(vmid, "cat", "/" + path), f"reading CT {vmid}:/{path}")
     return done.stdout.encode()
+
+
+def _read_in_tree(host: Host, vmid: int, path: str) -> bytes | None:
+    """The file as discovery read it: under the root file system's directory in the tree."""
+    conf, storage = host.read(f"etc/pve/lxc/{vmid}.conf"), host.read(STORAGE_CFG)
+    location = locate_rootfs(
+        vmid,
+        None if conf is None else conf.decode(errors="replace"),
+        None if storage is None else storage.decode(errors="replace"),
+    )
+    if location.path is None or not RootReader(host.root).is_dir(location.path):
+        where = location.path or location.why or "no rootfs line"
+        raise ApplyError.one(
+            "not-in-tree",
+            f"CT {vmid}:/{path}",
+            f"cannot be compared: the container's root file system ({where}) is not in "
+            f"the tree under {host.root}",
+            "take the snapshot on the node with `pvegpu snapshot --spec SPEC`, which keeps "
+            "the container files the spec reads, and dry-run against that",
+        )
+    return host.read(f"{location.path}/{path}")
 
 
 def write(

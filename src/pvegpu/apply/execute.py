@@ -107,14 +107,21 @@ class Executor:
     def already(self, action: Action) -> str | None:
         """Why the host already is as `action` would leave it; None when it must run."""
         host = self.host
+        if not host.live and not isinstance(action, InstallFile | WritePveFile | PushFile):
+            return None  # a tree (a snapshot) holds files, not what runs: no command asks
         if isinstance(action, InstallFile | WritePveFile):
             entry = self.bundle.by_file(action.file)
             if sha256_of(host.read(entry.path)) == entry.sha256:
                 return f"/{entry.path} equals the bundle's copy"
         elif isinstance(action, PushFile):
             entry = self.bundle.by_file(action.file)
-            if container.running(host, action.vmid):
-                now = container.read(host, action.vmid, entry.path)
+            if not host.live or container.running(host, action.vmid):
+                try:
+                    now = container.read(host, action.vmid, entry.path)
+                except ApplyError:
+                    if host.live:
+                        raise
+                    return None  # not in the snapshot: preflight named it if it matters
                 if sha256_of(now) == entry.sha256:
                     return f"CT {action.vmid}:/{entry.path} equals the bundle's copy"
         elif isinstance(action, StopContainer):

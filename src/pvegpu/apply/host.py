@@ -10,8 +10,12 @@ and the guest config locks):
   (`/etc/pve/priv/lock/file-<path with . and / as _>`), cluster-wide;
 - every write is `<file>.tmp.<pid>` (O_EXCL), fsync, rename over the target: a kill at any
   moment leaves the old file or the new one, never a mix. /etc/pve takes no chmod.
-Commands run only when the root is `/`: against a copied tree they would still act on
-the live machine. Tests subclass LiveHost and answer the commands themselves.
+Commands run only when the root is `/` (`live`): against a copied tree they would still
+act on the live machine. A root that is not `/` (a snapshot, for `apply --dry-run`) is read
+as if it were `/`, its links resolved inside it, so nothing of the live `/` is read. A
+command that is not installed is a `command-missing` problem, never a traceback.
+`exclusive` is the one node-wide lock of apply and revert. Tests subclass LiveHost and
+answer the commands themselves.
 """
 
 from __future__ import annotations
@@ -21,16 +25,19 @@ import fcntl
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Protocol
 
 import attrs
 
+from pvegpu.apply.commands import missing_command
 from pvegpu.errors import ApplyError
+from pvegpu.host.reader import RootReader
 
 LOCK_TIMEOUT_S = 10.0
 """How long Proxmox itself waits for a guest config lock or a pmxcfs lock."""
@@ -64,6 +71,8 @@ class Host(Protocol):
     """Every effect apply has on a host. Paths are relative to the host's root."""
 
     root: Path
+    live: bool
+    """Commands run here and act on this host: the root is the running machine's `/`."""
 
     def read(self, path: str) -> bytes | None: ...
 
@@ -74,6 +83,13 @@ class Host(Protocol):
     def remove(self, path: str, *, before: frozenset[str] | None) -> None: ...
 
     def run(self, argv: Sequence[str]) -> Completed: ...
+
+    def installed(self, command: str) -> bool:
+        """`command` (a name looked up on PATH, or an absolute path) can be run."""
+
+    def exclusive(self, rel: str) -> AbstractContextManager[None]:
+        """Hold the exclusive lock `rel` for the block; refuse at once (`apply-locked`,
+        naming the holder's pid) when another process holds it."""
 
     def holders(self, devices: Sequence[str]) -> tuple[Holder, ...]: ...
 
@@ -98,20 +114,34 @@ class LiveHost:
 
     def __init__(self, root: Path = Path("/")) -> None:
         self.root = root
+        self.live = os.path.realpath(root) == "/"
 
     # --- files --------------------------------------------------------------
+
+    @staticmethod
+    def _checked(rel: str) -> str:
+        if rel.startswith("/") or ".." in rel.split("/"):
+            raise ApplyError.one(
+                "apply-path", rel, "not a path inside the root", "this is a pvegpu bug; report it"
+            )
+        return rel
 
     def _abs(self, rel: str) -> Path:
         """The file's real place, its directory's links resolved but kept inside the root.
 
         /etc/pve/lxc is a link to /etc/pve/nodes/<node>/lxc on a Proxmox node: the file
         is written where the link leads; the file itself is never a link followed.
+        Only the running machine is changed: a tree under another root is only read.
         """
-        if rel.startswith("/") or ".." in rel.split("/"):
+        path = self.root / self._checked(rel)
+        if not self.live:
             raise ApplyError.one(
-                "apply-path", rel, "not a path inside the root", "this is a pvegpu bug; report it"
+                "apply-not-live",
+                str(self.root),
+                f"/{rel} would be changed in this tree, and the commands that go with it "
+                "would act on the running machine",
+                "run apply on the node itself, with --root /; elsewhere only --dry-run",
             )
-        path = self.root / rel
         parent = Path(os.path.realpath(path.parent))
         root = Path(os.path.realpath(self.root))
         if parent != root and root not in parent.parents:
@@ -123,8 +153,18 @@ class LiveHost:
             )
         return parent / path.name
 
+    def _in_tree(self, rel: str) -> Path | None:
+        """`rel` in a tree that is not the running machine (a snapshot), its directory
+        resolved as if the root were `/` (an absolute link means root/...), so that no
+        lookup reaches the live `/`; None when the directory is not in the tree."""
+        head, _, name = self._checked(rel).rpartition("/")
+        real = RootReader(self.root).directory(head) if head else ""
+        return None if real is None else self.root / real / name
+
     def read(self, path: str) -> bytes | None:
-        target = self._abs(path)
+        target = self._abs(path) if self.live else self._in_tree(path)
+        if target is None:
+            return None
         try:
             fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
@@ -248,20 +288,80 @@ class LiveHost:
     # --- commands, processes, sysfs -----------------------------------------
 
     def run(self, argv: Sequence[str]) -> Completed:
-        if os.path.realpath(self.root) != "/":
+        if not self.live:
             raise ApplyError.one(
                 "apply-not-live",
                 str(self.root),
                 f"`{' '.join(argv)}` would act on the running machine, not on this root",
                 "run apply on the node itself, with --root /",
             )
+        try:
+            return self._execute(tuple(argv))
+        except FileNotFoundError:
+            # Preflight checks the runbook's commands; this catches any other one.
+            raise ApplyError([missing_command(argv[0], f"`{' '.join(argv)}`")]) from None
+        except OSError as err:
+            raise ApplyError.one(
+                "command-failed",
+                " ".join(argv),
+                f"cannot be started: {err.strerror}",
+                "fix the cause, then run pvegpu apply again (it resumes) or pvegpu revert",
+            ) from None
+
+    def _execute(self, argv: tuple[str, ...]) -> Completed:
+        """Run `argv` (OSError when it cannot be started); tests answer it themselves."""
         proc = subprocess.run(
             list(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False
         )
-        return Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+        return Completed(argv, proc.returncode, proc.stdout, proc.stderr)
+
+    def installed(self, command: str) -> bool:
+        # The PATH lookup subprocess makes too: what is found here is what would run.
+        return shutil.which(command) is not None
+
+    @contextmanager
+    def exclusive(self, rel: str) -> Iterator[None]:
+        """A non-blocking flock on `rel`, our pid in it while held (cleared before release,
+        so no refusal names a stale pid). Refusing, not waiting: a run that waited would
+        act on a host the first one changed. A kill releases it with the process."""
+        lock = self._abs(rel)
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as err:
+            raise ApplyError.one(
+                "lock-unusable", "/" + rel, f"cannot be opened: {err.strerror}",
+                "make it a plain file (it holds only a pid), then run this again",
+            ) from None  # fmt: skip
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                who = f"process {pid}" if pid.isdigit() else "another process"
+                raise ApplyError.one(
+                    "apply-locked",
+                    "/" + rel,
+                    f"is held by {who}: another pvegpu apply or revert is running on this "
+                    "node, and two at once would interleave their steps",
+                    f"wait until it has finished (`ps -p {pid if pid.isdigit() else '<pid>'}`),"
+                    " then run this again",
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            try:
+                yield
+            finally:
+                os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
 
     def holders(self, devices: Sequence[str]) -> tuple[Holder, ...]:
         """Processes with one of `devices` open, from /proc/<pid>/fd under the root."""
+        if not self.live:
+            # A snapshot holds no processes; links under a tree's proc/ could lead into
+            # the live /proc of the machine reviewing it.
+            return ()
         wanted = set(devices)
         found: list[Holder] = []
         proc = self.root / "proc"

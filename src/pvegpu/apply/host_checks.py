@@ -17,7 +17,7 @@ from pvegpu.host.paths import CONTAINER_LIBDIRS, DPKG_STATUS, NVIDIA_LIBRARY, dr
 from pvegpu.host.reader import RootReader
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.pvefiles.guestconf import parse_lines, split_sections
-from pvegpu.pvefiles.lxcconf import is_gpu_line
+from pvegpu.pvefiles.lxcconf import is_gpu_line, raw_uvm_majors
 from pvegpu.pvefiles.pcicfg import parse_mappings
 from pvegpu.serving.container import container_driver_state
 from pvegpu.serving.unitfile import (
@@ -152,8 +152,29 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[CheckFinding]:
                     f"TP {running.tp} with P2P on while the IOMMU translates DMA: P2P transfers "
                     "corrupt or hang; set NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce",
                 )
+    yield from _uvm_majors(reader, facts)
     yield from _mappings(reader, facts)
     yield from _vfio_ids(facts)
+
+
+def _uvm_majors(reader: RootReader, facts: HostFacts) -> Iterator[CheckFinding]:
+    """Raw-style containers allow nvidia-uvm by its major, which the kernel hands out
+    when the module loads: after a driver update it can differ from the rendered rule."""
+    major = facts.char_major("nvidia-uvm")
+    if major is None:
+        return
+    for vmid in _gpu_containers(reader):
+        text = reader.read(f"etc/pve/lxc/{vmid}.conf") or ""
+        allowed = raw_uvm_majors(text)
+        if allowed is not None and major not in allowed:
+            yield CheckFinding(
+                "error",
+                "container-uvm-major-stale",
+                f"etc/pve/lxc/{vmid}.conf",
+                f"CT {vmid} bind-mounts /dev/nvidia-uvm but allows no `c {major}:` rule: "
+                f"nvidia-uvm's major is {major} now (/proc/devices), so CUDA fails in the "
+                'container; render and apply again (or use devices = "dev")',
+            )
 
 
 def _mappings(reader: RootReader, facts: HostFacts) -> Iterator[CheckFinding]:

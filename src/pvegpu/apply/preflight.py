@@ -1,5 +1,8 @@
 """What apply checks before its first change, refusing with every problem and writing nothing.
 
+- the commands: every host command the runbook runs is installed (else this is not a
+  Proxmox VE node, and nothing else is checked: it would ask `pct` about containers that
+  are not there);
 - the node: apply runs on the host the bundle was rendered for;
 - each patched file still has the sha256 the patch was made from (or, when an earlier
   run wrote it, the bundle's new one): anything else means re-render;
@@ -7,6 +10,10 @@
   driver as the plan saw them (a resumed apply may find the driver it moved them to);
 - no process outside the containers apply stops holds a GPU that moves;
 - no guest apply touches carries `lock:` (a backup, snapshot or migration runs).
+
+Against a tree that is not the running machine (`apply --root SNAPSHOT --dry-run`) every
+check reads the tree, container files included (from the root file system's directory in
+it), and no command is checked or run.
 """
 
 from __future__ import annotations
@@ -16,8 +23,9 @@ from collections.abc import Iterator
 
 from pvegpu.apply import container
 from pvegpu.apply.bundle import Bundle
+from pvegpu.apply.commands import missing_commands
 from pvegpu.apply.host import Host, sha256_of
-from pvegpu.errors import DiscoveryError, Problem
+from pvegpu.errors import ApplyError, DiscoveryError, Problem
 from pvegpu.host.discover import discover
 from pvegpu.pvefiles.guestconf import parse_lines, split_sections
 from pvegpu.rendering.review.actions import CheckHolders, StopContainer, WritePveFile
@@ -29,14 +37,28 @@ _IDS = ("vendor", "device", "subsystem_vendor", "subsystem_device", "class", "io
 _RERENDER = "discover and render again (pvegpu render), review, then apply the new bundle"
 
 
-def preflight(host: Host, bundle: Bundle, *, resuming: bool) -> tuple[Problem, ...]:
+def preflight(
+    host: Host, bundle: Bundle, *, resuming: bool, compared: list[str] | None = None
+) -> tuple[Problem, ...]:
+    """Every problem found; `compared` gets a line for each file compared with its base."""
+    not_node = not_this_node(host, bundle)
+    if not_node:
+        return not_node
     return (
         *_node(host, bundle),
-        *_files(host, bundle),
+        *_files(host, bundle, [] if compared is None else compared),
         *_facts(host, bundle, resuming=resuming),
         *_holders(host, bundle),
         *_locks(host, bundle),
     )
+
+
+def not_this_node(host: Host, bundle: Bundle) -> tuple[Problem, ...]:
+    """A command of the runbook is missing: not a Proxmox VE node, and so nothing else is
+    checked (it would ask `pct` about containers that are not there). Checked before the
+    apply lock is taken, so that such a machine is left without a state directory."""
+    missing = missing_commands(host, bundle) if host.live else ()
+    return (*_node(host, bundle), *missing) if missing else ()
 
 
 def _node(host: Host, bundle: Bundle) -> Iterator[Problem]:
@@ -51,7 +73,7 @@ def _node(host: Host, bundle: Bundle) -> Iterator[Problem]:
         )
 
 
-def _files(host: Host, bundle: Bundle) -> Iterator[Problem]:
+def _files(host: Host, bundle: Bundle, compared: list[str]) -> Iterator[Problem]:
     for entry in bundle.entries:
         if entry.base_sha256 is None:
             continue
@@ -59,12 +81,23 @@ def _files(host: Host, bundle: Bundle) -> Iterator[Problem]:
         if vmid is None:
             now = sha256_of(host.read(entry.path))
             where = "/" + entry.path
-        elif container.running(host, vmid):
-            now = sha256_of(container.read(host, vmid, entry.path))
+        elif not host.live or container.running(host, vmid):
+            # A tree (a snapshot) holds the container's files whether it runs or not.
+            try:
+                now = sha256_of(container.read(host, vmid, entry.path))
+            except ApplyError as err:
+                yield from err.problems
+                continue
             where = f"CT {vmid}:/{entry.path}"
         else:
-            continue  # stopped: checked when the step pushes it (pct needs it running)
-        if now not in (entry.base_sha256, entry.sha256):
+            # Stopped: compared when the step pushes it (pct needs it running).
+            compared.append(f"CT {vmid}:/{entry.path}: compared when pushed (CT {vmid} stopped)")
+            continue
+        if now == entry.base_sha256:
+            compared.append(f"{where}: as rendered (sha256 {now[:12]})")
+        elif now == entry.sha256:
+            compared.append(f"{where}: already the bundle's new copy (sha256 {now[:12]})")
+        else:
             yield Problem(
                 "file-changed",
                 where,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pvegpu.apply import container
 from pvegpu.apply.bundle import Bundle
+from pvegpu.apply.commands import refuse_off_node
 from pvegpu.apply.container import checked, pct_exec
 from pvegpu.apply.execute import Executor, Say
 from pvegpu.apply.host import Host
-from pvegpu.apply.preflight import preflight
-from pvegpu.apply.state import State
+from pvegpu.apply.preflight import not_this_node, preflight
+from pvegpu.apply.state import LOCK, State
 from pvegpu.errors import ApplyError, Problem
 from pvegpu.rendering.review.actions import StartService, WaitHealthy
 from pvegpu.rendering.review.commands import HEALTH_TIMEOUT_S, SPLIT_SCRIPT
@@ -18,23 +19,67 @@ def apply_bundle(host: Host, bundle: Bundle, say: Say, *, dry_run: bool = False)
     """Apply `bundle` to `host`; with dry_run, check and print everything, change nothing.
 
     Raises ApplyError with every preflight problem before any change, or with the first
-    failed action after; either way apply can be run again.
+    failed action after; either way apply can be run again. Only one apply or revert runs
+    on a node at a time (`LOCK`); a dry run takes no lock, since it writes nothing.
     """
+    if dry_run:
+        _dry_run(host, bundle, say)
+        return
+    refuse_off_node(host)
+    not_node = not_this_node(host, bundle)
+    if not_node:
+        raise ApplyError(not_node)
+    with host.exclusive(LOCK):
+        _apply(host, bundle, say)
+
+
+def _state(host: Host, bundle: Bundle) -> State:
     state = State(host, bundle.id)
-    if state.reverted and not dry_run:
-        state = State.fresh(host, bundle.id)  # applied again after a revert: a new start
-    resuming = state.exists and not state.reverted
+    if state.reverted:
+        # Applied again after a revert: a new start (in memory until its first event), so
+        # the old journal's `done` events count for nothing, not even in a dry run.
+        state = State.fresh(host, bundle.id)
+    return state
+
+
+def _dry_run(host: Host, bundle: Bundle, say: Say) -> None:
+    state = _state(host, bundle)
+    if not host.live:
+        say(
+            f"dry run against the tree under {host.root}: no command runs; what only a "
+            "command could tell (a container running, a unit active or enabled) is not in "
+            "a tree, so those steps read `would run`"
+        )
+    resuming = state.exists
+    compared: list[str] = []
+    problems = preflight(host, bundle, resuming=resuming, compared=compared)
+    if problems:
+        raise ApplyError(problems)
+    if host.live:
+        say("preflight passed: node, devices and drivers, GPU holders, guest locks")
+    else:
+        say(
+            f"preflight passed on {host.root}: node, devices and drivers, guest locks (which "
+            "process holds a GPU is not in a snapshot: the step that checks it runs on the node)"
+        )
+    for line in compared:
+        say(f"  base file {line}")
+    if resuming:
+        say(f"an apply of {bundle.id} was begun here (journal /{state.dir}/journal.json)")
+    Executor(host, bundle, state, say).run(dry_run=True)
+    say("dry run: nothing was changed")
+
+
+def _apply(host: Host, bundle: Bundle, say: Say) -> None:
+    state = _state(host, bundle)
+    resuming = state.exists
     problems = preflight(host, bundle, resuming=resuming)
     if problems:
         raise ApplyError(problems)
     if resuming:
         say(f"resuming apply {bundle.id} (journal /{state.dir}/journal.json)")
-    if not dry_run:
-        state.save_bundle(bundle)
-    Executor(host, bundle, state, say).run(dry_run=dry_run)
-    if dry_run:
-        say("dry run: nothing was changed")
-        return
+    state.save_bundle(bundle)
+    Executor(host, bundle, state, say).run(dry_run=False)
     verify(host, bundle, say)
     state.set_flag("finished", True)
     say(f"applied {bundle.id}; `pvegpu revert` undoes it")

@@ -7,7 +7,8 @@ hold tokens):
   first replaced it (only the first backup counts: a rerun finds the new file there);
 - `journal.json`: every action begun and done, with what it found (`was_running`), and
   every backup; rewritten whole, by rename, after each event, so it is never torn.
-`var/lib/pvegpu/apply/last` names the newest apply, the one `pvegpu revert` undoes.
+`var/lib/pvegpu/apply/last` names the newest apply, the one `pvegpu revert` undoes;
+`var/lib/pvegpu/apply/lock` is flocked by the one apply or revert running on the node.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pvegpu.errors import ApplyError
 
 STATE_DIR = "var/lib/pvegpu/apply"
 LAST = f"{STATE_DIR}/last"
+LOCK = f"{STATE_DIR}/lock"
 
 
 def backup_key(target: str, path: str) -> str:

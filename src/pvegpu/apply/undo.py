@@ -1,4 +1,6 @@
-"""`pvegpu revert`: undo the last apply from its state directory, newest action first.
+"""`pvegpu revert`: undo the last apply from its state directory, newest action first,
+except that a container's server is stopped and its own files put back before anything
+else (while it runs, and before it restarts with the old unit in place).
 
 Only actions the journal shows begun are undone, each by its inverse: a file goes back to
 its backup (or away, if apply created it), a stopped container or server is started
@@ -14,10 +16,11 @@ import posixpath
 
 from pvegpu.apply import container
 from pvegpu.apply.bundle import Bundle, parse_bundle
+from pvegpu.apply.commands import missing_commands, refuse_off_node
 from pvegpu.apply.container import checked, pct_exec
 from pvegpu.apply.execute import Say
 from pvegpu.apply.host import Host, sha256_of
-from pvegpu.apply.state import State, last_apply
+from pvegpu.apply.state import LOCK, State, last_apply
 from pvegpu.errors import ApplyError
 from pvegpu.rendering.revert import KEPT_SUFFIX
 from pvegpu.rendering.review.actions import (
@@ -65,29 +68,52 @@ def load_last(host: Host) -> tuple[Bundle, State]:
 
 
 def revert(host: Host, say: Say) -> None:
-    bundle, state = load_last(host)
+    """Undo the last apply; refused off the node, while another apply or revert runs
+    (`apply-locked`), and before any change when a command it needs is missing."""
+    refuse_off_node(host)
+    bundle, state = load_last(host)  # before the lock: no apply, no state directory made
+    missing = () if state.reverted else missing_commands(host, bundle)
+    if missing:
+        raise ApplyError(missing)  # before the first undo, not half way through
+    with host.exclusive(LOCK):
+        _revert(host, say)
+
+
+def _revert(host: Host, say: Say) -> None:
+    bundle, state = load_last(host)  # again: another run may have changed it meanwhile
     if state.reverted:
         say(f"apply {bundle.id} was already reverted; nothing to do")
         return
     rerun: list[HostCommand] = []
-    for i in reversed(range(len(bundle.steps))):
+    begun = [
+        (i, j)
+        for i in reversed(range(len(bundle.steps)))
+        for j in reversed(range(len(bundle.steps[i].actions)))
+        if state.begun(i, j) is not None
+    ]
+    # A container's own files go back first, while it still runs (pct push needs it
+    # running) and before it is stopped and started again: an enabled unit starts with
+    # its container, so the old one must be in place by then. Its server is stopped
+    # first. The rest is undone newest first.
+    early = [(i, j) for i, j in begun if isinstance(bundle.steps[i].actions[j], _IN_CONTAINER)]
+    for i, j in early + [k for k in begun if k not in early]:
         step = bundle.steps[i]
-        for j in reversed(range(len(step.actions))):
-            begun = state.begun(i, j)
-            if begun is None:
-                continue
-            action = step.actions[j]
-            if isinstance(action, HostCommand) and action.rerun_on_revert:
-                rerun.insert(0, action)
-                continue
-            done = state.done(i, j) or {}
-            say(f"undo step {i + 1} ({step.title}): {' ; '.join(action.lines())}")
-            _undo(host, bundle, state, action, done)
+        action = step.actions[j]
+        if isinstance(action, HostCommand) and action.rerun_on_revert:
+            rerun.insert(0, action)
+            continue
+        done = state.done(i, j) or {}
+        say(f"undo step {i + 1} ({step.title}): {' ; '.join(action.lines())}")
+        _undo(host, bundle, state, action, done)
     for action in dict.fromkeys(rerun):
         say(f"again, now that the files are back: {action.line}")
         checked(host, list(action.argv), action.line)
     state.set_flag("reverted", True)
     say(f"reverted apply {bundle.id}")
+
+
+_IN_CONTAINER = (StartService, PushFile, KeepAside)
+"""Undone before anything else: the server stopped, the container's files put back."""
 
 
 def _undo(

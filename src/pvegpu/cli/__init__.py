@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from importlib import import_module
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pvegpu.cli.arguments import EPILOG, build_parser
-from pvegpu.errors import PvegpuError
+from pvegpu.errors import Problem, PvegpuError
 from pvegpu.gcpause import command_paused, frozen_for_exit
 
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ["EPILOG", "REFUSAL_SCHEMA", "build_parser", "main", "refusal_document"]
+__all__ = ["EPILOG", "REFUSAL_SCHEMA", "build_parser", "located", "main", "refusal_document"]
 
 
 def _run_function(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
@@ -38,18 +40,46 @@ _WAITING_COMMANDS = frozenset({"apply", "revert"})
 cyclic collector on. Every other command is one short pass, run with it paused."""
 
 
-def refusal_document(command: str, err: PvegpuError) -> dict[str, Any]:
-    """What `--json` prints on a refusal (docs/cli.md, "Refusals as JSON")."""
+def refusal_document(
+    command: str, err: PvegpuError, problems: Sequence[Problem] | None = None
+) -> dict[str, Any]:
+    """What `--json` prints on a refusal (docs/cli.md, "Refusals as JSON"); `problems`:
+    the error's, with their spec lines (`located`), if not the error's own."""
     return {
         "schema": REFUSAL_SCHEMA,
         "command": command,
         "exit_code": err.exit_code,
         "problems": [
-            {"code": p.code, "subject": p.subject, "message": p.message, "fix": p.fix}
-            for p in err.problems
+            {
+                "code": p.code,
+                "subject": p.subject,
+                "message": p.message,
+                "fix": p.fix,
+                "line": p.line,
+            }
+            for p in (err.problems if problems is None else problems)
         ],
         "written": err.partial,
     }
+
+
+def located(problems: Sequence[Problem], spec: Path | None) -> tuple[Problem, ...]:
+    """`problems` with the line of `spec` that sets each spec-path subject (the planner's
+    `pools[0].gpus[1]`; the loader placed its own already). The spec is read again only
+    when a refusal names a spec path, and only as the loader reads it: a regular file,
+    UTF-8, of a spec's size; otherwise the problems are kept as they are."""
+    if spec is None or all(p.line is not None for p in problems):
+        return tuple(problems)
+    from pvegpu.spec.lines import locate  # only on a refusal that has a spec
+    from pvegpu.spec.load import MAX_SPEC_BYTES
+
+    try:
+        if not stat.S_ISREG(spec.stat().st_mode) or spec.stat().st_size > MAX_SPEC_BYTES:
+            return tuple(problems)
+        text = spec.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return tuple(problems)
+    return locate(problems, text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -66,14 +96,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         with paused:
             code: int = _run_function(args)(args)
     except PvegpuError as err:
+        problems = located(err.problems, getattr(args, "spec", None))
         print(f"pvegpu {args.command}: refused", file=sys.stderr)
-        for problem in err.problems:
+        for problem in problems:
             print(f"  {problem}", file=sys.stderr)
         if not err.partial:
             print("nothing was written.", file=sys.stderr)
         if getattr(args, "json", False):
             # The same refusal for automation, on stdout where --json output always goes.
-            print(json.dumps(refusal_document(args.command, err), indent=2))
+            print(json.dumps(refusal_document(args.command, err, problems), indent=2))
         return err.exit_code
     except BrokenPipeError:
         # `pvegpu plan | head`: the reader left; say nothing more, like other tools.

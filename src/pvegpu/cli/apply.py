@@ -7,8 +7,10 @@ import difflib
 import sys
 
 from pvegpu.apply.bundle import Bundle, bundle_from_files, read_bundle_dir
+from pvegpu.apply.commands import refuse_off_node
 from pvegpu.apply.host import LiveHost
 from pvegpu.apply.run import apply_bundle
+from pvegpu.apply.state import STATE_DIR
 from pvegpu.apply.undo import revert
 from pvegpu.errors import ApplyError
 from pvegpu.redact import redact_text
@@ -58,21 +60,26 @@ def _from_spec(args: argparse.Namespace, host: LiveHost) -> Bundle:
 
 def run_apply(args: argparse.Namespace) -> int:
     host = LiveHost(args.root)
+    if not args.dry_run:
+        refuse_off_node(host)  # before the diffs and the question, not after
     bundle = _from_spec(args, host) if args.spec else read_bundle_dir(args.bundle)
     if not args.dry_run:
         _confirm(f"apply bundle {bundle.id} to {bundle.node}?", args.yes)
+    journal = f"{STATE_DIR}/{bundle.id}/journal.json"
+    before = None if args.dry_run else host.read(journal)
     try:
         apply_bundle(host, bundle, _say, dry_run=args.dry_run)
     except ApplyError as err:
-        err.partial = (
-            not args.dry_run
-            and host.read(f"var/lib/pvegpu/apply/{bundle.id}/journal.json") is not None
-        )
+        # Written: this run journaled a step (a refusal before the first one leaves the
+        # journal of an earlier run as it was).
+        err.partial = not args.dry_run and host.read(journal) != before
         raise
     return 0
 
 
 def run_revert(args: argparse.Namespace) -> int:
+    host = LiveHost(args.root)
+    refuse_off_node(host)
     _confirm("undo the last pvegpu apply on this host?", args.yes)
-    revert(LiveHost(args.root), _say)
+    revert(host, _say)
     return 0

@@ -19,10 +19,12 @@ exit codes:
   1  unexpected internal error (a bug: please report it with `pvegpu snapshot`)
   2  usage error (bad command line)
   3  the sysfs/procfs tree under --root is broken (discovery error)
-  4  the spec is malformed
+  4  the spec, or the bundle given with --bundle, is malformed
   5  the plan is refused on this host (every problem is listed)
   6  an artifact cannot be rendered
   7  applying to the host failed (see the rollback notes printed)
+  8  pvegpu check: warnings, no errors
+  9  pvegpu check: at least one error
 """
 
 
@@ -172,7 +174,8 @@ def _apply_and_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
     c = sub.add_parser(
         "check",
-        help="compare the host with the plan (exit 0 clean, 8 warnings, 9 errors)",
+        help="compare the host with the plan (exit 0 clean, 8 warnings, 9 errors; 4: the "
+        "--bundle or --spec cannot be used)",
         description="Check the host as it is (container NVIDIA userspace against the host "
         "module, P2P under IOMMU translation, stale mappings, vfio-pci.ids) and, with "
         "--bundle or --spec, against the plan: drivers, the split unit, installed files, the "

@@ -11,7 +11,7 @@ from pathlib import Path
 from pvegpu.apply.bundle import Bundle, bundle_from_files, read_bundle_dir
 from pvegpu.apply.check import CheckReport, check
 from pvegpu.apply.host_checks import CheckFinding
-from pvegpu.errors import PlanError
+from pvegpu.errors import PlanError, SpecError
 
 CHECK_SCHEMA = "pvegpu.check/1"
 
@@ -25,8 +25,10 @@ def _spec_bundle(args: argparse.Namespace) -> tuple[Bundle | None, tuple[CheckFi
     spec = load_spec(args.spec)
     try:
         plan, artifacts = plan_and_render(discover_for(spec, args.root), spec)
-    except PlanError as err:
+    except (PlanError, SpecError) as err:
         # A host that no longer fits its plan is what check is for: report, do not stop.
+        # SpecError here is the server's options against the release installed now (an
+        # upgrade in the container); a spec that does not load was refused above.
         return None, tuple(
             CheckFinding("error", p.code, p.subject, p.message) for p in err.problems
         )

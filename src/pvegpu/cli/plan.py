@@ -17,7 +17,6 @@ from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.planning.plan import Plan
 from pvegpu.rendering.artifact import REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.rendering.bundle import manifest_entry, write_bundle
-from pvegpu.rendering.review.apply_doc import manifest_header
 from pvegpu.rendering.review.topology import topology_table
 from pvegpu.spec.load import load_spec
 from pvegpu.spec.schema import Spec
@@ -94,9 +93,9 @@ def run_render(args: argparse.Namespace) -> int:
 
         return run_cluster_render(args)
     _, plan, artifacts = loaded
-    # The header carries the runbook as actions: `pvegpu apply --bundle` runs those.
-    header = manifest_header(plan, artifacts, str(args.spec))
-    written = write_bundle(artifacts, args.out, **header)
+    # With the plan, MANIFEST.json carries the runbook as actions: `pvegpu apply --bundle`
+    # runs those. The library's documented call (docs/api.md), so the two cannot differ.
+    written = write_bundle(artifacts, args.out, plan=plan, spec=str(args.spec))
     if args.json:
         doc = {
             "schema": "pvegpu.render/1",

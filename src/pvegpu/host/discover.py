@@ -35,7 +35,7 @@ from pvegpu.host.facts import (
     VfioIdsSetting,
 )
 from pvegpu.host.listing import Listing
-from pvegpu.host.paths import SPLIT_SCRIPT
+from pvegpu.host.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT
 from pvegpu.host.reader import RECAPTURE, RootReader, Trace, fail
 from pvegpu.pci import CpuList, PciAddress
 
@@ -121,9 +121,10 @@ def _function(reader: RootReader, name: str, cpus: Callable[[str], CpuList]) -> 
     base = f"{PCI_DEVICES}/{name}"
     address = _parse(base, name, PciAddress.parse)
     if str(address) != name:
-        # The kernel writes lowercase; `0000:0A:00.0` next to `0000:0a:00.0` would be
-        # two entries for one address.
-        fail("bad-value", base, f"expected the kernel's lowercase form {str(address)!r}")
+        # The kernel writes lowercase, the domain as %04x (`10000:e1:00.0` behind Intel
+        # VMD, never `00010000:`); `0000:0A:00.0` next to `0000:0a:00.0` would be two
+        # entries for one address.
+        fail("bad-value", base, f"expected the kernel's form {str(address)!r}")
     # The device link is resolved once; every attribute is then read relative to the
     # real directory (about 25 readlinks per device otherwise). Errors still name the
     # path as accessed, `sys/bus/pci/devices/<BDF>/<file>`.
@@ -376,8 +377,9 @@ def _config_files(reader: RootReader) -> tuple[ConfigFile, ...]:
     # Host units: the split unit of an earlier run (the new one patches it) and any
     # hand-made unit that also moves GPUs between drivers (the planner warns).
     paths += [f"etc/systemd/system/{n}" for n in reader.listdir("etc/systemd/system", _is_unit)]
-    # pvegpu's installed split script: read so a re-render patches, not replaces, it.
-    paths += [p for p in (SPLIT_SCRIPT,) if reader.exists(p)]
+    # pvegpu's installed split script and initramfs hook: read so a re-render patches,
+    # not replaces, them.
+    paths += [p for p in (SPLIT_SCRIPT, SPLIT_INITRAMFS_HOOK) if reader.exists(p)]
     return tuple(ConfigFile(p, reader.need(p, "a readable file")) for p in sorted(paths))
 
 

@@ -14,6 +14,8 @@ SPLIT_SCRIPT = "usr/local/sbin/pvegpu-vfio-split"
 SPLIT_UNIT_NAME = "pvegpu-vfio-split.service"
 SPLIT_UNIT = f"etc/systemd/system/{SPLIT_UNIT_NAME}"
 SPLIT_MODPROBE = "etc/modprobe.d/pvegpu-vfio.conf"
+SPLIT_INITRAMFS_HOOK = "etc/initramfs-tools/hooks/pvegpu-vfio-split"
+"""Copies the split script into the initramfs, where the modprobe.d hook needs it."""
 
 # Inside a container's root filesystem.
 CONTAINER_LIBDIRS = ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu")

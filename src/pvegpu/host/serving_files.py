@@ -101,6 +101,7 @@ def read_serving(reader: RootReader, spec: Spec) -> ServingFiles:
                 found.add_sizes(model_dir, _is_shard)
         for directory in _rootfs_candidates(reader, pool.lxc.vmid, rootfs):
             _read_container(found, directory, serving.unit)
+            _add_python(found, directory, serving.python)
             for installed in read_installed_sglang(reader, directory, serving.python):
                 found.files.setdefault(installed.path, installed)
     return ServingFiles(tuple(found.files.values()), tuple(found.stats.values()))
@@ -146,6 +147,24 @@ def _read_container(found: _Found, rootfs: str, unit_name: str) -> None:
     for home in HOME_DIRS:
         for rel in reader.find(f"{rootfs}/{home}", unit, HOME_DEPTH):
             found.add(rel)
+
+
+def _add_python(found: _Found, rootfs: str, python: str) -> None:
+    """The unit's interpreter, as a size 0 at its spec path, when the container has that
+    name; nothing when it does not, and the serving checks then warn.
+
+    The name is not followed: a venv's `python3 -> /usr/bin/python3.12` points into the
+    container, which only the container resolves. A snapshot carries the name as an empty
+    file (an absolute link cannot be unpacked safely), so its size is never used: 0.
+    """
+    reader = found.reader
+    rel = f"{rootfs}/{python.lstrip('/')}"
+    real = reader.resolve(rel, follow=False)
+    if real is None:
+        return
+    if reader.trace is not None and real not in reader.trace.dirs:
+        reader.trace.sized.add(real)
+    found.stats.setdefault(rel, FileStat(rel, 0))
 
 
 def _add_unit_file(found: _Found, rootfs: str, rel: str) -> None:

@@ -20,9 +20,10 @@ from pathlib import Path
 import attrs
 
 from pvegpu.errors import DiscoveryError
+from pvegpu.host.container_units import read_container_units
 from pvegpu.host.discover import discover
 from pvegpu.host.facts import HostFacts
-from pvegpu.host.reader import Trace
+from pvegpu.host.reader import RootReader, Trace
 from pvegpu.host.serving_files import add_serving_files, read_serving_files
 from pvegpu.redact import redact_text
 from pvegpu.spec.schema import Spec
@@ -44,13 +45,14 @@ def snapshot(root: Path, out: Path, spec: Spec | None = None) -> Snapshot:
     """Archive what discovery reads under `root` into `out` (.tar.gz).
 
     With a spec, also what planning its servers reads (`discover_for`): the model's
-    config.json and index, the container's dpkg status, NVIDIA library names and unit.
+    config.json and index, the container's dpkg status, NVIDIA library names and unit,
+    and the enabled units of the containers whose GPUs it may change.
     Weight shards and libraries are archived as empty files: their names are what the
     checks use (the checkpoint size comes from model.safetensors.index.json).
 
     Discovery errors do not stop the capture: whatever was read before the problem is
     archived (that is what a bug report needs) and the first error is returned, not raised.
-    Both readings go through `pvegpu.host.reader`, whose trace is what is archived: there
+    Every reading goes through `pvegpu.host.reader`, whose trace is what is archived: there
     is no second list of what was read.
     """
     trace = Trace()
@@ -63,11 +65,14 @@ def snapshot(root: Path, out: Path, spec: Spec | None = None) -> Snapshot:
     if spec is not None:
         try:
             found = read_serving_files(root, spec, trace=trace)
+            if facts is not None:
+                facts = add_serving_files(facts, found)
+                # And, as discover_for, the enabled units of the containers it may change.
+                units = read_container_units(RootReader(root, trace), spec, facts)
+                facts = add_serving_files(facts, units)
         except DiscoveryError as err:
             error = error or err
             facts = None
-        else:
-            facts = None if facts is None else add_serving_files(facts, found)
     members, redacted = _members(trace)
     out.parent.mkdir(parents=True, exist_ok=True)
     with (
@@ -136,5 +141,17 @@ def unpack(archive: Path, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive, "r:gz") as tar:
         # The "data" filter refuses absolute names and links leaving `dest`.
-        tar.extractall(dest, filter="data")
+        tar.extractall(dest, filter=_inside_root)
     return dest
+
+
+def _inside_root(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's "data" filter, after an absolute link target (`systemctl enable`'s
+    `/etc/systemd/system/x.service`, a mask's `/dev/null`) is written relative to the
+    root: the reader takes `/` as the root (host.reader), so it reads the same file,
+    and nothing extracted points out of `dest`."""
+    if member.issym() and member.linkname.startswith("/"):
+        up = "../" * member.name.strip("/").count("/")
+        target = up + member.linkname.lstrip("/")
+        member = member.replace(linkname=target or ".", deep=False)
+    return tarfile.data_filter(member, dest)

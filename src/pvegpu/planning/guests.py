@@ -9,17 +9,18 @@ functions add to the planner's `problems` (refusals) and `findings` (warnings).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import attrs
 
 from pvegpu.errors import Problem
 from pvegpu.hardware import NVIDIA_MAJOR
 from pvegpu.host.facts import GPU, HostFacts
+from pvegpu.planning.mapping_moves import old_mappings
 from pvegpu.planning.plan import Finding, LxcContainer, Plan, Pool, Severity, VmGuest
 from pvegpu.pvefiles import lxcconf, qemuconf
 from pvegpu.pvefiles.pcicfg import PciMapping
-from pvegpu.spec.schema import DeviceStyle, PoolSpec
+from pvegpu.spec.schema import CpusetPolicy, DeviceStyle, PoolSpec
 
 
 def nvidia_majors(facts: HostFacts) -> frozenset[int]:
@@ -40,7 +41,12 @@ def lxc_container(
         return None
     vmid = spec.lxc.vmid
     container = LxcContainer(
-        vmid, spec.lxc.devices, spec.lxc.mode, spec.lxc.gid, facts.file(f"etc/pve/lxc/{vmid}.conf")
+        vmid,
+        spec.lxc.devices,
+        spec.lxc.mode,
+        spec.lxc.gid,
+        facts.file(f"etc/pve/lxc/{vmid}.conf"),
+        cpuset_policy=spec.lxc.cpuset,
     )
     path = container.config_path
     own: list[Problem] = []
@@ -79,6 +85,20 @@ def lxc_container(
                     "(nvidia-modprobe -u -c=0) before starting the container",
                 )
             )
+    elif container.devices is DeviceStyle.RAW:
+        findings.append(
+            Finding(
+                Severity.INFO,
+                "nvidia-uvm-major-dynamic",
+                path,
+                f"raw lines give the container nvidia-uvm by major {uvm_major} "
+                f"(`c {uvm_major}:0`, `c {uvm_major}:1`), the one /proc/devices shows now; the "
+                "kernel hands that number out when nvidia-uvm loads, so a driver update (or "
+                "another module loading first) can change it and CUDA in the container then "
+                "fails. After a driver update run `pvegpu check` (it reports the stale rule) "
+                'and render again, or use devices = "dev", which needs no major',
+            )
+        )
     problems.extend(own)
     if own or container.config is None:
         return container
@@ -86,15 +106,7 @@ def lxc_container(
         gpus, container.devices, mode=container.mode, gid=container.gid, uvm_major=uvm_major
     )
     problems.extend(lxcconf.dev_slot_problems(container.config.content, lines))
-    return LxcContainer(
-        vmid,
-        container.devices,
-        container.mode,
-        container.gid,
-        container.config,
-        gpu_lines=lines,
-        nvidia_majors=nvidia_majors(facts),
-    )
+    return attrs.evolve(container, gpu_lines=lines, nvidia_majors=nvidia_majors(facts))
 
 
 def _gpu_problems(gpus: Sequence[GPU]) -> list[Problem]:
@@ -130,8 +142,14 @@ def vm_guest(
     mapping: PciMapping | None,
     problems: list[Problem],
     findings: list[Finding],
+    pool_mappings: Collection[str] = (),
 ) -> VmGuest | None:
-    """The VM of a vfio pool: its hostpci lines over the pool's mapping, its NUMA pin."""
+    """The VM of a vfio pool: its hostpci lines over the pool's mapping, its NUMA pin.
+
+    `pool_mappings`: the mapping ids of every pool of the spec. A mapping the pool's GPUs
+    leave is an old one whose lines the VM's follow them, unless it is a pool's mapping:
+    then a line on it is that pool's, judged by host_guests.py.
+    """
     if spec.vfio is None or spec.vfio.vm is None:
         return None
     vmid, numa = spec.vfio.vm.vmid, spec.vfio.vm.numa
@@ -150,20 +168,20 @@ def vm_guest(
     # What the mapping hands over on this node, exactly as pci.cfg will say it: a raw
     # hostpci line for one of these devices is the same device a second time.
     mapped = tuple(m.path for m in mapping.maps if m.node == facts.node) if mapping else ()
+    mapping_id = spec.mapping.id if spec.mapping is not None else ""
+    # A renamed mapping: the VM's lines on the old id follow the GPUs to the new one.
+    old = old_mappings(facts, mapping_id, mapped) if mapping_id else ()
+    old = tuple(o for o in old if o not in pool_mappings)
     pcie = True
     if config is not None:
         pcie = qemuconf.is_q35(config.content)
-        if spec.mapping is not None:
-            problems.extend(
-                qemuconf.hostpci_problems(
-                    config.content,
-                    spec.mapping.id,
-                    len(gpus),
-                    numa=numa,
-                    mapped=mapped,
-                    subject=path,
-                )
-            )
+        if mapping_id:
+            args = (config.content, mapping_id, len(gpus))
+            own = qemuconf.hostpci_problems(*args, numa=numa, mapped=mapped, old=old, subject=path)
+            problems.extend(own)
+            if not own:
+                patched = qemuconf.patch_hostpci(*args, pcie=pcie, mapped=mapped, old=old)
+                findings.extend(_converted(path, mapping_id, patched.conversions))
         if not pcie:
             findings.append(
                 Finding(
@@ -179,12 +197,41 @@ def vm_guest(
         vmid,
         numa,
         config,
-        mapping_id=spec.mapping.id if spec.mapping is not None else "",
+        mapping_id=mapping_id,
         count=len(gpus),
         numa_pin=pin,
         mapped=mapped,
         pcie=pcie,
+        old_mappings=old,
     )
+
+
+def _converted(
+    path: str, mapping_id: str, conversions: Sequence[qemuconf.Conversion]
+) -> list[Finding]:
+    """One finding per line moved off a mapping the GPUs leave: its diff shows a changed
+    mapping id, and the reviewer should see that the VM keeps its devices and options."""
+    findings: list[Finding] = []
+    for c in conversions:
+        if c.old_mapping is None:
+            continue  # a raw address: the artifact's reason names it
+        same = c.before.partition(":")[0] == c.after.partition(":")[0]
+        where = (
+            "in place (same index, options kept)"
+            if same
+            else "to a free index (a pending change holds its old one), options kept,"
+        )
+        findings.append(
+            Finding(
+                Severity.INFO,
+                "vm-hostpci-converted",
+                path,
+                f"`{c.before}` becomes `{c.after}`: the pool's GPUs leave mapping "
+                f"{c.old_mapping} for {mapping_id}, so the line follows them {where} "
+                "instead of a second line next to one on a mapping without them",
+            )
+        )
+    return findings
 
 
 def _numa_pin(
@@ -225,8 +272,28 @@ def pin_containers(plan: Plan) -> Plan:
         if container is None or container.config is None or node is None:
             pools.append(pool)
             continue
+        if container.cpuset_policy is CpusetPolicy.KEEP:
+            # The unit's CPUAffinity= only takes CPUs the container's cgroup has, and
+            # without a cpuset line pvestatd picks and moves those CPUs every 10 s.
+            held = lxcconf.cpuset(container.config.content)
+            if held is not None and set(node.cpus.cpus) <= set(held.cpus):
+                pools.append(pool)
+                continue
+            findings.append(
+                Finding(
+                    Severity.WARNING,
+                    "lxc-cpuset-kept",
+                    container.config_path,
+                    f'cpuset = "keep": the server\'s unit pins CPUAffinity= to NUMA node '
+                    f"{node.id} ({node.cpus}), but the container's CPU set is left as it is; "
+                    "without a `lxc.cgroup2.cpuset.cpus` line holding those CPUs pvestatd "
+                    "moves the container's CPUs and the affinity fails or drifts",
+                )
+            )
+            pools.append(pool)
+            continue
         pools.append(attrs.evolve(pool, lxc=attrs.evolve(container, cpuset=node)))
-        cores = lxcconf.cores(container.config.content)
+        cores = lxcconf.cores(container.config.content, container.config_path)
         if cores is not None and cores > len(node.cpus):
             findings.append(
                 Finding(

@@ -140,9 +140,21 @@ def _container(
             keys.append(line.key)
             taken.extend(named)
     if minors:
+        lost = tuple(sorted(set(minors)))
+        last = not lxcconf.keeps_a_gpu(file.content, lost)
+        shared = lxcconf.shared_node_keys(file.content, majors) if last else ()
         out.removed.append(
-            ContainerGpusRemoved(vmid, file, tuple(sorted(set(minors))), tuple(keys))
+            ContainerGpusRemoved(vmid, file, lost, tuple(keys), majors if last else None, shared)
         )
+        if not last:
+            check = "what it runs against the GPUs it keeps"
+        elif shared:
+            check = (
+                "that nothing in it needs a GPU: it keeps none, so its lines for the shared "
+                f"NVIDIA nodes ({', '.join(shared)}) go too"
+            )
+        else:
+            check = "that nothing in it needs a GPU: it keeps none"
         out.findings.append(
             Finding(
                 Severity.WARNING,
@@ -150,8 +162,7 @@ def _container(
                 file.path,
                 f"CT {vmid} names {by_destination(taken)}. "
                 f"The bundle removes those lines ({', '.join(keys)}) and the revert puts them "
-                f"back; stop whatever uses them in CT {vmid} before the split, and check "
-                "what it runs against the GPUs it keeps",
+                f"back; stop whatever uses them in CT {vmid} before the split, and check {check}",
             )
         )
     for name, items in snapshots.items():
@@ -217,9 +228,12 @@ def _vm(
 ) -> None:
     snapshots: dict[str, list[tuple[str, Pool]]] = {}
     shrinking: dict[str, list[str]] = {}
+    # Mappings the pool's GPUs leave: guests.py converts this VM's lines on them when it
+    # is the pool's, and mapping_moves.py refuses those it cannot convert.
+    leaving = {m for p in claims.pools if p.vm and p.vm.vmid == vmid for m in p.vm.old_mappings}
     for section, number, line in _numbered(file.content):
         use = qemuconf.hostpci_use(line)
-        if use is None:
+        if use is None or (section.name is None and use.mapping in leaving):
             continue
         hosts = use.hosts if use.mapping is None else mappings.devices.get(use.mapping, ())
         hit = [c for c in claims.of_hosts(hosts) if not vm_may_hold(c.pool, vmid)]

@@ -5,6 +5,11 @@ loses its map line in the rendered pci.cfg (and goes when none is left), so no d
 in two mappings. A `;` line that hands over a moving device together with one that stays
 cannot be split by pvegpu and is refused. Lines of other nodes are never touched. What
 each mapping hands over on this node afterwards is what host_guests.py judges VMs by.
+
+The pool's own VM may still name its GPUs by the mapping they leave (the spec renamed
+the mapping): guests.py converts those lines to the pool's mapping in place, and a line
+on such a mapping that keeps other devices on this node is refused here, since which of
+them the VM should keep is the admin's call.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ import attrs
 from pvegpu.errors import Problem, RenderError
 from pvegpu.host.facts import HostFacts
 from pvegpu.planning.claims import Claims
-from pvegpu.planning.plan import Finding, Pool, Severity
+from pvegpu.planning.plan import Finding, Pool, Severity, VmGuest
 from pvegpu.planning.released import MapLinesMoved
 from pvegpu.pvefiles import pcicfg
+from pvegpu.pvefiles.guestconf import is_pending, split_sections
 from pvegpu.pvefiles.pcicfg import MapLine, PciCfgSection
-from pvegpu.pvefiles.qemuconf import HostId, host_ids
+from pvegpu.pvefiles.qemuconf import HostId, HostpciUse, host_ids, hostpci_use
 
 VM_DIR = "etc/pve/qemu-server/"
 
@@ -52,6 +58,7 @@ def mapping_outcome(facts: HostFacts, pools: Sequence[Pool], claims: Claims) -> 
     """Decide which map lines of other mappings move, refuse what cannot be split."""
     owners = {p.mapping.id: p for p in pools if p.mapping is not None}
     devices = {i: host_ids(m.path for m in p.maps) for i, p in _mappings(pools).items()}
+    paths = {i: tuple(m.path for m in p.maps) for i, p in _mappings(pools).items()}
     counts = {i: (0, len(p.maps)) for i, p in _mappings(pools).items()}
     existing = facts.file(pcicfg.PATH)
     if existing is None:
@@ -82,6 +89,7 @@ def mapping_outcome(facts: HostFacts, pools: Sequence[Pool], claims: Claims) -> 
             else:
                 keep.append(line)
         devices[section.id] = host_ids(m.get("path") or "" for m in keep)
+        paths[section.id] = tuple(m.get("path") or "" for m in keep)
         counts[section.id] = (len(here), len(keep))
         if gone:
             moved.append(
@@ -93,8 +101,93 @@ def mapping_outcome(facts: HostFacts, pools: Sequence[Pool], claims: Claims) -> 
                     removed=len(gone) == len(section.maps),
                 )
             )
+    for pool in pools:
+        if pool.vm is not None and pool.vm.old_mappings:
+            problems.extend(_old_mapping_problems(facts.node, pool.vm, paths))
     findings = tuple(_moved_finding(facts.node, m) for m in moved)
     return MappingOutcome(tuple(moved), devices, counts, tuple(problems), findings)
+
+
+def old_mappings(facts: HostFacts, mapping_id: str, mapped: Sequence[str]) -> tuple[str, ...]:
+    """The sections of the existing pci.cfg, other than `mapping_id`, whose map lines of
+    this node hand over a device of `mapped` (the pool's mapping on this node): where the
+    pool's GPUs are now, so the ids its VM may still name them by (a renamed mapping)."""
+    existing = facts.file(pcicfg.PATH)
+    owned = host_ids(mapped)
+    if existing is None or not owned:
+        return ()
+    try:
+        sections = pcicfg.parse(existing.content)
+    except RenderError:
+        return ()  # refused on its own (pci_cfg_problems): nothing to convert by
+    return tuple(
+        section.id
+        for section in sections
+        if section.id != mapping_id
+        and any(
+            line.node == facts.node and any(h.overlaps(o) for h in _hosts(line) for o in owned)
+            for line in section.maps
+        )
+    )
+
+
+def _hosts(line: MapLine) -> tuple[HostId, ...]:
+    return host_ids([line.get("path") or ""])
+
+
+def _old_mapping_problems(
+    node: str, vm: VmGuest, paths: Mapping[str, tuple[str, ...]]
+) -> list[Problem]:
+    """The pool's VM's lines on a mapping its GPUs leave that guests.py cannot convert:
+    in the main section, one whose mapping keeps other devices on this node; pending, any
+    whose mapping keeps none (it would name a mapping without a device at the next start).
+    """
+    if vm.config is None:
+        return []
+    problems: list[Problem] = []
+    number = 0
+    for section in split_sections(vm.config.content):
+        for line in section.lines:
+            number += 1
+            use = hostpci_use(line)
+            if use is None or use.mapping not in vm.old_mappings:
+                continue
+            where, left = f"{vm.config_path} line {number}", paths.get(use.mapping, ())
+            if section.name is None and left:
+                problems.append(_old_mapping_shared(where, node, vm, line.raw, use, left))
+            elif section.name is not None and is_pending(section) and not left:
+                problems.append(_pending_old_mapping(where, node, vm, line.raw, use))
+    return problems
+
+
+def _old_mapping_shared(
+    where: str, node: str, vm: VmGuest, raw: str, use: HostpciUse, left: tuple[str, ...]
+) -> Problem:
+    devices = ", ".join(left)
+    them = "it" if len(left) == 1 else "them"
+    return Problem(
+        "vm-old-mapping-shared",
+        where,
+        f"`{raw.strip()}` names mapping {use.mapping}, which the pool's GPUs leave for "
+        f"{vm.mapping_id}, but which still hands over {devices} on {node}, not the "
+        f"pool's: converting the line would take {them} from VM {vm.vmid}, keeping it "
+        f"would pass {them} to the VM next to the pool's GPUs",
+        f"either remove the line (qm set {vm.vmid} --delete {use.key}), or, if VM "
+        f"{vm.vmid} keeps {devices}, move {them} out of mapping {use.mapping} into a "
+        f"mapping of {'its' if len(left) == 1 else 'their'} own (Datacenter > Resource "
+        "Mappings) and give the VM a hostpci line on that; then run pvegpu again",
+    )
+
+
+def _pending_old_mapping(where: str, node: str, vm: VmGuest, raw: str, use: HostpciUse) -> Problem:
+    return Problem(
+        "vm-pending-old-mapping",
+        where,
+        f"the pending change `{raw.strip()}` names mapping {use.mapping}, which has no "
+        f"device on {node} after the plan (the pool's GPUs leave it for {vm.mapping_id}): "
+        f"VM {vm.vmid} would not start once the change applies",
+        f"revert it (qm set {vm.vmid} --revert {use.key}), then run pvegpu again",
+    )
 
 
 def _mappings(pools: Sequence[Pool]) -> dict[str, pcicfg.PciMapping]:

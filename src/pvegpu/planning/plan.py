@@ -14,7 +14,7 @@ from pvegpu.pvefiles.pcicfg import PciMap as PciMap
 from pvegpu.pvefiles.pcicfg import PciMapping as PciMapping
 from pvegpu.pvefiles.qemuconf import NumaPin
 from pvegpu.serving.decision import SglangServing
-from pvegpu.spec.schema import DeviceStyle, Spec
+from pvegpu.spec.schema import CpusetPolicy, DeviceStyle, Spec
 
 
 class PoolKind(StrEnum):
@@ -66,6 +66,8 @@ class LxcContainer:
     cpuset: NumaNode | None = None
     """The NUMA node whose CPUs the container's cpuset holds: the one its server's unit
     is pinned to (CPUAffinity= inside the container needs those CPUs). None: unpinned."""
+    cpuset_policy: CpusetPolicy = CpusetPolicy.NUMA
+    """The spec's `lxc.cpuset`: KEEP leaves `cpuset` None whatever the server's pin."""
 
     @property
     def config_path(self) -> str:
@@ -88,6 +90,9 @@ class VmGuest:
     """The mapping's pci.cfg paths on this node: raw hostpci lines for them are converted."""
     pcie: bool = True
     """`pcie=1` on the lines: only a q35 machine (or a VM yet to be created as one)."""
+    old_mappings: tuple[str, ...] = ()
+    """Existing mappings the pool's devices leave (a renamed mapping's old id): the VM's
+    main-section lines on them become lines of `mapping_id` in place."""
 
     @property
     def config_path(self) -> str:

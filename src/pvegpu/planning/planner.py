@@ -6,7 +6,7 @@ already in the facts, so a plan can be made for a host from its snapshot anywher
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 
 from pvegpu.errors import PlanError, Problem
@@ -18,6 +18,7 @@ from pvegpu.planning.boot import boot_findings, boot_problems, vfio_ids_settings
 from pvegpu.planning.findings import plan_findings
 from pvegpu.planning.guests import lxc_container, pin_containers, vm_guest
 from pvegpu.planning.host_guests import judge_host
+from pvegpu.planning.leftover_servers import leftover_servers
 from pvegpu.planning.mapping import pci_cfg_findings, pci_cfg_problems, pool_mapping
 from pvegpu.planning.plan import Finding, Plan, Pool, PoolKind
 from pvegpu.serving.build import decided_servings
@@ -49,20 +50,26 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     problems.extend(_overlaps(spec, selections))
     pools: list[Pool] = []
     guest_findings: list[Finding] = []
+    # Every pool's mapping id: a VM line on one is that pool's, never a renamed mapping's.
+    ids = frozenset(p.mapping.id for p in spec.pools if p.mapping is not None)
     for index, (pool_spec, gpus) in enumerate(zip(spec.pools, selections, strict=True)):
         if gpus:
             where = f"pools[{index}]"
-            pools.append(_build_pool(facts, pool_spec, where, gpus, problems, guest_findings))
+            pools.append(_build_pool(facts, pool_spec, where, gpus, problems, guest_findings, ids))
     problems.extend(pci_cfg_problems(facts, pools))
     problems.extend(_vfio_ids_problems(facts, pools))
     problems.extend(boot_problems(facts, pools))
     # Every other guest and mapping on the node that names the pools' GPUs.
     mappings, others = judge_host(facts, pools)
     problems.extend((*mappings.problems, *others.problems))
+    # The servers those containers keep running where pvegpu renders no unit (--tp 8 on 4).
+    leftover = leftover_servers(facts, spec, pools, others.removed)
+    problems.extend(leftover.problems)
     if problems:
         raise PlanError(problems)
     guest_findings.extend(pci_cfg_findings(facts, pools))
     guest_findings.extend((*mappings.findings, *others.findings))
+    guest_findings.extend(leftover.findings)
     findings = (*plan_findings(facts, pools), *boot_findings(facts, pools), *guest_findings)
     result = Plan(
         facts=facts,
@@ -123,8 +130,33 @@ def _select(facts: HostFacts, spec: Spec, problems: list[Problem]) -> list[tuple
 def _explicit(
     facts: HostFacts, texts: Iterable[str], where: str, problems: list[Problem]
 ) -> Iterator[GPU]:
+    # A short address (`41:00.0`) leaves the domain out: it names that bus/device/function
+    # in whichever domain has it, so a GPU behind Intel VMD (`10000:e1:00.0`) can be
+    # written `e1:00.0` like any other. Indexed only when a spec writes one.
+    by_bdf: dict[tuple[int, int, int], list[PciAddress]] | None = None
     for j, text in enumerate(texts):
         address = PciAddress.parse_lenient(text)  # the spec loader validated the syntax
+        if not PciAddress.names_domain(text):
+            if by_bdf is None:
+                by_bdf = defaultdict(list)
+                for fn in facts.functions:
+                    by_bdf[fn.address.bus_device_function].append(fn.address)
+            found = by_bdf.get(address.bus_device_function, [])
+            if len(found) > 1:
+                # Two domains with that bus: guessing one could hand a guest the wrong GPU.
+                full = sorted(found)
+                problems.append(
+                    Problem(
+                        "address-ambiguous",
+                        f"{where}.gpus[{j}]",
+                        f"{text!r} is a function in {len(full)} PCI domains: "
+                        + ", ".join(str(a) for a in full),
+                        "write the one you mean in full: " + " or ".join(f'"{a}"' for a in full),
+                    )
+                )
+                continue
+            if found:
+                address = found[0]
         gpu = facts.gpu(address)
         if gpu is not None:
             yield gpu
@@ -141,15 +173,34 @@ def _explicit(
                 "address-not-a-gpu" if function else "address-not-on-host",
                 f"{where}.gpus[{j}]",
                 message,
-                "GPUs here: " + ", ".join(g.address.short for g in facts.gpus),
+                "GPUs here: " + ", ".join(_names(facts)),
             )
         )
 
 
+def _names(facts: HostFacts) -> list[str]:
+    """The GPUs as a spec may write them: short (`81:00.0`) on a host with domain 0000
+    only, in full once there are others, where a short one may be ambiguous."""
+    if all(fn.address.domain == 0 for fn in facts.functions):
+        return [g.address.short for g in facts.gpus]
+    return [str(g.address) for g in facts.gpus]
+
+
 def _overlaps(spec: Spec, selections: list[tuple[GPU, ...]]) -> Iterator[Problem]:
     owners: dict[PciAddress, list[str]] = defaultdict(list)
-    for pool, gpus in zip(spec.pools, selections, strict=True):
-        for gpu in gpus:
+    for i, (pool, gpus) in enumerate(zip(spec.pools, selections, strict=True)):
+        # From the selection, not the spec's text: `81:00.0` and `0000:81:00.0` (or a
+        # short address found in another domain) are one GPU written two ways.
+        for address, n in Counter(g.address for g in gpus).items():
+            if n > 1:
+                # Its own mistake, in the pool's own key: not a clash between two pools.
+                yield Problem(
+                    "gpu-listed-twice",
+                    f"pools[{i}].gpus",
+                    f"lists {address} {'twice' if n == 2 else f'{n} times'}",
+                    f"list {address} once",
+                )
+        for gpu in dict.fromkeys(gpus):
             owners[gpu.address].append(pool.name)
     for address, names in sorted(owners.items()):
         if len(names) > 1:
@@ -168,6 +219,7 @@ def _build_pool(
     gpus: tuple[GPU, ...],
     problems: list[Problem],
     findings: list[Finding],
+    mapping_ids: frozenset[str] = frozenset(),
 ) -> Pool:
     """The pool with every decision made; its refusals go to `problems`."""
     kind = PoolKind.VFIO if spec.vfio is not None else PoolKind.LXC
@@ -192,7 +244,7 @@ def _build_pool(
         driver=driver,
         numa_nodes=tuple(sorted({g.numa_node for g in gpus}, key=lambda n: -1 if n is None else n)),
         lxc=lxc,
-        vm=vm_guest(facts, spec, gpus, mapping, problems, findings),
+        vm=vm_guest(facts, spec, gpus, mapping, problems, findings, mapping_ids),
         mapping=mapping,
     )
 

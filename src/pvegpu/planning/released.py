@@ -25,6 +25,12 @@ class ContainerGpusRemoved:
     """The N of each `/dev/nvidiaN` whose devN, bind mount and `c 195:N` lines go."""
     keys: tuple[str, ...]
     """The removed lines' keys in file order (`dev0`, `lxc.mount.entry`), for the reason."""
+    shared_majors: frozenset[int] | None = None
+    """Set when the container keeps no GPU: its lines for nvidiactl, nvidia-uvm and the
+    other shared nodes (these majors) go too, since `pct start` fails on a node that is
+    gone once no GPU is left on nvidia, and a container without a GPU has no use for them."""
+    shared_keys: tuple[str, ...] = ()
+    """The keys of those shared-node lines, for the reason."""
 
     @property
     def config_path(self) -> str:

@@ -177,3 +177,21 @@ def join(lines: Iterable[ConfLine]) -> str:
         if not raws[index].endswith("\n"):
             raws[index] += "\n"
     return "".join(raws)
+
+
+# Proxmox's schema reads an integer with Perl's `^[+-]?\d+$` on the file's bytes, so only
+# ASCII digits count: Python's int() would also take ' 4 ', '4_0', '٤' or a fullwidth 4,
+# and str.isdigit() says yes to '²', which int() then refuses.
+_CONFIG_INTEGER = re.compile(r"[+-]?[0-9]+")
+MAX_CONFIG_DIGITS = 18
+"""More digits than any count or size a guest has; also keeps int() far from Python's
+4300-digit limit."""
+
+
+def config_integer(value: str, minimum: int) -> int | None:
+    """`value` as Proxmox reads an integer key of at least `minimum`; None where Proxmox
+    would skip the line (not ASCII digits, below the minimum) or the number is absurd."""
+    if not _CONFIG_INTEGER.fullmatch(value) or len(value.lstrip("+-")) > MAX_CONFIG_DIGITS:
+        return None
+    number = int(value)
+    return number if number >= minimum else None

@@ -12,13 +12,14 @@ from collections.abc import Collection, Iterable, Sequence
 
 import attrs
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.errors import PlanError, Problem, RenderError
 from pvegpu.hardware import NVIDIA_MAJOR, NVIDIACTL_MINOR
 from pvegpu.host.facts import GPU
 from pvegpu.pci import CpuList
 from pvegpu.pvefiles.guestconf import (
     ConfLine,
     LineKind,
+    config_integer,
     end_of_content,
     join,
     key_position,
@@ -36,6 +37,8 @@ CGROUP_ALLOW = "lxc.cgroup2.devices.allow"
 MOUNT_ENTRY = "lxc.mount.entry"
 CPUSET = "lxc.cgroup2.cpuset.cpus"
 """Pins the container's CPU set; without it pvestatd picks `cores` CPUs and moves them."""
+_FIRST_SHARED_MINOR = NVIDIACTL_MINOR - 1
+"""195:254 is /dev/nvidia-modeset and 195:255 /dev/nvidiactl; GPUs have the minors below."""
 # Every node the NVIDIA driver stack creates under /dev: GPUs, control, UVM, modeset, MIG caps.
 _NVIDIA_NODE = re.compile(r"^/dev/nvidia(?:\d+|ctl|-uvm|-uvm-tools|-modeset|-caps(?:/.*)?)$")
 _DEV_KEY = re.compile(r"^dev(\d+)$")
@@ -173,7 +176,8 @@ def gpu_minor(line: ConfLine) -> int | None:
     elif (rule := _allow_rule(line)) is not None:
         kind, major, minor = rule
         if kind != "b" and major.isdigit() and int(major) == NVIDIA_MAJOR and minor.isdigit():
-            return int(minor)
+            # 195:255 is nvidiactl and 195:254 nvidia-modeset, shared by every GPU.
+            return int(minor) if int(minor) < _FIRST_SHARED_MINOR else None
     return int(node[1]) if node else None
 
 
@@ -187,21 +191,95 @@ def grants_every_gpu(line: ConfLine) -> bool:
     return minor == "*" and (major == "*" or int(major) == NVIDIA_MAJOR)
 
 
-def remove_gpu_nodes(text: str, minors: Collection[int]) -> str:
+def remove_gpu_nodes(
+    text: str, minors: Collection[int], shared_majors: Collection[int] | None = None
+) -> str:
     """The config without the main section's lines for `/dev/nvidiaN`, N in `minors`
-    (`gpu_minor`); every other line, and the sections after main, keep their bytes."""
+    (`gpu_minor`); every other line, and the sections after main, keep their bytes.
+
+    `shared_majors`: the container keeps no GPU, so its lines for the nodes every GPU
+    shares (nvidiactl, nvidia-uvm, ...; `is_gpu_line` with these majors) go too."""
     main, *others = split_sections(text)
-    kept = [line for line in parse_lines(main.text) if gpu_minor(line) not in minors]
+    kept = [
+        line
+        for line in parse_lines(main.text)
+        if gpu_minor(line) not in minors
+        and not (shared_majors is not None and is_gpu_line(line, shared_majors))
+    ]
     return join(kept) + "".join(s.text for s in others)
 
 
-def cores(text: str) -> int | None:
-    """The main section's `cores:` (None when unset: then the container may use all CPUs)."""
+def keeps_a_gpu(text: str, minors: Collection[int]) -> bool:
+    """Does the main section still name a GPU (`gpu_minor`) once `minors` are removed?"""
+    main = split_sections(text)[0]
+    return any(
+        (minor := gpu_minor(line)) is not None and minor not in minors
+        for line in parse_lines(main.text)
+    )
+
+
+def cpuset(text: str) -> CpuList | None:
+    """The main section's `lxc.cgroup2.cpuset.cpus` (the last one, as lxc applies it);
+    None when there is none or its value is not a CPU list."""
+    lines = [line for line in parse_lines(split_sections(text)[0].text) if is_cpuset_line(line)]
+    if not lines:
+        return None
+    try:
+        return CpuList.parse(lines[-1].value.strip())
+    except ValueError:
+        return None
+
+
+def raw_uvm_majors(text: str) -> tuple[int, ...] | None:
+    """The majors of the main section's `c M:...` rules, when it bind-mounts
+    /dev/nvidia-uvm in raw style; None when it does not (devN entries need no major)."""
+    lines = parse_lines(split_sections(text)[0].text)
+    mounted = any(
+        line.kind is LineKind.RAW
+        and line.key == MOUNT_ENTRY
+        and line.value.split(maxsplit=1)[:1] == ["/dev/nvidia-uvm"]
+        for line in lines
+    )
+    if not mounted:
+        return None
+    rules = (_allow_rule(line) for line in lines)
+    return tuple(
+        sorted({int(r[1]) for r in rules if r is not None and r[0] == "c" and r[1].isdigit()})
+    )
+
+
+def shared_node_keys(text: str, majors: Collection[int]) -> tuple[str, ...]:
+    """Keys of the main section's lines for the shared NVIDIA nodes (not one GPU's)."""
+    main = split_sections(text)[0]
+    return tuple(
+        line.key
+        for line in parse_lines(main.text)
+        if is_gpu_line(line, majors) and gpu_minor(line) is None
+    )
+
+
+def cores(text: str, subject: str = "LXC config") -> int | None:
+    """The main section's `cores:` (None when unset: then the container may use all CPUs).
+
+    A value Proxmox cannot read (not ASCII digits, below 1) is a PlanError naming
+    `subject`: pve-container skips such a line, so what the admin meant is unknown.
+    """
     main = split_sections(text)[0]
     value = next(
-        (ln.value for ln in main.lines if ln.kind is LineKind.KEY and ln.key == "cores"), ""
+        (ln.value for ln in main.lines if ln.kind is LineKind.KEY and ln.key == "cores"), None
     )
-    return int(value) if value.isdigit() else None
+    if value is None:
+        return None
+    count = config_integer(value, 1)
+    if count is None:
+        raise PlanError.one(
+            "lxc-config-value-invalid",
+            subject,
+            f"cores is {value!r}, not a number Proxmox can use here (ASCII digits, 1 or "
+            "more): pve-container skips such a line",
+            "set it explicitly (pct set <vmid> --cores <N>) and run pvegpu again",
+        )
+    return count
 
 
 def _slots_full(needed: int, free: int) -> Problem:

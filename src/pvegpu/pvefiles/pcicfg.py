@@ -22,8 +22,8 @@ PATH = "etc/pve/mapping/pci.cfg"
 # pve_verify_configid: a letter, then at least one of [a-z0-9_-], case-insensitive.
 _MAPPING_ID = re.compile(r"^[a-z][a-z0-9_-]+$", re.IGNORECASE)
 _VENDOR_DEVICE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}$")
-# Domain required and lowercase: Proxmox compares the path with sysfs names as strings.
-_PATH_PART = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f](?:\.[0-7])?$")
+# Domain required (4+ hex digits, 10000 behind VMD) and lowercase, as sysfs names it.
+_PATH_PART = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-1][0-9a-f](?:\.[0-7])?$")
 # PVE's node name format (pve-node): a DNS label.
 _NODE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?$")
 # SectionConfig's property line: indented key, whitespace, value trimmed at both ends.

@@ -18,6 +18,7 @@ from pvegpu.pci import CpuList
 from pvegpu.pvefiles.guestconf import (
     ConfLine,
     LineKind,
+    config_integer,
     join,
     key_position,
     parse_lines,
@@ -26,49 +27,23 @@ from pvegpu.pvefiles.guestconf import (
     used_indices,
 )
 
-MAX_HOSTPCI_INDEX = 15
-"""qemu-server knows hostpci0 .. hostpci15."""
+# The line-level hostpci helpers live in hostpci.py; these names stay importable from
+# here, where planning and rendering have always found them.
+from pvegpu.pvefiles.hostpci import HOSTPCI_KEY as _HOSTPCI_KEY
+from pvegpu.pvefiles.hostpci import MAX_HOSTPCI_INDEX as MAX_HOSTPCI_INDEX
+from pvegpu.pvefiles.hostpci import Conversion as Conversion
+from pvegpu.pvefiles.hostpci import HostId as HostId
+from pvegpu.pvefiles.hostpci import HostpciUse as HostpciUse
+from pvegpu.pvefiles.hostpci import claims as _claims
+from pvegpu.pvefiles.hostpci import host_ids as host_ids
+from pvegpu.pvefiles.hostpci import hostpci_use as hostpci_use
+from pvegpu.pvefiles.hostpci import hostpci_value as hostpci_value
+from pvegpu.pvefiles.hostpci import kept_options as _kept_options
+from pvegpu.pvefiles.hostpci import old_mapping as _old_mapping
+from pvegpu.pvefiles.hostpci import options as _options
+from pvegpu.pvefiles.hostpci import uses_mapping as _uses_mapping
 
-_HOSTPCI_KEY = re.compile(r"^hostpci(\d+)$")
 _NUMA_NODE_KEY = re.compile(r"^numa\d+$")
-# The options pvegpu owns on its hostpci lines; any other (rombar, x-vga, driver) is kept.
-_OWN_OPTIONS = ("mapping", "pcie", "host")
-# qemu-server's host id: domain and function optional (`01:00` is all functions of
-# 0000:01:00); several are joined by `;`.
-_HOST_ID = re.compile(
-    r"^(?:([0-9a-f]{4,}):)?([0-9a-f]{2}):([0-9a-f]{2})(?:\.([0-7]))?$", re.IGNORECASE
-)
-
-
-@attrs.frozen
-class HostId:
-    """A host device as hostpci and pci.cfg name it: a slot, or one function of it."""
-
-    domain: int
-    bus: int
-    device: int
-    function: int | None
-    """None: every function of the slot."""
-
-    @classmethod
-    def parse(cls, text: str) -> HostId | None:
-        """`0000:39:00.0`, `0000:39:00`, `39:00.0` or `39:00`; None if it is none of them."""
-        match = _HOST_ID.match(text.strip())
-        if match is None:
-            return None
-        domain, bus, device, function = match.groups()
-        return cls(
-            int(domain or "0", 16),
-            int(bus, 16),
-            int(device, 16),
-            None if function is None else int(function),
-        )
-
-    def overlaps(self, other: HostId) -> bool:
-        """Whether both hand over some function in common (a slot covers all of its own)."""
-        if (self.domain, self.bus, self.device) != (other.domain, other.bus, other.device):
-            return False
-        return self.function is None or other.function is None or self.function == other.function
 
 
 @attrs.frozen
@@ -89,86 +64,9 @@ class QemuPatch:
     """The hostpciN indices the mapping now occupies."""
     converted: tuple[int, ...] = ()
     """Indices of raw-address lines that named the mapping's devices and were replaced."""
-
-
-def _options(value: str) -> list[tuple[str, str]]:
-    """A property string's parts; a part without `=` is the default key (`host`)."""
-    parts: list[tuple[str, str]] = []
-    for part in value.split(","):
-        key, sep, item = part.partition("=")
-        parts.append((key, item) if sep else ("", key))
-    return parts
-
-
-def _uses_mapping(line: ConfLine, mapping_id: str) -> bool:
-    return bool(_HOSTPCI_KEY.match(line.key)) and ("mapping", mapping_id) in _options(line.value)
-
-
-def host_ids(paths: Iterable[str]) -> tuple[HostId, ...]:
-    """The devices of pci.cfg `path` values (`;` lists allowed), unparsable parts left out."""
-    return tuple(host for path in paths for part in path.split(";") if (host := HostId.parse(part)))
-
-
-def _raw_hosts(line: ConfLine) -> list[str] | None:
-    """The host ids a raw-address hostpci line names; None for a mapping or another key."""
-    if not _HOSTPCI_KEY.match(line.key):
-        return None
-    options = _options(line.value)
-    if any(key == "mapping" for key, _ in options):
-        return None
-    host = next((item for key, item in options if key in ("", "host")), None)
-    return None if host is None else host.split(";")
-
-
-@attrs.frozen
-class HostpciUse:
-    """What one `hostpciN` line hands to the VM: a mapping's devices, or host devices."""
-
-    key: str
-    mapping: str | None
-    """The `mapping=` id; None for a line by raw host address."""
-    hosts: tuple[HostId, ...] = ()
-    """The raw host ids (every `;` part); empty for a mapping line."""
-
-
-def hostpci_use(line: ConfLine) -> HostpciUse | None:
-    """The devices a `hostpciN` line names, in any section; None for any other line."""
-    if line.kind is not LineKind.KEY or not _HOSTPCI_KEY.match(line.key):
-        return None
-    mapping = next((item for key, item in _options(line.value) if key == "mapping"), None)
-    if mapping is not None:
-        return HostpciUse(line.key, mapping)
-    return HostpciUse(line.key, None, host_ids(_raw_hosts(line) or ()))
-
-
-def _claims(
-    line: ConfLine, mapping_id: str, owned: tuple[HostId, ...], subject: str, number: int
-) -> bool | Problem:
-    """Whether a main-section line is the mapping's: it uses the mapping, or names by raw
-    address only devices the mapping hands over. A raw line mixing those with others
-    cannot be split by pvegpu: that is a Problem."""
-    if line.kind is not LineKind.KEY:
-        return False
-    if _uses_mapping(line, mapping_id):
-        return True
-    hosts = _raw_hosts(line)
-    if not hosts or not owned:
-        return False
-    ours = [h for h in hosts if (p := HostId.parse(h)) and any(p.overlaps(o) for o in owned)]
-    if not ours:
-        return False
-    if len(ours) == len(hosts):
-        return True
-    others = [h for h in hosts if h not in ours]
-    return Problem(
-        "vm-hostpci-mixed",
-        f"{subject} line {number}",
-        f"`{line.raw.rstrip()}` passes {';'.join(ours)} (given to the VM by mapping "
-        f"{mapping_id} now) together with {';'.join(others)} (not the pool's): the "
-        "mapping line would leave out the others, the raw line would pass the GPU twice",
-        f"move {';'.join(others)} to a hostpci line of its own (qm set <vmid> --hostpciN "
-        f"{';'.join(others)}) and run pvegpu again",
-    )
+    conversions: tuple[Conversion, ...] = ()
+    """Each raw or old-mapping line that became a line of the mapping, in index order;
+    such lines beyond `count` are dropped and listed nowhere here."""
 
 
 def is_q35(text: str) -> bool:
@@ -178,29 +76,58 @@ def is_q35(text: str) -> bool:
     return any(key in ("", "type") and "q35" in item for key, item in machine)
 
 
-def hostpci_value(mapping_id: str, pcie: bool, extra: str = "") -> str:
-    return f"mapping={mapping_id}" + (",pcie=1" if pcie else "") + (f",{extra}" if extra else "")
-
-
 def _vm_value(lines: list[ConfLine], key: str) -> str | None:
     return next((ln.value for ln in lines if ln.kind is LineKind.KEY and ln.key == key), None)
 
 
+# qemu-server's minimum of each size numa0 is computed from. cores and sockets default to
+# 1; memory has no default pvegpu may assume (it differs between PVE releases).
+_MINIMUM = {"memory": 16, "cores": 1, "sockets": 1}
+
+
 def _memory_mib(value: str) -> int | None:
-    # PVE 8.1+ also writes `memory: current=4096` (virtio-mem); the default key is `current`.
-    for key, item in _options(value):
-        if key in ("", "current") and item.isdigit():
-            return int(item)
-    return None
+    """`4096`, or `current=4096` (PVE 8.1+): its one key, so any other part voids the line."""
+    parts = [(key, item) for key, item in _options(value) if (key or item).strip()]
+    if len(parts) != 1 or parts[0][0] not in ("", "current"):
+        return None
+    return config_integer(parts[0][1], _MINIMUM["memory"])
+
+
+def _vm_size(lines: list[ConfLine], subject: str) -> tuple[int, int, int] | list[Problem]:
+    """(memory MiB, cores, sockets) that numa0 is sized by, or the problems with them."""
+    sizes: dict[str, int] = {}
+    problems: list[Problem] = []
+    for key, minimum in _MINIMUM.items():
+        text = _vm_value(lines, key)
+        if text is None:
+            size = None if key == "memory" else 1
+        else:
+            size = _memory_mib(text) if key == "memory" else config_integer(text, minimum)
+        if size is None:
+            problems.append(_size_problem(subject, key, text, minimum))
+        sizes[key] = size or 1
+    return problems or (sizes["memory"], sizes["cores"], sizes["sockets"])
+
+
+def _size_problem(subject: str, key: str, text: str | None, minimum: int) -> Problem:
+    unit = "MiB" if key == "memory" else "N"
+    fix = f"set it explicitly (qm set <vmid> --{key} <{unit}>) and run pvegpu again"
+    if text is None:  # only memory: the numaN memory must add up to it, so never guessed
+        message = "NUMA pinning needs the VM's memory size, and the config has no `memory:`"
+        return Problem("vm-memory-unset", subject, message, fix)
+    message = (
+        f"{key} is {text!r}, not a number Proxmox can use here (ASCII digits, {minimum} "
+        "or more): qemu-server skips such a line, so numa0 cannot be sized by it"
+    )
+    return Problem("vm-config-value-invalid", subject, message, fix)
 
 
 def numa_values(lines: list[ConfLine], pin: NumaPin, subject: str) -> list[tuple[str, str]]:
     """`numa`, `numa0` and `affinity` for a guest placed wholly on one host node."""
-    memory = _memory_mib(_vm_value(lines, "memory") or "")
-    if memory is None:
-        raise RenderError([_memory_unset(subject)])
-    cores = int(_vm_value(lines, "cores") or "1")
-    sockets = int(_vm_value(lines, "sockets") or "1")
+    size = _vm_size(lines, subject)
+    if isinstance(size, list):
+        raise RenderError(size)
+    memory, cores, sockets = size
     vcpus = cores * sockets
     cpus = "0" if vcpus == 1 else f"0-{vcpus - 1}"
     return [
@@ -232,17 +159,6 @@ def _hostpci_full(subject: str, mapping_id: str, count: int, free: int) -> Probl
     )
 
 
-def _memory_unset(subject: str) -> Problem:
-    # numaN memory must add up to `memory`, and its default differs between PVE
-    # releases, so it is never guessed.
-    return Problem(
-        "vm-memory-unset",
-        subject,
-        "NUMA pinning needs the VM's memory size, and the config has no `memory:`",
-        "set it explicitly (qm set <vmid> --memory <MiB>) and run pvegpu again",
-    )
-
-
 def hostpci_problems(
     text: str,
     mapping_id: str,
@@ -250,21 +166,23 @@ def hostpci_problems(
     *,
     numa: bool = False,
     mapped: Iterable[str] = (),
+    old: Iterable[str] = (),
     subject: str = "VM config",
 ) -> tuple[Problem, ...]:
     """Everything `patch_hostpci` with these arguments would refuse, all at once.
 
     plan() asks before anything is formatted: mixed raw lines, too few free hostpci
-    indices, and NUMA pinning without `memory:`.
+    indices, and NUMA pinning without `memory:` or with a `memory`, `cores` or `sockets`
+    Proxmox cannot read.
     """
     main = split_sections(text)[0]
-    owned = host_ids(mapped)
+    owned, old = host_ids(mapped), tuple(old)
     problems: list[Problem] = []
     replaced: list[int] = []
     taken = used_indices(section_named(text, "PENDING"), "hostpci")
     lines = parse_lines(main.text)
     for number, line in enumerate(lines, start=1):
-        claim = _claims(line, mapping_id, owned, subject, number)
+        claim = _claims(line, mapping_id, owned, subject, number, old)
         if isinstance(claim, Problem):
             problems.append(claim)
         elif claim:
@@ -274,8 +192,8 @@ def hostpci_problems(
     reused, fresh = _indices(replaced, taken, count)
     if len(reused) + len(fresh) < count:
         problems.append(_hostpci_full(subject, mapping_id, count, len(reused) + len(fresh)))
-    if numa and _memory_mib(_vm_value(list(lines), "memory") or "") is None:
-        problems.append(_memory_unset(subject))
+    if numa and isinstance(size := _vm_size(list(lines), subject), list):
+        problems.extend(size)
     return tuple(problems)
 
 
@@ -299,6 +217,7 @@ def patch_hostpci(
     pcie: bool = True,
     numa: NumaPin | None = None,
     mapped: Iterable[str] = (),
+    old: Iterable[str] = (),
     subject: str = "VM config",
 ) -> QemuPatch:
     """`count` hostpciN lines over `mapping_id`, replacing those that already use it.
@@ -306,28 +225,24 @@ def patch_hostpci(
     Several hostpciN naming one mapping each take the next free device of it. `mapped`:
     the pci.cfg paths the mapping hands over on this node; a line passing one of those
     devices by raw host address becomes a mapping line too, or the VM would get the device
-    twice and not start. Lines of other mappings or other raw addresses stay. A replaced
-    line keeps its index and options (rombar, x-vga); lines beyond `count` go.
+    twice and not start. `old`: mappings the pool's devices leave (a renamed mapping); a
+    line on one of them becomes a line of this mapping, or it would name a mapping that
+    is gone. Lines of other mappings or other raw addresses stay. A replaced line keeps
+    its index and options (rombar, x-vga, mdev); lines beyond `count` go.
     """
     main, *others = split_sections(text)
     rest = "".join(s.text for s in others)
     use_pcie = pcie and is_q35(text)
-    owned = host_ids(mapped)
+    owned, old = host_ids(mapped), tuple(old)
     kept: list[ConfLine] = []
-    replaced: dict[int, str] = {}
-    raw: set[int] = set()
+    replaced: dict[int, ConfLine] = {}
     taken = used_indices(section_named(text, "PENDING"), "hostpci")
     for number, line in enumerate(parse_lines(main.text), start=1):
-        claim = _claims(line, mapping_id, owned, subject, number)
+        claim = _claims(line, mapping_id, owned, subject, number, old)
         if isinstance(claim, Problem):
             raise RenderError([claim])
         if claim:
-            own = ("", *_OWN_OPTIONS)
-            extra = ",".join(f"{k}={v}" for k, v in _options(line.value) if k not in own)
-            index = int(line.key.removeprefix("hostpci"))
-            replaced.setdefault(index, extra)
-            if not _uses_mapping(line, mapping_id):
-                raw.add(index)
+            replaced.setdefault(int(line.key.removeprefix("hostpci")), line)
             continue
         if line.kind is LineKind.KEY and (match := _HOSTPCI_KEY.match(line.key)):
             taken.add(int(match[1]))
@@ -336,19 +251,33 @@ def patch_hostpci(
     reused, fresh = _indices(replaced, taken, count)
     if len(reused) + len(fresh) < count:
         raise RenderError([_hostpci_full(subject, mapping_id, count, len(reused) + len(fresh))])
-    # Options of replaced lines whose index could not be reused go to the new indices,
+    # A replaced line whose index could not be reused gives its options to a new index,
     # in index order (not file order: the file sorts `hostpci10` before `hostpci5`).
-    leftover = [replaced[i] for i in sorted(replaced) if i not in reused][: len(fresh)]
-    values = {i: replaced[i] for i in reused}
-    values |= dict(zip(fresh, leftover + [""] * (len(fresh) - len(leftover)), strict=True))
-    for index in sorted(values):
-        _set(kept, f"hostpci{index}", hostpci_value(mapping_id, use_pcie, values[index]))
+    moved = [i for i in sorted(replaced) if i not in reused][: len(fresh)]
+    sources: dict[int, ConfLine | None] = {i: replaced[i] for i in reused}
+    sources |= dict(zip(fresh, [replaced[i] for i in moved] + [None] * len(fresh), strict=False))
+    conversions: list[Conversion] = []
+    for index in sorted(sources):
+        source = sources[index]
+        extra = _kept_options(source.value) if source is not None else ""
+        value = hostpci_value(mapping_id, use_pcie, extra)
+        _set(kept, f"hostpci{index}", value)
+        if source is not None and not _uses_mapping(source, mapping_id):
+            before = source.raw.rstrip("\n")
+            after = f"hostpci{index}: {value}"
+            conversions.append(Conversion(before, after, _old_mapping(source, old)))
     if numa is not None:
         for key, value in numa_values(kept, numa, subject):
             _set(kept, key, value)
         # Only numa0 may remain: the numaN memory values must add up to `memory`.
         kept = [ln for ln in kept if not (_NUMA_NODE_KEY.match(ln.key) and ln.key != "numa0")]
-    return QemuPatch(join(kept) + rest, use_pcie, tuple(sorted(values)), tuple(sorted(raw)))
+    raw = tuple(i for i, ln in sorted(replaced.items()) if _raw(ln, mapping_id, old))
+    return QemuPatch(join(kept) + rest, use_pcie, tuple(sorted(sources)), raw, tuple(conversions))
+
+
+def _raw(line: ConfLine, mapping_id: str, old: Iterable[str]) -> bool:
+    """A replaced line that named the devices by raw address, not by a mapping."""
+    return not _uses_mapping(line, mapping_id) and _old_mapping(line, old) is None
 
 
 def snippet(

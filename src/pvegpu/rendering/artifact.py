@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from enum import StrEnum
 
 import attrs
 
@@ -14,6 +15,18 @@ REVIEW = "review"
 
 APPLY_BUNDLE = "apply"
 REVERT_BUNDLE = "revert"
+
+
+class ArtifactRole(StrEnum):
+    """What one artifact of `render()` is. A file the change writes and the copy that
+    puts it back share their target and path: the role tells them apart."""
+
+    INSTALL = "install"
+    """A file the change writes or patches on the host or in a container (OUT/)."""
+    REVERT = "revert"
+    """What restores that file, or removes it when it did not exist (OUT/revert/)."""
+    REVIEW = "review"
+    """For the reviewer only (SUMMARY.md, topology.svg); installed nowhere."""
 
 
 def container_target(vmid: int) -> str:
@@ -36,6 +49,13 @@ class Artifact:
     """`apply` (the change) or `revert` (what undoes it)."""
     delete: bool = False
     """Revert entries only: the target file did not exist before and is removed."""
+
+    @property
+    def role(self) -> ArtifactRole:
+        """Install, revert or review: from `bundle` and `target`, spelled out."""
+        if self.bundle == REVERT_BUNDLE:
+            return ArtifactRole.REVERT
+        return ArtifactRole.REVIEW if self.target == REVIEW else ArtifactRole.INSTALL
 
     @property
     def sha256(self) -> str:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pvegpu.errors import RenderError
 from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.rendering.outdir import check_replaceable, previous_files, replace_directory
+
+if TYPE_CHECKING:
+    from pvegpu.planning.plan import Plan
 
 MANIFEST = "MANIFEST.json"
 MANIFEST_SCHEMA = "pvegpu.manifest/1"
@@ -25,13 +28,21 @@ def bundle_path(artifact: Artifact) -> PurePosixPath:
     path = PurePosixPath(artifact.path)
     if path.is_absolute() or ".." in path.parts:
         raise RenderError.one(
-            "artifact-path", artifact.path, "artifact paths must be relative and stay inside"
+            "artifact-path",
+            artifact.path,
+            "artifact paths must be relative and stay inside",
+            "this is a pvegpu bug; please report it with the spec",
         )
     if artifact.target in (HOST, REVIEW):
         return path
     if artifact.target.startswith("ct:"):
         return PurePosixPath("ct", artifact.target[3:]) / path
-    raise RenderError.one("artifact-target", artifact.path, f"unknown target {artifact.target!r}")
+    raise RenderError.one(
+        "artifact-target",
+        artifact.path,
+        f"unknown target {artifact.target!r}",
+        "this is a pvegpu bug; please report it with the spec",
+    )
 
 
 def manifest_entry(artifact: Artifact) -> dict[str, Any]:
@@ -81,20 +92,41 @@ def bundle_files(artifacts: Sequence[Artifact], **header: Any) -> dict[str, tupl
     return files
 
 
-def write_bundle(artifacts: Sequence[Artifact], out: Path, **header: Any) -> list[Path]:
+def write_bundle(
+    artifacts: Sequence[Artifact],
+    out: Path,
+    *,
+    plan: Plan | None = None,
+    spec: str | None = None,
+    **header: Any,
+) -> list[Path]:
     """Make `out` hold exactly this bundle and its manifests; returns the paths written.
+
+    `plan`: the plan `artifacts` were rendered from. Given, MANIFEST.json carries what
+    `pvegpu render` writes at its top (node, `spec`, by default the plan's spec source,
+    and the apply steps), so `pvegpu apply` and `pvegpu check` take the bundle. Without
+    it the bundle is for review only, and both refuse it (`bundle-invalid`: no apply
+    steps). `header`: further top-level MANIFEST.json keys.
 
     Everything is rendered in memory before this is called, so a refused plan writes
     nothing. The bundle is written beside `out` and swapped in (rendering/outdir.py): a
     failure leaves the previous bundle whole, and `out` is refused when it holds anything
     a previous bundle's MANIFEST.json does not list.
     """
+    if plan is not None:
+        # Imported here: the runbook's modules import this one (bundle paths).
+        from pvegpu.rendering.review.apply_doc import manifest_header
+
+        source = spec if spec is not None else plan.spec.source
+        header = {**manifest_header(plan, artifacts, source), **header}
+    elif spec is not None:
+        header = {**header, "spec": spec}
     files = bundle_files(artifacts, **header)
     return replace_directory(out, files, check=_check_out)
 
 
-def _check_out(out: Path) -> None:
+def _check_out(out: Path) -> frozenset[PurePosixPath]:
     revert_manifest = f"{REVERT_BUNDLE}/{MANIFEST}"
-    check_replaceable(
+    return check_replaceable(
         out, lambda d: previous_files(d, MANIFEST, MANIFEST_SCHEMA, also=(revert_manifest,))
     )

@@ -103,5 +103,5 @@ def _listed(out: Path) -> set[PurePosixPath] | None:
     return previous_files(out, MANIFEST, CLUSTER_SCHEMA, also=[SUMMARY, *manifests])
 
 
-def _check_out(out: Path) -> None:
-    check_replaceable(out, _listed)
+def _check_out(out: Path) -> frozenset[PurePosixPath]:
+    return check_replaceable(out, _listed)

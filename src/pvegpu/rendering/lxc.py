@@ -35,12 +35,20 @@ def render_lxc_configs(plan: Plan) -> tuple[Artifact, ...]:
 
 
 def _losing_gpus(container: ContainerGpusRemoved) -> Artifact:
-    content = lxcconf.remove_gpu_nodes(container.config.content, container.minors)
+    content = lxcconf.remove_gpu_nodes(
+        container.config.content, container.minors, container.shared_majors
+    )
     nodes = ", ".join(f"/dev/nvidia{m}" for m in container.minors)
     reason = (
         f"LXC {container.vmid}: {', '.join(container.keys)} for {nodes} removed, GPUs the "
-        "plan gives elsewhere; other lines and snapshots kept"
+        "plan gives elsewhere"
     )
+    if container.shared_keys:
+        reason += (
+            f"; it keeps no GPU, so {', '.join(container.shared_keys)} for the shared "
+            "NVIDIA nodes (nvidiactl, nvidia-uvm) go too"
+        )
+    reason += "; other lines and snapshots kept"
     return Artifact(container.config_path, content, reason, PVE_MODE, base=container.config)
 
 

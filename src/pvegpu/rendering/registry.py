@@ -32,7 +32,11 @@ RENDERERS: tuple[Renderer, ...] = (
 
 
 def render(plan: Plan) -> tuple[Artifact, ...]:
-    """Every artifact of the plan: installed files, then the revert bundle, then review."""
+    """Every artifact of the plan: installed files, then the revert bundle, then review.
+
+    An installed file and its revert copy have the same (target, path); `Artifact.role`
+    (`install`, `revert`, `review`) says which is which, and (role, target, path) is
+    unique."""
     applied = tuple(a for renderer in RENDERERS for a in renderer(plan))
     clashes = [key for key, n in Counter((a.target, a.path) for a in applied).items() if n > 1]
     if clashes:

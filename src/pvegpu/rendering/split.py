@@ -1,4 +1,5 @@
-"""Render the vfio split: a POSIX sh script, the unit that runs it at boot, a modprobe hook.
+"""Render the vfio split: a POSIX sh script, the unit that runs it at boot, a modprobe
+hook, and the initramfs-tools hook that puts the script where the modprobe hook runs early.
 
 Only the script touches sysfs; the unit and the modprobe.d file decide when it runs.
 What the script checks before its first write (address, vendor:device, NUMA node, IOMMU
@@ -20,7 +21,7 @@ import attrs
 from pvegpu.errors import Problem, RenderError
 from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.host.facts import HostFacts, PciFunction
-from pvegpu.host.paths import SPLIT_MODPROBE, SPLIT_SCRIPT, SPLIT_UNIT
+from pvegpu.host.paths import SPLIT_INITRAMFS_HOOK, SPLIT_MODPROBE, SPLIT_SCRIPT, SPLIT_UNIT
 from pvegpu.pci import PciAddress
 from pvegpu.planning.plan import Plan, Pool
 from pvegpu.rendering.artifact import HOST, Artifact
@@ -30,6 +31,7 @@ from pvegpu.wording import plural
 SCRIPT_PATH = SPLIT_SCRIPT
 UNIT_PATH = SPLIT_UNIT
 MODPROBE_PATH = SPLIT_MODPROBE
+INITRAMFS_HOOK_PATH = SPLIT_INITRAMFS_HOOK
 
 # Driver name -> module name, for the softdep lines. Only drivers whose module is known:
 # a driver's name is not always its module's (xhci_hcd lives in xhci_pci).
@@ -69,7 +71,8 @@ class _HostPool:
 
 
 def render_split(plan: Plan) -> tuple[Artifact, ...]:
-    """The split script, its boot unit and the modprobe.d hook; () without a vfio pool."""
+    """The split script, its boot unit, the modprobe.d hook and the initramfs hook; ()
+    without a vfio pool."""
     if not plan.vfio_pools:
         return ()
     facts = plan.facts
@@ -103,10 +106,12 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
     unit = render_template(
         "split.service.j2", node=node, script=script_abs, drivers=vm_drivers, nvidia=nvidia
     )
+    hook = render_template("split-initramfs-hook.j2", node=node, script=script_abs)
     modprobe = render_template(
         "split-modprobe.conf.j2",
         node=node,
         script=script_abs,
+        hook="/" + INITRAMFS_HOOK_PATH,
         softdeps=sorted({_MODULES[d] for d in vm_drivers if d in _MODULES}),
         softdep_notes=[
             f"{d}: its module name is not known to pvegpu; the boot unit still covers it"
@@ -153,6 +158,17 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
             ),
             target=HOST,
             base=facts.file(MODPROBE_PATH),
+        ),
+        Artifact(
+            path=INITRAMFS_HOOK_PATH,
+            content=hook,
+            reason=(
+                "initramfs-tools hook: copies the split script into the initramfs, so a "
+                "vfio-pci or GPU driver loaded there pins the functions too"
+            ),
+            mode=0o755,
+            target=HOST,
+            base=facts.file(INITRAMFS_HOOK_PATH),
         ),
     )
 

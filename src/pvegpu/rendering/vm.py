@@ -43,6 +43,7 @@ def _vm_config(node: str, vm: VmGuest) -> Artifact:
         pcie=vm.pcie,
         numa=vm.numa_pin,
         mapped=vm.mapped,
+        old=vm.old_mappings,
         subject=vm.config_path,
     )
     if patched.text == vm.config.content:
@@ -56,6 +57,13 @@ def _vm_config(node: str, vm: VmGuest) -> Artifact:
             f"; raw host address of the pool's GPU on {_span(patched.converted)} "
             "replaced by the mapping, options kept"
         )
+    for conversion in patched.conversions:
+        if conversion.old_mapping is not None:
+            # The diff shows only a changed id: say that the line followed the GPUs.
+            reason += (
+                f"; `{conversion.before}` converted to `{conversion.after}` (mapping "
+                f"{conversion.old_mapping}, which the GPUs leave), options kept"
+            )
     pin = vm.numa_pin
     if pin is not None:
         reason += f"; pinned to NUMA node {pin.hostnode} (numa0, affinity {pin.cpus})"

@@ -11,14 +11,20 @@ from collections.abc import Sequence
 
 import attrs
 
-from pvegpu.errors import PlanError, Problem, PvegpuError, RenderError
+from pvegpu.errors import PlanError, Problem, PvegpuError, SpecError
 from pvegpu.host.facts import HostFacts
 from pvegpu.host.paths import UNIT_DIR
 from pvegpu.planning.plan import Finding, Plan, Pool, Severity
 from pvegpu.serving import versions
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.command import extra_args, launch_options, option_table
-from pvegpu.serving.container import OldUnit, container_driver, container_rootfs, unit_base
+from pvegpu.serving.container import (
+    OldUnit,
+    container_driver,
+    container_rootfs,
+    python_finding,
+    unit_base,
+)
 from pvegpu.serving.decision import DECIDED, P2PDecision, P2PSource, SglangServing
 from pvegpu.serving.drops import compare_services, drops_message
 from pvegpu.serving.environment import P2P_ENV, container_indices, service_environment
@@ -51,9 +57,11 @@ def decide_serving(
             "serving-needs-lxc",
             checks.where,
             "an inference server runs in the pool's container; this pool has none",
+            "serve from a pool with a [pools.lxc] table (vmid = N)",
         )
     # Where the container's files are decides which SGLang release it runs.
     rootfs = container_rootfs(checks, pool.lxc.vmid)
+    python_finding(checks, pool.lxc.vmid, rootfs)
     version, table = option_table(checks, rootfs.path)
     _check_scalars(checks)
     gpus = pool.gpus
@@ -115,7 +123,9 @@ def decide_serving(
     if checks.plan_problems:
         return PlanError([*checks.plan_problems, *checks.render_problems])
     if checks.render_problems:
-        return RenderError(checks.render_problems)
+        # The option tables' problems: the spec's command line is not one the release
+        # takes. The spec has to change, as for any spec error (exit 4, docs/cli.md).
+        return SpecError(checks.render_problems)
     serving = SglangServing(
         pool=pool.name,
         vmid=pool.lxc.vmid,
@@ -204,7 +214,7 @@ def _check_scalars(checks: Checks) -> None:
 def decided_servings(plan: Plan) -> Plan:
     """`plan` with every serving pool's server on `Pool.serving` and their findings added.
 
-    The planner's last step. Raises PlanError listing every pool's problems (RenderError
+    The planner's last step. Raises PlanError listing every pool's problems (SpecError
     when only the SGLang option tables object), like plan() itself.
     """
     specs = {p.name: (i, p) for i, p in enumerate(plan.spec.pools)}
@@ -233,7 +243,7 @@ def decided_servings(plan: Plan) -> Plan:
     if plan_problems:
         raise PlanError([*plan_problems, *render_problems])
     if render_problems:
-        raise RenderError(render_problems)
+        raise SpecError(render_problems)
     return attrs.evolve(plan, pools=tuple(pools), findings=(*plan.findings, *findings))
 
 

@@ -166,6 +166,17 @@ def container_rootfs(checks: Checks, vmid: int) -> ContainerRootfs:
     candidates = [p for p in dict.fromkeys((location.path, spec_path)) if p is not None]
     for candidate in candidates:
         if _was_read(checks.facts, candidate):
+            if spec_path not in (None, candidate) and not _was_read(checks.facts, spec_path):
+                # The plan is still right (the storage's directory has the files), but
+                # the spec names a path that holds none: say so rather than drop it.
+                checks.finding(
+                    Severity.WARNING,
+                    "container-rootfs-ignored",
+                    f"container_rootfs ({checks.where}.container_rootfs) names /{spec_path}, "
+                    f"where nothing of a container was read; CT {vmid}'s files were read "
+                    f"from /{candidate} (its rootfs: line and storage.cfg). Fix or remove "
+                    "container_rootfs",
+                )
             return ContainerRootfs(candidate, location)
     if spec_path is not None:
         checks.problem(
@@ -182,6 +193,28 @@ def container_rootfs(checks: Checks, vmid: int) -> ContainerRootfs:
             _unreachable_message(location, vmid, checks.spec.unit),
         )
     return ContainerRootfs(None, location)
+
+
+def python_finding(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> None:
+    """Warn when the container was read and the unit's python is not a file in it.
+
+    A warning, not a refusal: an LXC mount point (`mpN:`) or a bind mount can bring the
+    interpreter in at start, and the host sees none of it under the root file system.
+    """
+    if rootfs.path is None:
+        return
+    python = checks.spec.python
+    rel = f"{rootfs.path}/{python.lstrip('/')}"
+    if any(s.path == rel for s in checks.facts.stats_in(posixpath.dirname(rel))):
+        return
+    checks.finding(
+        Severity.WARNING,
+        "serving-python-missing",
+        f"python ({checks.where}.python) is {python}, which is not a file in CT {vmid}'s "
+        f"root file system (/{rootfs.path}): {checks.spec.unit}.service cannot start "
+        "unless a mount point brings it in. Set python to the interpreter SGLang is "
+        f"installed for (`pct exec {vmid} -- which python3`)",
+    )
 
 
 def _unreachable_message(location: RootfsLocation, vmid: int, unit: str) -> str:

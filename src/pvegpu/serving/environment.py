@@ -69,6 +69,7 @@ def service_environment(
             checks.problem(
                 "serving-env-invalid-name",
                 f"{name!r} is not an environment variable name",
+                "use letters, digits and '_', not starting with a digit",
                 subject=where,
             )
             continue

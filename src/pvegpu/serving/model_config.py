@@ -9,6 +9,7 @@ the dtype, and the checkpoint size. Everything here is pure: text in, values out
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -35,6 +36,15 @@ DTYPE_BITS = {
     "float8_e5m2": 8,
 }
 DEFAULT_DTYPE_BITS = 16
+
+MAX_JSON_INTEGER = 2**53
+"""The largest integer pvegpu takes from a model's JSON files: past it JSON numbers are not
+exact in most readers (RFC 8259, section 6), no model geometry or checkpoint comes near
+it, and it keeps every product of them (bytes per token) small enough to compute and print."""
+
+MAX_TP_SIZE = 1024
+"""The largest TP size listed as valid: a pool is GPUs of one host, and listing divisors of
+a head count of 10**9 one by one would take minutes."""
 
 
 @attrs.frozen
@@ -68,17 +78,38 @@ class ModelConfig:
         return self.linear_attention_layers > 0
 
 
-def _problem(path: str, message: str) -> PlanError:
-    return PlanError(
-        [
-            Problem(
-                "model-config-invalid",
-                path,
-                message,
-                "point model_config at the model's own config.json (Hugging Face layout)",
-            )
-        ]
-    )
+def _problem(
+    path: str,
+    message: str,
+    fix: str = "point model_config at the model's own config.json (Hugging Face layout)",
+) -> PlanError:
+    return PlanError([Problem("model-config-invalid", path, message, fix)])
+
+
+def _load_json(text: str) -> Any:
+    """json.loads, with what it raises besides JSONDecodeError turned into ValueError.
+
+    Nesting past the interpreter's recursion limit raises RecursionError, and an integer
+    of more than 4300 digits a plain ValueError (Python's int/str conversion limit).
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise ValueError("nested deeper than Python's JSON reader goes") from None
+    except ValueError:
+        raise ValueError("a number with more digits than Python reads (4300)") from None
+
+
+def _shown(value: Any) -> str:
+    """A JSON value for a message. Objects and arrays by kind only: Python 3.13's JSON
+    reader takes some 10,000 levels, and repr() of that much nesting can raise
+    RecursionError; a long one says nothing anyway. Anything else by repr, cut short."""
+    if isinstance(value, dict | list):
+        return "a JSON object" if isinstance(value, dict) else "a JSON array"
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 class _Lookup:
@@ -101,7 +132,9 @@ class _Lookup:
                 raise _problem(self._path, f"no {key}")
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise _problem(self._path, f"{key} is {value!r}, expected a non-negative integer")
+            raise _problem(self._path, f"{key} is {_shown(value)}, expected a non-negative integer")
+        if value > MAX_JSON_INTEGER:
+            raise _problem(self._path, f"{key} is over 2**53, more than any model has")
         return value
 
     def positive(self, key: str) -> int:
@@ -123,20 +156,37 @@ def _layer_counts(cfg: _Lookup, layers: int, path: str) -> tuple[int, int]:
                 path, f"layer_types lists {len(types)} layers but num_hidden_layers is {layers}"
             )
         linear = sum(1 for t in types if t in LINEAR_LAYER_TYPES)
+        if linear == layers:
+            raise _no_kv_layers(path, f"layer_types names only {', '.join(sorted(set(types)))}")
         return layers - linear, linear
     interval = cfg.integer("full_attention_interval")
     if interval:
         # Qwen3-Next/Qwen3.5: layer i is full attention when (i + 1) % interval == 0.
         full = layers // interval
+        if full == 0:
+            raise _no_kv_layers(
+                path, f"full_attention_interval {interval} exceeds num_hidden_layers {layers}"
+            )
         return full, layers - full
     return layers, 0
+
+
+def _no_kv_layers(path: str, why: str) -> PlanError:
+    # Every layer keeps a recurrent state: there is no KV cache to size, and SGLang's
+    # hybrid models need full-attention layers to place one.
+    return _problem(
+        path,
+        f"{why}: no layer holds a KV cache, so the memory fit has nothing to size",
+        "check layer_types / full_attention_interval against the model card; a model "
+        "without attention layers is not one pvegpu can size a server for",
+    )
 
 
 def parse_model_config(text: str, *, path: str) -> ModelConfig:
     """Read a config.json; PlanError `model-config-invalid` naming the path and the key."""
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
+        doc = _load_json(text)
+    except ValueError as err:
         raise _problem(path, f"not JSON: {err}") from None
     if not isinstance(doc, dict):
         raise _problem(path, "not a JSON object")
@@ -154,9 +204,9 @@ def parse_model_config(text: str, *, path: str) -> ModelConfig:
     full, linear = _layer_counts(cfg, layers, path)
     dtype = cfg.get("torch_dtype") or cfg.get("dtype")
     if dtype is not None and not isinstance(dtype, str):
-        raise _problem(path, f"torch_dtype is {dtype!r}, expected a string")
+        raise _problem(path, f"torch_dtype is {_shown(dtype)}, expected a string")
     if dtype is not None and dtype not in DTYPE_BITS:
-        raise _problem(path, f"torch_dtype {dtype!r} is not one pvegpu knows the size of")
+        raise _problem(path, f"torch_dtype {_shown(dtype)} is not one pvegpu knows the size of")
     model_type = cfg.get("model_type")
     mtp = cfg.integer("mtp_num_hidden_layers")
     if mtp is None:
@@ -208,8 +258,10 @@ def tp_divides(model: ModelConfig, tp: int) -> bool:
 
 
 def valid_tp_sizes(model: ModelConfig) -> tuple[int, ...]:
-    """Every TP size the model's heads allow (none exceeds the query head count)."""
-    return tuple(t for t in range(1, model.num_attention_heads + 1) if tp_divides(model, t))
+    """Every TP size up to MAX_TP_SIZE the model's heads allow (none exceeds the query
+    head count)."""
+    top = min(model.num_attention_heads, MAX_TP_SIZE)
+    return tuple(t for t in range(1, top + 1) if tp_divides(model, t))
 
 
 def kv_bytes_per_token(model: ModelConfig, tp: int, kv_bits: int | None = None) -> int:
@@ -228,20 +280,22 @@ def kv_bytes_per_token(model: ModelConfig, tp: int, kv_bits: int | None = None) 
 def checkpoint_bytes_from_index(text: str, *, path: str) -> int:
     """metadata.total_size of a model.safetensors.index.json (bytes of all tensors)."""
     try:
-        doc = json.loads(text)
+        doc = _load_json(text)
         total = doc["metadata"]["total_size"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError) as err:
         raise PlanError.one(
             "checkpoint-index-invalid",
             path,
             f"no metadata.total_size ({err.__class__.__name__}: {err})",
             "set checkpoint_bytes in the serving spec",
         ) from None
-    if isinstance(total, bool) or not isinstance(total, int | float) or total <= 0:
+    # json.loads reads NaN, Infinity and 1e400 (as inf) as floats: none is a size.
+    number = not isinstance(total, bool) and isinstance(total, int | float)
+    if not number or not math.isfinite(total) or not 0 < total <= MAX_JSON_INTEGER:
         raise PlanError.one(
             "checkpoint-index-invalid",
             path,
-            f"metadata.total_size is {total!r}",
+            f"metadata.total_size is {_shown(total)}, not a number of bytes (1 to 2**53)",
             "set checkpoint_bytes in the serving spec",
         )
     return int(total)

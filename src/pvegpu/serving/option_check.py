@@ -16,8 +16,8 @@ from typing import Any
 
 import attrs
 
-from pvegpu.errors import Problem, RenderError
-from pvegpu.serving.options import OptionSpec, OptionTable, shipped_versions
+from pvegpu.errors import Problem, SpecError
+from pvegpu.serving.options import OptionSpec, OptionTable, load_table, shipped_versions
 
 # argparse only takes `-5` or `-.5` as a value when no option looks like a negative
 # number (true for SGLang); everything else starting with `-` is an option string.
@@ -41,8 +41,9 @@ class ParsedOption:
 class _UnknownOption:
     """`sglang-option-unknown`, worded only when reported.
 
-    Its fix is a fuzzy search over every option name of the version; most parsed lines
-    (an old unit read for its options) never report their problems, so it waits.
+    Its fix reads the tables of every shipped release and searches option names; most
+    parsed lines (an old unit read for its options) never report their problems, so it
+    waits.
     """
 
     written: str
@@ -50,18 +51,65 @@ class _UnknownOption:
     table: OptionTable
 
     def problem(self) -> Problem:
-        import difflib  # only when a problem is reported: not every render pays its import
-
-        canon = sorted({s.canonical for s in self.table.args if not s.deprecated})
-        close = difflib.get_close_matches(self.written, canon, n=3)
         return Problem(
             "sglang-option-unknown",
             self.subject,
             f"sglang {self.table.version} has no option `{self.written}`",
-            ("did you mean " + " or ".join(f"`{c}`" for c in close) + "?")
-            if close
-            else f"remove it, or pick a version that has it ({', '.join(shipped_versions())})",
+            unknown_option_fix(
+                self.written, self.table, in_extra_args=self.subject.endswith(".extra_args")
+            ),
         )
+
+
+def releases_taking(option: str) -> tuple[str, ...]:
+    """The shipped releases whose launch_server takes `option` as written (not as a
+    deprecated or alias spelling, which the checker would refuse there too)."""
+    having = []
+    for version in shipped_versions():
+        spec = load_table(version).option_strings.get(option)
+        if spec is not None and not spec.deprecated and option in spec.accepted:
+            having.append(version)
+    return tuple(having)
+
+
+def releases_text(versions: Sequence[str]) -> str:
+    """`0.5.1 to 0.5.4, 0.5.9`: runs of consecutive shipped releases as ranges."""
+    index = {v: i for i, v in enumerate(shipped_versions())}
+    runs: list[list[str]] = []
+    for version in versions:
+        if runs and index[version] == index[runs[-1][-1]] + 1:
+            runs[-1].append(version)
+        else:
+            runs.append([version])
+    return ", ".join(run[0] if len(run) == 1 else f"{run[0]} to {run[-1]}" for run in runs)
+
+
+def unknown_option_fix(written: str, table: OptionTable, *, in_extra_args: bool = True) -> str:
+    """What to do about an option `table`'s release lacks: the shipped releases that take
+    it, else that none does and the closest names this release (failing that, any shipped
+    one) knows. `in_extra_args`: the spec's extra_args has it, not a line pvegpu wrote."""
+    import difflib  # only when a problem is reported: not every render pays its import
+
+    remove = "remove it from extra_args" if in_extra_args else "remove what asks for it"
+    canon = sorted({s.canonical for s in table.args if not s.deprecated})
+    close = difflib.get_close_matches(written, canon, n=3)
+    meant = ("did you mean " + " or ".join(f"`{c}`" for c in close) + "?") if close else ""
+    having = releases_taking(written)
+    if having:
+        # An option of other releases is often renamed in this one: the close names too.
+        return (
+            f"`{written}` is an option of sglang {releases_text(having)} only: run one of "
+            f"those releases (serving.version), or {remove}" + (f" ({meant})" if close else "")
+        )
+    shipped = shipped_versions()
+    none = f"no shipped release of SGLang ({shipped[0]} to {shipped[-1]}) has `{written}`"
+    if close:
+        return f"{none}: {meant}"
+    # Nothing close in this release: a close name of another release, with where it is.
+    known = sorted({s.canonical for v in shipped for s in load_table(v).args if not s.deprecated})
+    close = difflib.get_close_matches(written, known, n=3)
+    nearest = ", ".join(f"`{c}` ({releases_text(releases_taking(c))})" for c in close)
+    return f"{none}: {remove}" + (f"; close names in other releases: {nearest}" if close else "")
 
 
 @attrs.frozen
@@ -308,7 +356,9 @@ def parse_command_line(
 def check_command_line(
     table: OptionTable, args: Sequence[str], *, subject: str, complete: bool = True
 ) -> None:
-    """Raise RenderError listing every problem of the command line, if any."""
+    """Raise SpecError listing every problem of the command line, if any: the line comes
+    from the spec (its extra_args and the values pvegpu writes from it), so it is the spec
+    that has to change, as with any other spec error (exit 4)."""
     problems = parse_command_line(table, args, subject=subject, complete=complete).problems
     if problems:
-        raise RenderError(problems)
+        raise SpecError(problems)

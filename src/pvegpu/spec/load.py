@@ -6,11 +6,14 @@ values, so a string where a number belongs is a mistake worth reporting, not coe
 
 from __future__ import annotations
 
+import re
 import stat
 import tomllib
+import typing
 from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
+from types import UnionType
 from typing import Any
 
 import attrs
@@ -24,9 +27,10 @@ from cattrs.errors import (
 
 from pvegpu.errors import Problem, SpecError
 from pvegpu.pci import PciAddress
+from pvegpu.spec.lines import locate
 from pvegpu.spec.nodes import node_problems
 from pvegpu.spec.rules import secret_problems, value_problems
-from pvegpu.spec.schema import DeviceStyle, P2PSetting, PoolSpec, Spec
+from pvegpu.spec.schema import CpusetPolicy, DeviceStyle, P2PSetting, PoolSpec, Spec
 
 MAX_SPEC_BYTES = 1024 * 1024
 """A spec is a few KiB; anything near this is not a spec."""
@@ -66,34 +70,52 @@ def _structure_env(value: Any, _: type[Any]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+_ENV_TYPE = tuple[tuple[str, str], ...]
+
+
+def _is_array(kind: Any) -> bool:
+    """A schema type TOML writes as an array (every tuple but the environment table)."""
+    return bool(typing.get_origin(kind) is tuple and kind != _ENV_TYPE)
+
+
 def _converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
+    # A TOML string is iterable: without this, `gpus = "81:00.0"` or `extra_args = "--x"`
+    # would become one entry per character. Arrays only; cattrs' own hook does the rest
+    # (and names the index of a bad entry).
+    tuples = conv.get_structure_hook(tuple[str, ...])
+
+    def structure_array(value: Any, kind: Any) -> Any:
+        if not isinstance(value, list):
+            raise ValueError(f"expected an array, got {_toml_type(value)} {value!r}")
+        return tuples(value, kind)
+
+    conv.register_structure_hook_func(_is_array, structure_array)
     conv.register_structure_hook(str, _strict(str, "a string"))
     conv.register_structure_hook(int, _strict(int, "an integer"))
     conv.register_structure_hook(bool, _strict(bool, "true or false"))
     conv.register_structure_hook(float, _structure_float)
     # Each enum explicitly: StrEnums are str subclasses and would otherwise be taken
     # by the plain-string hook above and stay unvalidated strings.
-    for enum_type in (DeviceStyle, P2PSetting):
+    for enum_type in (DeviceStyle, P2PSetting, CpusetPolicy):
         conv.register_structure_hook(enum_type, _structure_enum)
-    env_type = tuple[tuple[str, str], ...]
-    conv.register_structure_hook_func(lambda t: t == env_type, _structure_env)
+    conv.register_structure_hook_func(lambda t: t == _ENV_TYPE, _structure_env)
     return conv
 
 
 _CONVERTER = _converter()
 
 
-def _problems(exc: BaseException, path: str) -> Iterator[Problem]:
+def _problems(exc: BaseException, path: str, raw: Any) -> Iterator[Problem]:
     if isinstance(exc, ClassValidationError | IterableValidationError):
         with_notes, without_notes = exc.group_exceptions()
         for sub, note in with_notes:
             if isinstance(note, AttributeValidationNote):
-                yield from _problems(sub, f"{path}.{note.name}" if path else note.name)
+                yield from _problems(sub, f"{path}.{note.name}" if path else note.name, raw)
             else:
-                yield from _problems(sub, f"{path}[{note.index}]")
+                yield from _problems(sub, f"{path}[{note.index}]", raw)
         for sub in without_notes:
-            yield from _problems(sub, path)
+            yield from _problems(sub, path, raw)
     elif isinstance(exc, ForbiddenExtraKeysError):
         known = ", ".join(f.name for f in attrs.fields(exc.cl))
         for key in sorted(exc.extra_fields):
@@ -108,7 +130,90 @@ def _problems(exc: BaseException, path: str) -> Iterator[Problem]:
         missing = path.rpartition(".")[2]
         yield Problem("spec-missing-key", path, "required key is missing", f"add {missing} = ...")
     else:
-        yield Problem("spec-invalid-value", path or "spec", str(exc))
+        yield _type_problem(exc, path, raw)
+
+
+_TOML_TYPES = {bool: "boolean", int: "integer", float: "float", str: "string"}
+_TOML_TYPES |= {list: "array", dict: "table"}
+
+
+def _toml_type(value: Any) -> str:
+    """The TOML name of a parsed value's type (`vmid = "129"` is a string)."""
+    return next((n for t, n in _TOML_TYPES.items() if type(value) is t), type(value).__name__)
+
+
+def _unoptional(kind: Any) -> Any:
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return args[0] if typing.get_origin(kind) in (typing.Union, UnionType) and args else kind
+
+
+def _expected(path: str) -> Any:
+    """The schema type of spec path `path` (`pools[0].lxc.vmid` -> int); None if unknown."""
+    kind: Any = Spec
+    for name, index in re.findall(r"\.?([A-Za-z0-9_-]+)|\[(\d+)\]", path):
+        kind = _unoptional(kind)
+        if index:
+            args = typing.get_args(kind)
+            kind = args[0] if typing.get_origin(kind) is tuple and args else None
+        elif kind == _ENV_TYPE:
+            kind = str
+        elif attrs.has(kind):
+            kind = typing.get_type_hints(kind).get(name)
+        else:
+            kind = None
+        if kind is None:
+            return None
+    return _unoptional(kind)
+
+
+def _kind_text(kind: Any) -> str:
+    """What a value of `kind` is, in TOML words."""
+    simple = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    if kind in simple:
+        return simple[kind]
+    if kind == _ENV_TYPE:
+        return 'a table of NAME = "value" strings'
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return "one of " + ", ".join(f'"{m.value}"' for m in kind)
+    if typing.get_origin(kind) is tuple:
+        item = typing.get_args(kind)[0]
+        return "an array of " + ("strings" if item is str else "tables")
+    return "a table"
+
+
+def _raw_at(raw: Any, path: str) -> tuple[bool, Any]:
+    """The parsed TOML value at `path`, if it is there."""
+    value = raw
+    for name, index in re.findall(r"\.?([A-Za-z0-9_-]+)|\[(\d+)\]", path):
+        if index and isinstance(value, list) and int(index) < len(value):
+            value = value[int(index)]
+        elif not index and isinstance(value, dict) and name in value:
+            value = value[name]
+        else:
+            return False, None
+    return True, value
+
+
+def _type_problem(exc: BaseException, path: str, raw: Any) -> Problem:
+    """A value of the wrong type or shape. The structure hooks here word their own
+    ValueErrors; anything else cattrs raised deeper down (`lxc = 5`: "argument of type
+    'int' is not iterable") is worded from the schema and the value instead."""
+    kind = _expected(path)
+    expected = _kind_text(kind) if kind is not None else "another value"
+    key = path.rpartition(".")[2] or "the spec"
+    found, value = _raw_at(raw, path)
+    if isinstance(exc, ValueError):
+        message = str(exc)
+    elif found:
+        message = f"expected {expected}, got {_toml_type(value)} {value!r}"[:300]
+    else:
+        message = f"expected {expected}"
+    return Problem(
+        "spec-invalid-value",
+        path or "spec",
+        message,
+        f"make {key} {expected} (docs/spec.md lists every key)",
+    )
 
 
 def parse_spec(text: str, source: str = "<spec>") -> Spec:
@@ -126,11 +231,11 @@ def parse_spec(text: str, source: str = "<spec>") -> Spec:
     try:
         spec = _CONVERTER.structure(raw, Spec)
     except (ClassValidationError, IterableValidationError) as err:
-        raise SpecError(_problems(err, "")) from err
+        raise SpecError(locate(_problems(err, "", raw), text)) from err
     spec = attrs.evolve(spec, source=source)
     problems = list(_semantic_problems(spec))
     if problems:
-        raise SpecError(problems)
+        raise SpecError(locate(problems, text))
     return spec
 
 
@@ -151,7 +256,10 @@ def load_spec(path: Path) -> Spec:
         ) from err
     if len(data) > MAX_SPEC_BYTES:
         raise SpecError.one(
-            "spec-unreadable", str(path), f"is larger than {MAX_SPEC_BYTES} bytes", ""
+            "spec-unreadable",
+            str(path),
+            f"is larger than {MAX_SPEC_BYTES} bytes: a spec is a few KiB",
+            "pass the split spec's TOML file",
         )
     try:
         text = data.decode("utf-8")

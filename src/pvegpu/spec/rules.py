@@ -141,6 +141,11 @@ RULES: dict[tuple[type[Any], str], Rule] = {
     (s.VmSpec, "vmid"): VMID,
     (s.ServingSpec, "version"): _pattern(r"[0-9]+(\.[0-9]+)*[0-9A-Za-z.+-]*", "a version", 64),
     (s.ServingSpec, "engine"): _pattern(r"sglang", '"sglang"', 6),
+    # SGLang reads a relative --model-path against the unit's working directory, or as
+    # a Hugging Face repo id to download: neither is the directory the spec means.
+    (s.ServingSpec, "model_path"): Rule(
+        "an absolute path (the model directory inside the container)", _absolute_path
+    ),
     (s.ServingSpec, "unit"): _without_suffix(
         _pattern(
             UNIT_NAME.pattern,
@@ -235,7 +240,9 @@ def _sequence_problems(values: tuple[Any, ...], path: str) -> Iterator[Problem]:
                 )
             message = _text_problem(value)
             if message is not None:
-                yield Problem("spec-invalid-value", f"{path}.{name[:60]}", message, "")
+                yield Problem(
+                    "spec-invalid-value", f"{path}.{name[:60]}", message, f"use {TEXT_RULE}"
+                )
         elif isinstance(item, str):
             message = _text_problem(item)
             if message is not None:

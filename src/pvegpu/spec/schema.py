@@ -16,6 +16,16 @@ class DeviceStyle(StrEnum):
     """`lxc.cgroup2.devices.allow` + `lxc.mount.entry` lines (any PVE)."""
 
 
+class CpusetPolicy(StrEnum):
+    """Whether pvegpu writes the container's `lxc.cgroup2.cpuset.cpus`."""
+
+    NUMA = "numa"
+    """The CPUs of the NUMA node its server is pinned to (only for a pool with a server
+    pinned to one node); replaces any cpuset line the container had."""
+    KEEP = "keep"
+    """Never written: the container keeps whatever cpuset line it has (or none)."""
+
+
 class P2PSetting(StrEnum):
     AUTO = "auto"
     """Decide from facts: off when the IOMMU translates DMA or SEV-SNP is on."""
@@ -83,6 +93,7 @@ class LxcSpec:
     devices: DeviceStyle = DeviceStyle.DEV
     mode: str = "0666"
     gid: int | None = None
+    cpuset: CpusetPolicy = CpusetPolicy.NUMA
     serving: ServingSpec | None = None
 
 

@@ -73,7 +73,8 @@ unchanged() {
 }
 unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" 5b947bf60a4478345aa327416163fd1ee49d7b98121c5767ff60614de78499f1
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" 1fdd06759fe678985a876a89c652399e5fa969abcc4fcb978e0e717e9b590ce3
-unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" ec588031c99c07d94ba58cc053d13a87719ca01a27da9bc8a7119f53138a2b3d
+unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" 718df815712afe5549814882e94ddd03d01eb7c3cd2aed59cec0f61d9c1f5485
+unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" ee73438e33e8e991642ad5fa09040044e6c67e48f996deb38a1d3493857a4e3f
 if [ "$changed" -ne 0 ]; then
     echo "revert.sh: nothing done; merge those files by hand (the bundle holds the old copies)" >&2
     exit 3
@@ -91,6 +92,8 @@ rm -f "$ROOT/usr/local/sbin/pvegpu-vfio-split"
 rm -f "$ROOT/etc/systemd/system/pvegpu-vfio-split.service"
 # remove etc/modprobe.d/pvegpu-vfio.conf: pvegpu created it
 rm -f "$ROOT/etc/modprobe.d/pvegpu-vfio.conf"
+# remove etc/initramfs-tools/hooks/pvegpu-vfio-split: pvegpu created it
+rm -f "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split"
 run systemctl daemon-reload
 # The modprobe.d hook may have been copied into the initramfs.
 if [ -n "$ROOT" ] || command -v update-initramfs >/dev/null 2>&1; then

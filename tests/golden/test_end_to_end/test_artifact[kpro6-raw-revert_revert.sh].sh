@@ -77,7 +77,8 @@ unchanged "$ROOT/etc/pve/lxc/129.conf" c486ed3c3437f4c2d12341fc2f4e32093538e2189
 unchanged "$ROOT/etc/pve/mapping/pci.cfg" dd315b7cdfdaac1b5e72aea094a3f9a6596a47102b217ba4ad552e9ec22ce598
 unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" e879e6d0a318b31ecca6c7a8817410029b440b30185750966195caff3fbefb80
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" ab9fac5ddca9581fc4a5f0d90b0b8a73cc0af093250eb1ced505493b980f3117
-unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" f0b365857aff9773b657c24c15b9892763108736136497c64b957b323a423c67
+unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" 585ee42227ec0700049f4b439c77de4b2b3886bba6c3840432bac1ce1015e3b9
+unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" 8f2cd71da81f189f363d859c68a6b748f729d42dfc27dcd0279b333acbefd1f6
 if [ "$changed" -ne 0 ]; then
     echo "revert.sh: nothing done; merge those files by hand (the bundle holds the old copies)" >&2
     exit 3
@@ -116,6 +117,8 @@ rm -f "$ROOT/usr/local/sbin/pvegpu-vfio-split"
 rm -f "$ROOT/etc/systemd/system/pvegpu-vfio-split.service"
 # remove etc/modprobe.d/pvegpu-vfio.conf: pvegpu created it
 rm -f "$ROOT/etc/modprobe.d/pvegpu-vfio.conf"
+# remove etc/initramfs-tools/hooks/pvegpu-vfio-split: pvegpu created it
+rm -f "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split"
 run systemctl daemon-reload
 # The modprobe.d hook may have been copied into the initramfs.
 if [ -n "$ROOT" ] || command -v update-initramfs >/dev/null 2>&1; then

@@ -95,6 +95,12 @@ def _pool_line(pool: Pool) -> str:
             f" {engine} {serving.version} serves `{serving.model_path}`{name} with "
             f"TP={pool.size} on port {serving.port} (unit `{serving.unit}.service`)."
         )
+    if pool.lxc is not None and pool.lxc.cpuset is not None:
+        numa = pool.lxc.cpuset
+        line += (
+            f" The container's CPU set is pinned to NUMA node {numa.id} (CPUs {numa.cpus}), "
+            'where its server runs (`lxc.cpuset = "numa"`, the default; `"keep"` leaves it alone).'
+        )
     return line
 
 

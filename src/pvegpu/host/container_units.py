@@ -1,0 +1,206 @@
+"""The systemd units enabled in containers whose GPUs the plan may change, read for the
+leftover-server check (`planning/leftover_servers.py`).
+
+A pool with `[pools.lxc.serving]` gets its unit rendered by pvegpu, so whatever it ran
+before is replaced. Every other container that holds GPUs keeps its own units, and one
+that starts a server with `--tp 8` on the 4 GPUs the plan leaves it fails at every start.
+This module reads what that check needs, through the one reader (`host.reader`), in the
+container's root file system as `host.rootfs` finds it:
+
+- which units are enabled: the `*.service` links in `etc/systemd/system/*.wants/` and
+  `*.requires/` (what `systemctl enable` writes);
+- each enabled unit as systemd loads it: `etc/systemd/system/<name>` (and, for an
+  instance `a@b.service`, its template `a@.service`) when there, else what the link
+  points to; and its drop-ins in `etc/systemd/system` (`<name>.d/`, the dash prefixes,
+  `service.d/`; `*.conf`).
+
+Nothing else: vendor directories (`/usr/lib/systemd/system`) hold what packages ship,
+not the servers admins write. The work is bounded: at most `MAX_UNIT_FILES` files per
+container, each at most `MAX_UNIT_BYTES` (a larger one is not read), links followed at
+most `MAX_UNIT_HOPS` deep. A link is resolved inside the container, one hop at a time: an
+absolute target is a path of the container, never of the host; a link to /dev/null is a
+masked unit (read as empty, and the host's /dev/null is never opened).
+
+The files go into the facts as `ConfigFile`s at their paths under the root; an enabling
+link is kept at the link's own path with the text of the unit it names, which is how the
+planner knows the unit is enabled.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterator
+
+from pvegpu.host.facts import ConfigFile, HostFacts
+from pvegpu.host.paths import UNIT_DIR, dropin_dirs
+from pvegpu.host.reader import RootReader
+from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
+from pvegpu.pvefiles import lxcconf
+from pvegpu.pvefiles.guestconf import split_sections
+from pvegpu.serving.decision import ServingFiles
+from pvegpu.spec.schema import Spec
+
+LXC_DIR = "etc/pve/lxc"
+MASKED = "/dev/null"
+ENABLING_DIRS = (".wants", ".requires")
+"""`systemctl enable` links a unit into `<target>.wants/` (WantedBy=) or `.requires/`."""
+MAX_UNIT_FILES = 256
+"""Files read per container: a container with more enabled units than this is odd; the
+rest are not read (docs/serving.md, "Servers pvegpu does not render")."""
+MAX_UNIT_BYTES = 1024 * 1024
+"""A unit file is a few KiB; a larger one is not a unit anyone wrote by hand."""
+MAX_UNIT_HOPS = 8
+
+
+def granted_gpus(config: str) -> tuple[frozenset[int], bool]:
+    """The `/dev/nvidiaN` minors the config's main section hands the container, and
+    whether a rule there reaches every GPU (`c 195:* rwm`)."""
+    minors: set[int] = set()
+    every = False
+    for line in split_sections(config)[0].lines:
+        if (minor := lxcconf.gpu_minor(line)) is not None:
+            minors.add(minor)
+        every = every or lxcconf.grants_every_gpu(line)
+    return frozenset(minors), every
+
+
+def unit_containers(spec: Spec, facts: HostFacts) -> tuple[int, ...]:
+    """The containers whose units are read: each container pool's without a serving table,
+    and every container that holds a GPU now (the plan may take it). A serving pool's
+    container is left out: pvegpu renders its server."""
+    lxc = [p.lxc for p in spec.pools if p.lxc is not None]
+    rendered = {c.vmid for c in lxc if c.serving is not None}
+    wanted = {c.vmid for c in lxc if c.serving is None}
+    if spec.pools:
+        for file in facts.files:
+            directory, _, name = file.path.rpartition("/")
+            stem = name.removesuffix(".conf")
+            if directory == LXC_DIR and name.endswith(".conf") and stem.isdigit():
+                minors, every = granted_gpus(file.content)
+                if minors or every:
+                    wanted.add(int(stem))
+    return tuple(sorted(wanted - rendered))
+
+
+def read_container_units(reader: RootReader, spec: Spec, facts: HostFacts) -> ServingFiles:
+    """The enabled units (and their drop-ins) of every container `unit_containers` names
+    whose root file system is a directory on the host; block storage reads nothing."""
+    storage = facts.file(STORAGE_CFG)
+    found: dict[str, ConfigFile] = {}
+    for vmid in unit_containers(spec, facts):
+        config = facts.file(f"{LXC_DIR}/{vmid}.conf")
+        location = locate_rootfs(
+            vmid, config.content if config else None, storage.content if storage else None
+        )
+        if location.path is not None:
+            for file in _Units(reader, location.path).read():
+                found.setdefault(file.path, file)
+    return ServingFiles(tuple(found.values()))
+
+
+def template_of(name: str) -> str | None:
+    """`a@.service` for the instance `a@b.service`; None for a plain unit."""
+    stem, at, instance = name.partition("@")
+    if not at or not instance.endswith(".service") or instance == ".service":
+        return None
+    return f"{stem}@.service"
+
+
+def unit_dropin_dirs(name: str) -> tuple[str, ...]:
+    """The drop-in directories of unit `name` (`x.service`) under etc/systemd/system, in
+    the order systemd takes them: the unit's own, its template's, dash prefixes, service.d."""
+    stems = [name.removesuffix(".service")]
+    if (template := template_of(name)) is not None:
+        stems.append(template.removesuffix(".service"))
+    prefix = f"{UNIT_DIR}/"
+    return tuple(
+        dict.fromkeys(d for stem in stems for d in dropin_dirs(stem) if d.startswith(prefix))
+    )
+
+
+class _Units:
+    """One container's enabled units, read at most MAX_UNIT_FILES files deep."""
+
+    def __init__(self, reader: RootReader, rootfs: str) -> None:
+        self.reader = reader
+        self.rootfs = rootfs
+        self.budget = MAX_UNIT_FILES
+        # Text by path inside the container: a link usually names the /etc file itself.
+        self.texts: dict[str, str | None] = {}
+
+    def _host(self, inside: str) -> str:
+        return f"{self.rootfs}/{inside.lstrip('/')}"
+
+    def read(self) -> Iterator[ConfigFile]:
+        unit_dir = self._host(UNIT_DIR)
+        # A symlinked unit directory is not followed: its absolute target would be read
+        # as a host path, not the container's.
+        if self.reader.through_link(unit_dir) or not self.reader.is_dir(unit_dir):
+            return
+        names = set(self.reader.listdir(unit_dir))
+        enabled: dict[str, list[str]] = {}
+        for entry in sorted(names):
+            where = f"{unit_dir}/{entry}"
+            if not entry.endswith(ENABLING_DIRS) or self.reader.readlink(where) is not None:
+                continue
+            if not self.reader.is_dir(where):
+                continue
+            for name in self.reader.listdir(where, lambda n: n.endswith(".service")):
+                if len(enabled) < MAX_UNIT_FILES:
+                    enabled.setdefault(name, []).append(f"{UNIT_DIR}/{entry}/{name}")
+        for name, links in enabled.items():
+            for link in links:
+                # The link's own path, holding the text of the unit it names.
+                if (text := self._text(link)) is not None:
+                    yield ConfigFile(self._host(link), text)
+            for unit in (name, template_of(name)):
+                loaded = f"{UNIT_DIR}/{unit}"
+                if unit in names and (text := self._text(loaded)) is not None:
+                    yield ConfigFile(self._host(loaded), text)
+            for directory in unit_dropin_dirs(name):
+                yield from self._dropins(directory, names)
+
+    def _dropins(self, directory: str, names: set[str]) -> Iterator[ConfigFile]:
+        if posixpath.basename(directory) not in names:
+            return
+        where = self._host(directory)
+        if self.reader.readlink(where) is not None or not self.reader.is_dir(where):
+            return
+        for name in self.reader.listdir(where, lambda n: n.endswith(".conf")):
+            if (text := self._text(f"{directory}/{name}")) is not None:
+                yield ConfigFile(f"{where}/{name}", text)
+
+    def _text(self, inside: str) -> str | None:
+        """The text of the file at `inside` (a path in the container), links followed in
+        the container; "" when masked; None when missing, too deep, too large or over
+        the container's budget."""
+        inside = "/" + inside.lstrip("/")
+        if inside in self.texts:
+            return self.texts[inside]
+        start = inside
+        text: str | None = None
+        for _ in range(MAX_UNIT_HOPS):
+            target = self.reader.readlink(self._host(inside), subject=self._host(start))
+            if target is None:
+                text = self._file(inside, start)
+                break
+            joined = posixpath.join(posixpath.dirname(inside), target)
+            # normpath keeps a leading `//`; `..` stops at the container's root.
+            inside = "/" + posixpath.normpath(joined).lstrip("/")
+            if inside == MASKED:
+                # Also `../../dev/null`, as an unpacked snapshot writes the link.
+                text = ""
+                break
+        self.texts[start] = text
+        return text
+
+    def _file(self, inside: str, start: str) -> str | None:
+        rel = self._host(inside)
+        subject = self._host(start)
+        if self.budget <= 0 or not self.reader.exists(rel) or self.reader.is_dir(rel):
+            return None
+        size = self.reader.size(rel)
+        if size is None or size > MAX_UNIT_BYTES:
+            return None
+        self.budget -= 1
+        return self.reader.read(rel, subject=subject)

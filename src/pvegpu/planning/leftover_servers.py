@@ -1,0 +1,351 @@
+"""Servers a container keeps running when the plan changes its GPUs and pvegpu renders
+no unit for it: each enabled unit's parallel size against the GPUs the container has
+after the plan. Pure: the units are in the facts (`host.container_units`).
+
+The containers judged: each container pool's without `[pools.lxc.serving]` (after the
+plan it has the pool's GPUs) and every other container that loses GPUs to a pool
+(`host_guests`: it keeps the rest). A serving pool's unit is rendered for its GPUs.
+
+**Decision: an enabled unit that no longer fits is refused** (`container-unit-needs-gpus`,
+PlanError), not warned about. It starts with the container (and Proxmox starts the pool's
+container again after the split), so SGLang with `--tp 8` on 4 GPUs fails at every start,
+under Restart= again and again: exactly how the reference deployment broke, with nothing
+in the plan pointing at it. A warning in a long review is what got missed; each way out
+(let pvegpu render the unit, edit one option, disable the unit) is one short step before
+planning again. Warnings instead, where the plan breaks nothing or cannot tell:
+
+- the unit needs more GPUs than the container has now too (`container-unit-short`): it
+  fails today already;
+- CUDA_VISIBLE_DEVICES names more devices than the container keeps while the server
+  still fits (`container-unit-visible-devices`): CUDA shows those before the first one
+  that is gone;
+- the size is not a number pvegpu can read (`container-unit-gpus-unknown`);
+- the root file system is block storage or otherwise not a host directory, so nothing
+  could be checked (`container-units-unchecked`), for a container that loses GPUs.
+
+A unit that is not enabled is not judged: nothing starts it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterator, Sequence
+
+import attrs
+
+from pvegpu.errors import Problem
+from pvegpu.host.container_units import (
+    ENABLING_DIRS,
+    granted_gpus,
+    template_of,
+    unit_dropin_dirs,
+)
+from pvegpu.host.facts import ConfigFile, HostFacts
+from pvegpu.host.paths import UNIT_DIR
+from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
+from pvegpu.planning.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.planning.released import ContainerGpusRemoved
+from pvegpu.planning.unit_gpus import (
+    SGLANG,
+    VISIBLE,
+    ServerDemand,
+    UnitDemand,
+    unit_demand,
+    visible_count,
+)
+from pvegpu.serving.unitfile import (
+    ENVIRONMENT,
+    EXEC_START,
+    SERVICE,
+    environment_pairs,
+    merge_units,
+    parse_unit,
+)
+from pvegpu.spec.schema import Spec
+from pvegpu.wording import plural
+
+
+@attrs.frozen
+class LeftoverVerdict:
+    problems: tuple[Problem, ...] = ()
+    findings: tuple[Finding, ...] = ()
+
+
+@attrs.frozen
+class _Container:
+    vmid: int
+    config: ConfigFile
+    before: int
+    """GPUs its config names now."""
+    after: int
+    """GPUs it has after the plan."""
+    pools: tuple[Pool, ...]
+    """The pools whose container it is (none: another container losing GPUs)."""
+
+    @property
+    def gets(self) -> str:
+        if self.pools:
+            names = ", ".join(p.name for p in self.pools)
+            pool = "pools" if len(self.pools) > 1 else "pool"
+            return f"after the plan CT {self.vmid} has {plural(self.after, 'GPU')} ({pool} {names})"
+        return f"after the plan CT {self.vmid} keeps {self.after} of its {self.before} GPUs"
+
+
+@attrs.frozen
+class _Unit:
+    name: str
+    source: str
+    """Root-relative path of the file whose ExecStart= is judged (the unit or a drop-in)."""
+    inside: str
+    """The same path inside the container, for the fix (`/etc/systemd/system/x.service`)."""
+    demand: UnitDemand
+    visible_source: str
+    """The file whose Environment= sets CUDA_VISIBLE_DEVICES (else `source`)."""
+    linked: bool = False
+    """`source` is the enabling link: the unit lives outside /etc (a vendor directory)."""
+
+    def edit(self, vmid: int) -> str:
+        """Where the admin edits it: /etc's file, or an /etc copy of a linked one."""
+        if self.linked:
+            return (
+                f"{self.name} in CT {vmid} (pct exec {vmid} -- systemctl edit --full {self.name})"
+            )
+        return f"{self.inside} in CT {vmid}"
+
+
+def leftover_servers(
+    facts: HostFacts, spec: Spec, pools: Sequence[Pool], removed: Sequence[ContainerGpusRemoved]
+) -> LeftoverVerdict:
+    problems: list[Problem] = []
+    findings: list[Finding] = []
+    storage = facts.file(STORAGE_CFG)
+    for container in _containers(facts, spec, pools, removed):
+        location = locate_rootfs(
+            container.vmid, container.config.content, storage.content if storage else None
+        )
+        if location.path is None:
+            # No `rootfs:` line is not a container Proxmox can start: nothing to say.
+            if location.volume is not None and container.after < container.before:
+                findings.append(_unchecked(container, location.volume, location.why))
+            continue
+        for unit in _enabled_units(facts, location.path):
+            _judge(container, unit, problems, findings)
+    return LeftoverVerdict(tuple(problems), tuple(findings))
+
+
+def _now(facts: HostFacts, config: ConfigFile) -> tuple[frozenset[int], int]:
+    minors, every = granted_gpus(config.content)
+    if every:
+        # `c 195:* rwm` reaches every GPU nvidia holds.
+        return minors, max(len(minors), sum(1 for g in facts.gpus if g.nvidia_minor is not None))
+    return minors, len(minors)
+
+
+def _containers(
+    facts: HostFacts, spec: Spec, pools: Sequence[Pool], removed: Sequence[ContainerGpusRemoved]
+) -> Iterator[_Container]:
+    rendered = {p.lxc.vmid for p in spec.pools if p.lxc is not None and p.lxc.serving is not None}
+    own: dict[int, list[Pool]] = {}
+    for pool in pools:
+        if pool.kind is PoolKind.LXC and pool.lxc is not None and pool.lxc.vmid not in rendered:
+            own.setdefault(pool.lxc.vmid, []).append(pool)
+    for vmid, its in own.items():
+        config = facts.file(f"etc/pve/lxc/{vmid}.conf")
+        if config is not None:  # else plan() refuses it already (lxc-config-missing)
+            _, before = _now(facts, config)
+            yield _Container(vmid, config, before, sum(p.size for p in its), tuple(its))
+    for gone in removed:
+        if gone.vmid in own or gone.vmid in rendered:
+            continue
+        minors, before = _now(facts, gone.config)
+        after = max(before - len(minors & set(gone.minors)), 0)
+        yield _Container(gone.vmid, gone.config, before, after, ())
+
+
+def _enabled_units(facts: HostFacts, rootfs: str) -> Iterator[_Unit]:
+    """Each enabled unit as systemd loads it: /etc's file (or its template), else what the
+    enabling link names; merged with its drop-ins in /etc."""
+    unit_dir = f"{rootfs}/{UNIT_DIR}/"
+    links: dict[str, ConfigFile] = {}
+    dropins: dict[str, list[ConfigFile]] = {}
+    for file in facts.files:
+        if not file.path.startswith(unit_dir):
+            continue
+        directory, _, name = file.path[len(unit_dir) :].rpartition("/")
+        if directory.endswith(ENABLING_DIRS) and "/" not in directory:
+            links.setdefault(name, file)
+        elif name.endswith(".conf") and "/" not in directory:
+            dropins.setdefault(f"{UNIT_DIR}/{directory}", []).append(file)
+    for name in sorted(links):
+        candidates = (name, template_of(name))
+        base = next(
+            (f for u in candidates if u and (f := facts.file(f"{unit_dir}{u}")) is not None),
+            links[name],
+        )
+        chosen: dict[str, ConfigFile] = {}
+        for directory in unit_dropin_dirs(name):
+            for file in dropins.get(directory, ()):
+                chosen.setdefault(posixpath.basename(file.path), file)
+        files = (base, *(chosen[n] for n in sorted(chosen)))
+        if not base.content.strip():
+            continue  # masked (linked to /dev/null) or empty: it runs nothing
+        source = next(
+            (f for f in reversed(files) if parse_unit(f.content).values(SERVICE, EXEC_START)),
+            base,
+        )
+        inside = "/" + source.path[len(rootfs) + 1 :]
+        demand = unit_demand(merge_units(f.content for f in files))
+        visible = next((f for f in reversed(files) if _sets_visible(f.content)), source)
+        linked = source is links[name]
+        yield _Unit(name, source.path, inside, demand, visible.path, linked)
+
+
+def _sets_visible(text: str) -> bool:
+    pairs = environment_pairs(parse_unit(text).values(SERVICE, ENVIRONMENT))
+    return any(name == VISIBLE for name, _ in pairs)
+
+
+def _available(visible: tuple[str, ...] | None, count: int) -> int:
+    shown = visible_count(visible, count)
+    return count if shown is None else shown
+
+
+def _judge(
+    container: _Container, unit: _Unit, problems: list[Problem], findings: list[Finding]
+) -> None:
+    for server in unit.demand.servers:
+        need = server.gpus
+        if need is None:
+            if container.after < container.before:
+                findings.append(_unknown(container, unit, server))
+            continue
+        after = _available(server.visible, container.after)
+        if need > after:
+            if need <= _available(server.visible, container.before):
+                problems.append(_needs(container, unit, server, need, after))
+            else:
+                findings.append(_short(container, unit, server, need, after))
+        elif _names_gone(server.visible, container):
+            # Set on the command line (`env CUDA_VISIBLE_DEVICES=...`) or by Environment=.
+            own = server.visible != unit.demand.visible
+            where = unit.source if own else unit.visible_source
+            findings.append(_visible(container, unit, server.visible or (), where))
+    if not unit.demand.servers and _names_gone(unit.demand.visible, container):
+        findings.append(_visible(container, unit, unit.demand.visible or (), unit.visible_source))
+
+
+def _names_gone(visible: tuple[str, ...] | None, container: _Container) -> bool:
+    return visible is not None and container.after < min(len(visible), container.before)
+
+
+def _ways(container: _Container, unit: _Unit, server: ServerDemand, after: int) -> str:
+    ways: list[str] = []
+    if container.pools and server.server == SGLANG:
+        ways.append(
+            f"add [pools.lxc.serving] to pool {container.pools[0].name} with "
+            f'unit = "{unit.name.removesuffix(".service")}" so pvegpu rewrites the unit for '
+            f"its {plural(container.after, 'GPU')}"
+        )
+    if (edit := _edit(server, after, container.after)) is not None:
+        ways.append(f"edit {unit.edit(container.vmid)}: {edit}")
+    ways.append(f"disable it (pct exec {container.vmid} -- systemctl disable {unit.name})")
+    return "; or ".join(ways) + "; then run pvegpu again"
+
+
+def _edit(server: ServerDemand, after: int, count: int) -> str | None:
+    """The one-option change that makes the server fit, or what must hold; `after` is
+    what CUDA shows it of the `count` GPUs the container has."""
+    if count == 0:
+        return None
+    if after < count and (server.gpus or 0) <= count:
+        # Only CUDA_VISIBLE_DEVICES hides GPUs it needs: list the ones the container has.
+        return f"{VISIBLE}={','.join(str(i) for i in range(count))}"
+    tp = server.option("tp")
+    others = [o for o in server.options if o.kind != "tp" and o.value not in (None, 1)]
+    if others or server.option("base") is not None:
+        product = " x ".join(f"`{o.written}`" for o in server.options)
+        return f"make {product} need at most {count} GPUs"
+    if tp is None:
+        return None
+    return f"`{tp.written}` -> `{tp.rewritten(count)}`"
+
+
+def _restarts(unit: _Unit) -> str:
+    return " and systemd starts it again and again" if unit.demand.restarts else ""
+
+
+def _seen(server: ServerDemand, after: int) -> str:
+    if server.visible is None:
+        return ""
+    return f" ({VISIBLE}={','.join(server.visible)} shows it {after} of them)"
+
+
+def _needs(
+    container: _Container, unit: _Unit, server: ServerDemand, need: int, after: int
+) -> Problem:
+    return Problem(
+        "container-unit-needs-gpus",
+        unit.source,
+        f"{unit.name} is enabled in CT {container.vmid} and runs {server.server} with "
+        f"{server.shown}: {plural(need, 'GPU')}; {container.gets}{_seen(server, after)}, so "
+        f"the server fails at every start{_restarts(unit)}",
+        _ways(container, unit, server, after),
+    )
+
+
+def _short(
+    container: _Container, unit: _Unit, server: ServerDemand, need: int, after: int
+) -> Finding:
+    return Finding(
+        Severity.WARNING,
+        "container-unit-short",
+        unit.source,
+        f"{unit.name} is enabled in CT {container.vmid} and runs {server.server} with "
+        f"{server.shown}: {plural(need, 'GPU')}, more than CT {container.vmid} has now; "
+        f"{container.gets}{_seen(server, after)}, so it still cannot start. Fix it: "
+        + _ways(container, unit, server, after),
+    )
+
+
+def _visible(container: _Container, unit: _Unit, visible: tuple[str, ...], where: str) -> Finding:
+    keep = ",".join(str(i) for i in range(container.after))
+    return Finding(
+        Severity.WARNING,
+        "container-unit-visible-devices",
+        where,
+        f"{unit.name} is enabled in CT {container.vmid} and sets {VISIBLE}="
+        f"{','.join(visible)}, {plural(len(visible), 'device')}; {container.gets}: CUDA "
+        "shows it the listed devices up to the first one that is gone. Edit it to "
+        + (f"{VISIBLE}={keep}" if keep else "list no GPU, or disable the unit"),
+    )
+
+
+def _unknown(container: _Container, unit: _Unit, server: ServerDemand) -> Finding:
+    option = server.unresolved
+    if option is not None:
+        why = f"`{option.written}` is not a number after Environment= is applied" + (
+            " (EnvironmentFile= is not read)" if unit.demand.environment_file else ""
+        )
+    else:
+        why = f"its sizes may be set in {server.config}, which is not read"
+    return Finding(
+        Severity.WARNING,
+        "container-unit-gpus-unknown",
+        unit.source,
+        f"{unit.name} is enabled in CT {container.vmid} and runs {server.server}, but how "
+        f"many GPUs it opens is unknown: {why}; {container.gets}. Check that it needs no "
+        f"more: pct exec {container.vmid} -- systemctl cat {unit.name}",
+    )
+
+
+def _unchecked(container: _Container, volume: str, why: str) -> Finding:
+    return Finding(
+        Severity.WARNING,
+        "container-units-unchecked",
+        container.config.path,
+        f"CT {container.vmid}'s root file system ({volume}) is not readable from the host "
+        f"({why}), so its enabled units were not checked; {container.gets}, and a server "
+        "started with more (SGLang or vLLM `--tp 8`) fails at every start. Check by hand: "
+        f"pct exec {container.vmid} -- grep -rs -e --tp -e --tensor-parallel "
+        f"-e {VISIBLE} /etc/systemd/system",
+    )

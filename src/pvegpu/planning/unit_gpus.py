@@ -1,0 +1,290 @@
+"""How many GPUs a systemd unit's inference server needs, read from its ExecStart=. Pure.
+
+Recognised servers (anywhere in the command, also inside `sh -c '...'` and after `env`):
+
+- SGLang: `-m sglang.launch_server`, `-m sglang_router.launch_server`, `sglang serve`.
+  GPUs: `--tp-size`/`--tensor-parallel-size`/`--tp` x `--pp-size`/
+  `--pipeline-parallel-size`/`--pp`, times `--dp-size`/`--data-parallel-size`/`--dp`
+  unless `--enable-dp-attention` (then the DP ranks share the TP GPUs), divided over
+  `--nnodes`; `--base-gpu-id` and `--gpu-id-step` move the highest device it opens.
+- vLLM: `vllm serve`, `-m vllm.entrypoints.openai.api_server` (or `.api_server`). GPUs:
+  `--tensor-parallel-size`/`-tp` x `--pipeline-parallel-size`/`-pp` x
+  `--data-parallel-size-local`/`-dpl` (else `--data-parallel-size`/`-dp`).
+
+The last occurrence of an option wins (argparse). `${NAME}` and `$NAME` are expanded from
+the unit's Environment= (and assignments before the command, `env X=1 cmd`, `X=1 cmd`),
+as systemd and the shell would; a size that is still not a number (set in an
+EnvironmentFile=, or in `--config`'s file) is unknown, never guessed.
+`CUDA_VISIBLE_DEVICES` is read from the same places: CUDA shows the devices it lists up to
+the first index the container does not have.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from pvegpu.serving.unitfile import (
+    ENVIRONMENT,
+    ENVIRONMENT_FILE,
+    EXEC_START,
+    SERVICE,
+    UnitFile,
+    environment_pairs,
+    exec_words,
+)
+
+VISIBLE = "CUDA_VISIBLE_DEVICES"
+SGLANG = "SGLang"
+VLLM = "vLLM"
+_SGLANG_MODULES = ("sglang.launch_server", "sglang_router.launch_server")
+_VLLM_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+_SHELLS = ("sh", "bash", "dash", "zsh")
+_SIZES: dict[str, dict[str, str]] = {
+    SGLANG: {
+        "--tp-size": "tp",
+        "--tensor-parallel-size": "tp",
+        "--tp": "tp",
+        "--pp-size": "pp",
+        "--pipeline-parallel-size": "pp",
+        "--pp": "pp",
+        "--dp-size": "dp",
+        "--data-parallel-size": "dp",
+        "--dp": "dp",
+        "--nnodes": "nnodes",
+        "--base-gpu-id": "base",
+        "--gpu-id-step": "step",
+    },
+    VLLM: {
+        "--tensor-parallel-size": "tp",
+        "-tp": "tp",
+        "--pipeline-parallel-size": "pp",
+        "-pp": "pp",
+        "--data-parallel-size": "dp",
+        "-dp": "dp",
+        "--data-parallel-size-local": "dpl",
+        "-dpl": "dpl",
+    },
+}
+_DP_ATTENTION = "--enable-dp-attention"
+_CONFIG = "--config"
+_RESTARTS = ("always", "on-failure")
+"""Restart= values that start a server again after it exits with an error."""
+_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_OPERATOR = re.compile(r"[;&|()<>]+")
+
+
+@attrs.frozen
+class SizeOption:
+    """One parallel-size option of the command line, as the unit writes it."""
+
+    kind: str
+    """`tp`, `pp`, `dp`, `dpl` (vLLM's local DP), `nnodes`, `base`, `step`."""
+    spelling: str
+    written: str
+    """`--tp 8` or `--tp=8`: how the fix names it."""
+    value: int | None
+    """None: not a number after expansion (`${TP}` from an EnvironmentFile=)."""
+
+    def rewritten(self, value: int) -> str:
+        """The same option with another value, written the same way."""
+        return f"{self.spelling}={value}" if "=" in self.written else f"{self.spelling} {value}"
+
+
+@attrs.frozen
+class ServerDemand:
+    """One server a unit starts and the GPUs it opens."""
+
+    server: str
+    options: tuple[SizeOption, ...]
+    """The option of each kind that counts (the last), in the order they were written."""
+    dp_attention: bool = False
+    config: str | None = None
+    """`--config FILE`: sizes may be set there, where pvegpu does not look."""
+    visible: tuple[str, ...] | None = None
+    """CUDA_VISIBLE_DEVICES as the server gets it; None: not set."""
+
+    def option(self, kind: str) -> SizeOption | None:
+        return next((o for o in self.options if o.kind == kind), None)
+
+    @property
+    def unresolved(self) -> SizeOption | None:
+        return next((o for o in self.options if o.value is None), None)
+
+    @property
+    def gpus(self) -> int | None:
+        """The devices it opens (its highest device index + 1); None when unknown."""
+        if self.unresolved is not None or (self.config is not None and not self.options):
+            return None
+        size = {o.kind: o.value or 0 for o in self.options}
+        tp, pp = size.get("tp", 1), size.get("pp", 1)
+        if self.server == VLLM:
+            return tp * pp * size.get("dpl", size.get("dp", 1))
+        dp = 1 if self.dp_attention else size.get("dp", 1)
+        per_node = math.ceil(tp * pp * dp / max(size.get("nnodes", 1), 1))
+        return size.get("base", 0) + (per_node - 1) * size.get("step", 1) + 1
+
+    @property
+    def shown(self) -> str:
+        """The options that set its size, as written (`--tp 4 --pp 2`)."""
+        if not self.options:
+            return "no parallel-size option (1 GPU)"
+        return " ".join(f"`{o.written}`" for o in self.options)
+
+
+@attrs.frozen
+class UnitDemand:
+    """What a unit (merged with its drop-ins) runs on GPUs."""
+
+    servers: tuple[ServerDemand, ...]
+    visible: tuple[str, ...] | None
+    """CUDA_VISIBLE_DEVICES of the unit's Environment=; None: not set."""
+    restarts: bool
+    """Restart=always/on-failure: a server that cannot start is started again and again."""
+    environment_file: bool
+    """EnvironmentFile= is set: variables may come from a file pvegpu does not read."""
+
+
+def unit_demand(unit: UnitFile) -> UnitDemand:
+    """The servers of every ExecStart= of `unit` and the devices each opens."""
+    environment = dict(environment_pairs(unit.values(SERVICE, ENVIRONMENT)))
+    servers = tuple(
+        server
+        for value in unit.values(SERVICE, EXEC_START)
+        for server in _servers(exec_words(value), environment)
+    )
+    restart = unit.values(SERVICE, "Restart")
+    return UnitDemand(
+        servers,
+        _entries(environment.get(VISIBLE)),
+        bool(restart) and restart[-1] in _RESTARTS,
+        bool(unit.values(SERVICE, ENVIRONMENT_FILE)),
+    )
+
+
+def visible_count(entries: tuple[str, ...] | None, count: int) -> int | None:
+    """How many GPUs CUDA shows a process in a container with `count` of them.
+
+    CUDA takes the listed indices in order and stops at the first that is not a device
+    (CUDA C Programming Guide, CUDA_VISIBLE_DEVICES). None: not set, or it names GPUs by
+    UUID, which the host's facts cannot match to the container's devices.
+    """
+    if entries is None:
+        return None
+    seen: set[int] = set()
+    for entry in entries:
+        if not (entry.isascii() and entry.isdigit()):
+            return None
+        index = int(entry)
+        if index >= count or index in seen:
+            break
+        seen.add(index)
+    return len(seen)
+
+
+def _entries(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return tuple(e.strip() for e in value.split(",")) if value.strip() else ()
+
+
+def _tokens(argv: Sequence[str]) -> list[str]:
+    """The words the command runs; a shell's `-c` script split the way sh would."""
+    if argv and posixpath.basename(argv[0]) in _SHELLS:
+        for j, word in enumerate(argv[1:-1], start=1):
+            if word.startswith("-") and not word.startswith("--") and "c" in word[1:]:
+                lexer = shlex.shlex(argv[j + 1], posix=True, punctuation_chars=True)
+                lexer.whitespace_split = True
+                try:
+                    return list(lexer)
+                except ValueError:
+                    return argv[j + 1].split()
+    return list(argv)
+
+
+def _expand(word: str, environment: Mapping[str, str]) -> list[str]:
+    """`word` with the variables `environment` sets substituted; `$NAME` alone splits."""
+    whole = _VARIABLE.fullmatch(word)
+    if whole and whole.group(2) and whole.group(2) in environment:
+        return environment[whole.group(2)].split()
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        return environment.get(name, match.group(0))
+
+    return [_VARIABLE.sub(value, word)]
+
+
+def _marker(tokens: Sequence[str], i: int) -> tuple[str, int] | None:
+    """(server, index of its first option) when a server starts at tokens[i]."""
+    word = tokens[i]
+    after = tokens[i + 1] if i + 1 < len(tokens) else ""
+    if word == "-m" and after in _SGLANG_MODULES:
+        return SGLANG, i + 2
+    if word == "-m" and after in _VLLM_MODULES:
+        return VLLM, i + 2
+    name = posixpath.basename(word)
+    if after == "serve" and name in ("sglang", "vllm"):
+        return (SGLANG if name == "sglang" else VLLM), i + 2
+    return None
+
+
+def _servers(argv: Sequence[str], unit_environment: Mapping[str, str]) -> list[ServerDemand]:
+    tokens = _tokens(argv)
+    environment = dict(unit_environment)
+    servers: list[ServerDemand] = []
+    i = 0
+    while i < len(tokens):
+        found = _marker(tokens, i)
+        if found is None:
+            if (assigned := _ASSIGNMENT.fullmatch(tokens[i])) is not None:
+                # `env X=1 cmd`, `X=1 cmd`, `export X=1;` before the server: its environment.
+                name, value = assigned.groups()
+                environment[name] = " ".join(_expand(value, environment))
+            i += 1
+            continue
+        server, start = found
+        end = start
+        while end < len(tokens) and not _OPERATOR.fullmatch(tokens[end]):
+            end += 1
+        words = [w for t in tokens[start:end] for w in _expand(t, environment)]
+        servers.append(_server(server, words, _entries(environment.get(VISIBLE))))
+        i = end
+    return servers
+
+
+def _server(server: str, words: Sequence[str], visible: tuple[str, ...] | None) -> ServerDemand:
+    names = _SIZES[server]
+    chosen: dict[str, SizeOption] = {}
+    dp_attention = False
+    config: str | None = None
+    i = 0
+    while i < len(words):
+        word = words[i]
+        name, eq, value = word.partition("=")
+        if server == VLLM and name.startswith("--"):
+            name = "--" + name[2:].replace("_", "-")  # vLLM takes --tensor_parallel_size
+        i += 1
+        if name == _DP_ATTENTION and server == SGLANG:
+            dp_attention = True
+            continue
+        if name in names or name == _CONFIG:
+            if not eq and i < len(words):
+                value, written = words[i], f"{word} {words[i]}"
+                i += 1
+            else:
+                written = word
+            if name == _CONFIG:
+                config = value
+                continue
+            number = int(value) if value.isascii() and value.isdigit() else None
+            chosen.pop(names[name], None)
+            chosen[names[name]] = SizeOption(names[name], name, written, number)
+    # Re-inserted at each occurrence: the dict is in the order of the ones that count.
+    return ServerDemand(server, tuple(chosen.values()), dp_attention, config, visible)
