@@ -125,6 +125,15 @@ def test_malformed_documents(case: str) -> None:
     assert info.value.problems[0].subject == "facts.json"
 
 
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "1" * 5000])
+def test_json_past_the_reader_is_bad_facts_json(text: str) -> None:
+    """Nesting past the interpreter's recursion limit and a 5000-digit number are refused
+    like any text that is not a facts document, never a traceback."""
+    with pytest.raises(DiscoveryError) as info:
+        facts_from_json(text, source="facts.json")
+    assert info.value.problems[0].code == "bad-facts-json"
+
+
 def test_not_json() -> None:
     """Text that is not JSON at all is the same error code."""
     with pytest.raises(DiscoveryError, match="not JSON"):

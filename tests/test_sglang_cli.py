@@ -257,3 +257,14 @@ def test_suggestions_are_worked_out_only_when_reported(monkeypatch: pytest.Monke
     assert calls == []
     assert "sglang-option-unknown" in [p.code for p in parsed.problems]
     assert calls and set(calls) == {"--reasoning-parsr"}
+
+
+def test_json_option_nested_past_the_reader_is_a_typed_problem() -> None:
+    """A JSON value nested deeper than Python's reader goes (RecursionError inside
+    json.loads) is refused like any value the option does not take, never a traceback."""
+    table = load_table("0.5.23")
+    deep = "[" * 5000 + "]" * 5000
+    assert codes(table, "--preferred-sampling-params", deep) == codes(
+        table, "--preferred-sampling-params", "{"
+    )
+    assert codes(table, "--preferred-sampling-params", "{}") == []

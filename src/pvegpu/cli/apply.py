@@ -30,7 +30,12 @@ def _confirm(question: str, yes: bool) -> None:
         )  # fmt: skip
     answer = input(f"{question} [y/N] ").strip().lower()
     if answer not in ("y", "yes"):
-        raise ApplyError.one("not-confirmed", "stdin", "answered no", "")
+        raise ApplyError.one(
+            "not-confirmed",
+            "stdin",
+            "answered no; nothing was changed",
+            "review the steps above, then run it again and answer y (or pass --yes)",
+        )
 
 
 def _from_spec(args: argparse.Namespace, host: LiveHost) -> Bundle:

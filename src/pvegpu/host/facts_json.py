@@ -11,7 +11,6 @@ them. `facts_from_json(facts_to_json(f)) == f` for every HostFacts.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +27,7 @@ from pvegpu.host.facts import HostFacts, PciFunction
 from pvegpu.host.facts_dump import SCHEMA as SCHEMA
 from pvegpu.host.facts_dump import facts_to_json as facts_to_json
 from pvegpu.host.facts_dump import unstructure_facts as unstructure_facts
+from pvegpu.jsontext import load_json
 from pvegpu.pci import CpuList, PciAddress
 
 
@@ -156,8 +156,8 @@ def _check_companion(where: str, gpu: dict[str, Any], companion: dict[str, Any])
 
 def facts_from_json(text: str, source: str = "<facts>") -> HostFacts:
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
+        doc = load_json(text)
+    except ValueError as err:
         raise DiscoveryError.one(
             "bad-facts-json",
             source,

@@ -8,7 +8,6 @@ the dtype, and the checkpoint size. Everything here is pure: text in, values out
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import attrs
 
 from pvegpu.errors import PlanError, Problem
+from pvegpu.jsontext import load_json
 
 # layer_types entries whose layers keep a per-request recurrent state instead of a KV
 # cache. Any other kind (full, sliding, chunked attention) is counted as holding KV:
@@ -84,22 +84,6 @@ def _problem(
     fix: str = "point model_config at the model's own config.json (Hugging Face layout)",
 ) -> PlanError:
     return PlanError([Problem("model-config-invalid", path, message, fix)])
-
-
-def _load_json(text: str) -> Any:
-    """json.loads, with what it raises besides JSONDecodeError turned into ValueError.
-
-    Nesting past the interpreter's recursion limit raises RecursionError, and an integer
-    of more than 4300 digits a plain ValueError (Python's int/str conversion limit).
-    """
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        raise
-    except RecursionError:
-        raise ValueError("nested deeper than Python's JSON reader goes") from None
-    except ValueError:
-        raise ValueError("a number with more digits than Python reads (4300)") from None
 
 
 def _shown(value: Any) -> str:
@@ -185,7 +169,7 @@ def _no_kv_layers(path: str, why: str) -> PlanError:
 def parse_model_config(text: str, *, path: str) -> ModelConfig:
     """Read a config.json; PlanError `model-config-invalid` naming the path and the key."""
     try:
-        doc = _load_json(text)
+        doc = load_json(text)
     except ValueError as err:
         raise _problem(path, f"not JSON: {err}") from None
     if not isinstance(doc, dict):
@@ -280,7 +264,7 @@ def kv_bytes_per_token(model: ModelConfig, tp: int, kv_bits: int | None = None) 
 def checkpoint_bytes_from_index(text: str, *, path: str) -> int:
     """metadata.total_size of a model.safetensors.index.json (bytes of all tensors)."""
     try:
-        doc = _load_json(text)
+        doc = load_json(text)
         total = doc["metadata"]["total_size"]
     except (ValueError, KeyError, TypeError) as err:
         raise PlanError.one(

@@ -9,7 +9,6 @@ the first long option of each entry (plus the `--no-` twin of a BooleanOptionalA
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import attrs
 
 from pvegpu.errors import Problem, SpecError
+from pvegpu.jsontext import load_json
 from pvegpu.serving.options import OptionSpec, OptionTable, load_table, shipped_versions
 
 # argparse only takes `-5` or `-.5` as a value when no option looks like a negative
@@ -147,8 +147,8 @@ def _convert(type_name: str | None, value: str) -> Any:
         return float(value)
     if type_name in ("loads", "json_list_type"):
         try:
-            loaded = json.loads(value)
-        except json.JSONDecodeError as err:
+            loaded = load_json(value)
+        except ValueError as err:
             raise ValueError(f"not JSON: {err}") from None
         if type_name == "json_list_type" and not isinstance(loaded, list):
             raise ValueError("expected a JSON list")
