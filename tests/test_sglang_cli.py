@@ -263,7 +263,7 @@ def test_json_option_nested_past_the_reader_is_a_typed_problem() -> None:
     """A JSON value nested deeper than Python's reader goes (RecursionError inside
     json.loads) is refused like any value the option does not take, never a traceback."""
     table = load_table("0.5.23")
-    deep = "[" * 5000 + "]" * 5000
+    deep = "[" * 100_000 + "]" * 100_000
     assert codes(table, "--preferred-sampling-params", deep) == codes(
         table, "--preferred-sampling-params", "{"
     )
