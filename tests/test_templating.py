@@ -113,3 +113,25 @@ def test_cache_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_cache_dir() == tmp_path / "home" / ".cache" / "pvegpu"
+
+
+def test_render_writes_no_cache_the_cli_does(tmp_path: Path) -> None:
+    """render() is a pure stage: a library process that renders keeps nothing on disk.
+    The CLI process chooses the per-user cache for its own renders."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    library = (
+        "from pathlib import Path\nimport pvegpu\n"
+        f"spec = pvegpu.load_spec(Path({str(repo / 'examples/kpro6.toml')!r}))\n"
+        f"facts = pvegpu.discover_for(spec, Path({str(repo / 'fixtures/sysfs/kpro6')!r}))\n"
+        "assert pvegpu.render(pvegpu.plan(facts, spec))\n"
+    )
+    subprocess.run([sys.executable, "-c", library], env=env, check=True)
+    assert not (tmp_path / "cache").exists()
+    cli = [sys.executable, "-m", "pvegpu", "render", "--root", str(repo / "fixtures/sysfs/kpro6")]
+    cli += ["--spec", str(repo / "examples/kpro6.toml"), "--out", str(tmp_path / "out")]
+    subprocess.run(cli, env=env, check=True, capture_output=True)
+    assert list((tmp_path / "cache/pvegpu").glob("template-*.cache"))

@@ -38,6 +38,9 @@ REFUSAL_SCHEMA = "pvegpu.refusal/1"
 _WAITING_COMMANDS = frozenset({"apply", "revert"})
 """Commands that wait on the host (units, health checks) for minutes: they run with the
 cyclic collector on. Every other command is one short pass, run with it paused."""
+_RENDERING_COMMANDS = frozenset({"plan", "render", "apply", "check"})
+"""Commands that may render templates (apply and check from a spec): they keep the
+compiled templates in the per-user cache."""
 
 
 def refusal_document(
@@ -91,6 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in _RENDERING_COMMANDS:
+        # The process keeps compiled templates, not render() (a pure stage writes nothing).
+        from pvegpu.rendering.templating import default_cache_dir, use_bytecode_cache
+
+        use_bytecode_cache(default_cache_dir())
     paused = command_paused() if args.command not in _WAITING_COMMANDS else nullcontext()
     try:
         with paused:

@@ -10,7 +10,6 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 
 from pvegpu.errors import PlanError, Problem
-from pvegpu.gcpause import gc_paused
 from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.host.facts import GPU, HostFacts, PciFunction
 from pvegpu.pci import PciAddress
@@ -25,7 +24,6 @@ from pvegpu.serving.build import decided_servings
 from pvegpu.spec.schema import PoolSpec, Spec
 
 
-@gc_paused
 def plan(facts: HostFacts, spec: Spec) -> Plan:
     """Turn facts + spec into a Plan, or raise PlanError listing every problem found."""
     problems: list[Problem] = []

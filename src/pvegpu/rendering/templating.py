@@ -1,12 +1,14 @@
 """One jinja2 environment for every renderer: strict, newline-preserving, no autoescape.
 
-Compiling the templates from source was a third of a `pvegpu render`, so the compiled
-code is kept in a per-user bytecode cache ($XDG_CACHE_HOME/pvegpu, else ~/.cache/pvegpu).
-jinja2 keys each cache entry by template name and checks the source's checksum, so an
-edited template is compiled again; the file name pattern also carries the jinja2 version,
-the Python version and the environment options below, which change the generated code
-without changing the source. Where the directory cannot be made or written (a read-only
-home, no home at all), rendering goes on without a cache.
+Compiling the templates from source was a third of a `pvegpu render`, so the CLI keeps
+the compiled code in a per-user bytecode cache ($XDG_CACHE_HOME/pvegpu, else
+~/.cache/pvegpu): `use_bytecode_cache`, called by the process, never by `render()`
+itself, which as a pure stage writes nothing anywhere. A library caller gets no cache
+unless it asks for one. jinja2 keys each cache entry by template name and checks the
+source's checksum, so an edited template is compiled again; the file name pattern also
+carries the jinja2 version, the Python version and the environment options below, which
+change the generated code without changing the source. Where the directory cannot be
+made or written (a read-only home, no home at all), rendering goes on without a cache.
 """
 
 from __future__ import annotations
@@ -93,9 +95,21 @@ def _loader() -> jinja2.BaseLoader:
         return jinja2.FileSystemLoader(Path(__file__).resolve().parents[3] / "templates")
 
 
+_cache_dir: list[Path | None] = [None]
+"""The process's bytecode cache directory (use_bytecode_cache); None: no cache."""
+
+
+def use_bytecode_cache(directory: Path | None) -> None:
+    """Keep compiled templates in `directory` for the rest of this process (None: not).
+
+    The CLI's choice, made before it renders; checked as `bytecode_cache` checks it."""
+    _cache_dir[0] = directory
+    environment.cache_clear()
+
+
 @cache
 def environment() -> jinja2.Environment:
-    return make_environment(_loader(), bytecode_cache(default_cache_dir()))
+    return make_environment(_loader(), bytecode_cache(_cache_dir[0]))
 
 
 def render_template(name: str, **context: Any) -> str:
