@@ -76,7 +76,17 @@ KPRO6_SCRIPT = (
 )
 
 
-@pytest.mark.parametrize("path", FILES, ids=[p.replace("/", "_") for p in FILES])
+INITRAMFS_HOOK = "etc/initramfs-tools/hooks/pvegpu-vfio-split"
+KPRO6_HOOK = KPRO6_SCRIPT.with_name(
+    "test_artifact[kpro6-etc_initramfs-tools_hooks_pvegpu-vfio-split].sh"
+)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in FILES if not p.endswith(INITRAMFS_HOOK)],
+    ids=[p.replace("/", "_") for p in FILES if not p.endswith(INITRAMFS_HOOK)],
+)
 def test_cluster_file(path: str, golden: Callable[[str], SnapshotAssertion]) -> None:
     """Every file as reviewed. A node's split script is pinned by its data section only:
     its template text is the one pinned whole by the end-to-end kpro6 golden."""
@@ -88,6 +98,14 @@ def test_cluster_file(path: str, golden: Callable[[str], SnapshotAssertion]) -> 
         assert join_script(body, data) == content
     else:
         assert content == golden(_ext(path))
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_initramfs_hook_is_the_end_to_end_one(node: str) -> None:
+    """Each node's initramfs hook is the one pinned whole by the end-to-end kpro6 golden,
+    with the node's name."""
+    hook = KPRO6_HOOK.read_text(encoding="utf-8")
+    assert cluster()[2][f"{node}/{INITRAMFS_HOOK}"] == hook.replace("host kpro6,", f"host {node},")
 
 
 def _map_lines(text: str) -> dict[str, list[dict[str, str]]]:

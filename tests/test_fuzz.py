@@ -13,18 +13,17 @@ import json
 import os
 import random
 import shutil
-import signal
 import string
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import attrs
 import pytest
 
+from deadline import HangError, deadline
 from depth import THOROUGH
 from pvegpu.errors import PvegpuError
 from pvegpu.host.facts import ConfigFile, HostFacts
@@ -63,24 +62,6 @@ NASTY_TEXT = [
     "Y",
     "(null)",
 ]
-
-
-class HangError(Exception):
-    pass
-
-
-@contextmanager
-def deadline(seconds: int) -> Iterator[None]:
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise HangError(f"no result within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 class Outcomes:

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pytest
 
 from bundled import FIXTURES, copy_tree, spec_path
+from deadline import deadline
 from pvegpu.cli import main
 from pvegpu.errors import PlanError, RenderError
 from pvegpu.pci import CpuList
@@ -47,26 +45,6 @@ VM = "cores: 4\nmachine: q35\nmemory: 4096\nsockets: 2\n"
 # Valid JSON nested 100,000 deep: RecursionError inside json.loads on 3.11 and 3.13.
 DEEP_ARRAY = "[" * 100_000 + "]" * 100_000
 DEEP_OBJECT = '{"a": ' * 100_000 + "1" + "}" * 100_000
-
-
-class HangError(Exception):
-    pass
-
-
-@contextmanager
-def deadline(seconds: int = DEADLINE_S) -> Iterator[None]:
-    """Fail instead of spinning: what was a minutes-long loop must end in seconds."""
-
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise HangError(f"no result within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 # ------------------------------------------------------------------ integers as Proxmox reads
@@ -200,7 +178,7 @@ def _model(**text: Any) -> ModelConfig:
 
 def _refusal(text: str) -> str:
     """The message of parse_model_config's one refusal of `text`."""
-    with pytest.raises(PlanError) as caught, deadline():
+    with pytest.raises(PlanError) as caught, deadline(DEADLINE_S):
         parse_model_config(text, path=CONFIG)
     (problem,) = caught.value.problems
     assert (problem.code, problem.subject) == ("model-config-invalid", CONFIG)
@@ -303,7 +281,7 @@ def test_total_size_that_is_no_size_is_refused(total: str) -> None:
 @pytest.mark.parametrize("bad", [DEEP_ARRAY, "7" * 5000], ids=["deep", "5000-digits"])
 def test_index_json_python_cannot_read_is_refused(bad: str) -> None:
     text = '{"metadata": {"total_size": 1}, "x": ' + bad + "}"
-    with pytest.raises(PlanError) as caught, deadline():
+    with pytest.raises(PlanError) as caught, deadline(DEADLINE_S):
         checkpoint_bytes_from_index(text, path=INDEX)
     assert caught.value.problems[0].code == "checkpoint-index-invalid"
 
