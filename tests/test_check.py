@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from bundled import FIXTURES, copy_tree, example_plan
-from pvegpu.apply.check import EXIT_ERRORS, check
+from pvegpu.apply.check import EXIT_ERRORS, EXIT_WARNINGS, CheckReport, check
 from pvegpu.cli import main
+from pvegpu.planning.plan import Finding, Severity
 from pvegpu.rendering.artifact import REVERT_BUNDLE
 from pvegpu.rendering.registry import render
 from test_apply import CT, ROOTFS, Setup
@@ -33,7 +34,7 @@ def after_the_upgrade(root: Path) -> None:
 
 def codes(root: Path, setup: Setup | None = None) -> set[str]:
     report = check(root, setup.bundle if setup else None)
-    return {f.code for f in report.findings if f.severity != "info"}
+    return {f.code for f in report.findings if f.severity != Severity.INFO}
 
 
 def test_after_the_upgrade_all_three_are_reported(tmp_path: Path) -> None:
@@ -54,7 +55,7 @@ def test_after_a_correct_apply_nothing_is_reported(tmp_path: Path) -> None:
         host = setup.host()
         setup.apply(host)
         report = check(setup.root, setup.bundle)
-        assert [f for f in report.findings if f.severity != "info"] == []
+        assert [f for f in report.findings if f.severity != Severity.INFO] == []
         assert report.exit_code == 0
         # The reviewer's findings are repeated for the record, as info.
         assert any(f.code.startswith("plan:") for f in report.findings)
@@ -84,6 +85,10 @@ def test_cli_json_exit_code_and_prometheus(
         assert rc == EXIT_ERRORS == doc["exit_code"]
         assert doc["schema"] == "pvegpu.check/1"
         assert "container-driver-mismatch" in {f["code"] for f in doc["findings"]}
+        # Each finding in its one JSON form, the plan's, severity as its plain value.
+        assert doc["findings"] == [f.document() for f in check(setup.root, None).findings]
+        assert list(doc["findings"][0]) == ["severity", "code", "subject", "message"]
+        assert doc["findings"][0]["severity"] == "error"
         text = metrics.read_text()
         assert 'pvegpu_check_findings{node="kpro6",severity="error"} 2' in text
         assert f'code="container-driver-mismatch",subject="CT {CT}"' in text
@@ -104,5 +109,38 @@ def test_raw_container_with_a_stale_uvm_major_is_reported(tmp_path: Path) -> Non
     devices = root / "proc/devices"
     devices.write_text(devices.read_text().replace("509 nvidia-uvm", "508 nvidia-uvm"))
     stale = [f for f in check(root, None).findings if f.code == "container-uvm-major-stale"]
-    assert [(f.severity, f.subject) for f in stale] == [("error", CT129)]
+    assert [(f.severity, f.subject) for f in stale] == [(Severity.ERROR, CT129)]
     assert "nvidia-uvm's major is 508 now" in stale[0].message
+
+
+def test_check_reports_the_plans_finding_type(tmp_path: Path) -> None:
+    """The live host's findings and the plan's repeated ones are one type, `Finding`
+    with a `Severity`, so plan, SUMMARY.md and check print them alike."""
+    setup = Setup(tmp_path)
+    try:
+        after_the_upgrade(setup.root)
+        findings = check(setup.root, setup.bundle).findings
+        assert findings
+        assert all(type(f) is Finding and type(f.severity) is Severity for f in findings)
+        assert {Severity.ERROR, Severity.INFO} <= {f.severity for f in findings}
+    finally:
+        setup.kernel.close()
+
+
+@pytest.mark.parametrize(
+    ("severities", "exit_code"),
+    [
+        ((), 0),
+        ((Severity.INFO,), 0),
+        ((Severity.INFO, Severity.WARNING), EXIT_WARNINGS),
+        ((Severity.WARNING, Severity.ERROR, Severity.INFO), EXIT_ERRORS),
+        ((Severity.ERROR,), EXIT_ERRORS),
+    ],
+)
+def test_exit_code_follows_the_worst_severity(
+    severities: tuple[Severity, ...], exit_code: int
+) -> None:
+    findings = tuple(
+        Finding(s, f"code-{i}", "subject", "message") for i, s in enumerate(severities)
+    )
+    assert CheckReport("kpro6", findings).exit_code == exit_code

@@ -21,18 +21,13 @@ from pathlib import Path
 import attrs
 
 from pvegpu.apply.bundle import Bundle
-from pvegpu.apply.host_checks import (
-    CheckFinding,
-    container_rootfs,
-    host_checks,
-    serving_unit,
-)
+from pvegpu.apply.host_checks import container_rootfs, host_checks, serving_unit
 from pvegpu.host.discover import read_host
 from pvegpu.host.facts import HostFacts
 from pvegpu.host.reader import RootReader
+from pvegpu.planning.plan import Finding, Severity
 from pvegpu.rendering.review.changes import container_vmid
 
-ERROR, WARNING, INFO = "error", "warning", "info"
 EXIT_WARNINGS = 8
 EXIT_ERRORS = 9
 """`pvegpu check` exit codes: 0 clean (info findings only), 8 warnings, 9 any error."""
@@ -41,17 +36,18 @@ EXIT_ERRORS = 9
 @attrs.frozen
 class CheckReport:
     node: str
-    findings: tuple[CheckFinding, ...]
+    findings: tuple[Finding, ...]
 
     @property
     def exit_code(self) -> int:
-        if any(f.severity == ERROR for f in self.findings):
+        severities = {f.severity for f in self.findings}
+        if Severity.ERROR in severities:
             return EXIT_ERRORS
-        return EXIT_WARNINGS if any(f.severity == WARNING for f in self.findings) else 0
+        return EXIT_WARNINGS if Severity.WARNING in severities else 0
 
 
 def check(
-    root: Path, bundle: Bundle | None, plan_findings: tuple[CheckFinding, ...] = ()
+    root: Path, bundle: Bundle | None, plan_findings: tuple[Finding, ...] = ()
 ) -> CheckReport:
     reader = RootReader(root)
     facts = read_host(reader)
@@ -64,19 +60,19 @@ def check(
     return CheckReport(facts.node, unique)
 
 
-def bundle_findings(bundle: Bundle) -> list[CheckFinding]:
+def bundle_findings(bundle: Bundle) -> list[Finding]:
     """The plan's own findings, as `info`: the reviewer saw them when approving, so they
     are repeated for the record but do not turn a timer's check red forever."""
     return [
-        CheckFinding(INFO, f"plan:{f['code']}", str(f["subject"]), str(f["message"]))
+        Finding(Severity.INFO, f"plan:{f['code']}", str(f["subject"]), str(f["message"]))
         for f in bundle.findings
     ]
 
 
-def _against_bundle(reader: RootReader, facts: HostFacts, bundle: Bundle) -> Iterator[CheckFinding]:
+def _against_bundle(reader: RootReader, facts: HostFacts, bundle: Bundle) -> Iterator[Finding]:
     if facts.node != bundle.node:
-        yield CheckFinding(
-            ERROR,
+        yield Finding(
+            Severity.ERROR,
             "wrong-node",
             "/etc/hostname",
             f"this is {facts.node}, the bundle is for {bundle.node}",
@@ -87,26 +83,26 @@ def _against_bundle(reader: RootReader, facts: HostFacts, bundle: Bundle) -> Ite
         address, want = str(planned["address"]), planned["driver_after"]
         now = functions.get(address)
         if now is None:
-            yield CheckFinding(ERROR, "device-gone", address, "is no longer on the PCI bus")
+            yield Finding(Severity.ERROR, "device-gone", address, "is no longer on the PCI bus")
             continue
         if now.driver != want:
-            yield CheckFinding(
-                ERROR, "driver-not-planned", address,
+            yield Finding(
+                Severity.ERROR, "driver-not-planned", address,
                 f"is on {now.driver or 'no driver'}, the plan puts it on {want}",
             )  # fmt: skip
         if want == "vfio-pci" and now.driver_override != "vfio-pci":
-            yield CheckFinding(
-                ERROR, "override-missing", address,
+            yield Finding(
+                Severity.ERROR, "override-missing", address,
                 "has no driver_override vfio-pci: the next probe or boot can take it back",
             )  # fmt: skip
     if bundle.split_unit is not None:
         unit = f"etc/systemd/system/{bundle.split_unit}"
         wants = f"etc/systemd/system/sysinit.target.wants/{bundle.split_unit}"
         if not reader.exists(unit):
-            yield CheckFinding(ERROR, "split-unit-missing", "/" + unit, "is not installed")
+            yield Finding(Severity.ERROR, "split-unit-missing", "/" + unit, "is not installed")
         elif reader.readlink(wants) is None:
-            yield CheckFinding(
-                ERROR, "split-unit-disabled", "/" + unit,
+            yield Finding(
+                Severity.ERROR, "split-unit-disabled", "/" + unit,
                 "is not enabled: the split is lost at the next reboot",
             )  # fmt: skip
     for entry in bundle.entries:
@@ -120,14 +116,14 @@ def _against_bundle(reader: RootReader, facts: HostFacts, bundle: Bundle) -> Ite
             path, where = f"{rootfs}/{entry.path}", f"CT {vmid}:/{entry.path}"
         content = reader.read_bytes(path)
         if content != entry.content:
-            yield CheckFinding(
-                ERROR, "file-differs", where,
+            yield Finding(
+                Severity.ERROR, "file-differs", where,
                 "is not the bundle's copy" if content is not None else "is missing",
             )  # fmt: skip
     yield from _serving(reader, bundle)
 
 
-def _serving(reader: RootReader, bundle: Bundle) -> Iterator[CheckFinding]:
+def _serving(reader: RootReader, bundle: Bundle) -> Iterator[Finding]:
     for planned in bundle.serving:
         vmid, unit = int(planned["vmid"]), str(planned["unit"])
         running = serving_unit(reader, vmid, unit)
@@ -135,18 +131,18 @@ def _serving(reader: RootReader, bundle: Bundle) -> Iterator[CheckFinding]:
             continue
         subject = f"CT {vmid}:{posixpath.join('/etc/systemd/system', unit)}.service"
         if running.tp != int(planned["tp_size"]):
-            yield CheckFinding(
-                ERROR, "serving-tp", subject,
+            yield Finding(
+                Severity.ERROR, "serving-tp", subject,
                 f"runs with TP {running.tp}, the plan says {planned['tp_size']}",
             )  # fmt: skip
         want = str(planned["cuda_visible_devices"])
         if running.visible not in (None, want):
-            yield CheckFinding(
-                ERROR, "serving-visible-devices", subject,
+            yield Finding(
+                Severity.ERROR, "serving-visible-devices", subject,
                 f"CUDA_VISIBLE_DEVICES={running.visible}, the plan says {want}",
             )  # fmt: skip
         if bool(planned["p2p_disabled"]) and not running.p2p_disabled:
-            yield CheckFinding(
-                ERROR, "serving-p2p-on", subject,
+            yield Finding(
+                Severity.ERROR, "serving-p2p-on", subject,
                 "P2P is on (no NCCL_P2P_DISABLE=1); the plan turns it off",
             )  # fmt: skip

@@ -16,6 +16,7 @@ from pvegpu.host.facts import HostFacts
 from pvegpu.host.paths import CONTAINER_LIBDIRS, DPKG_STATUS, NVIDIA_LIBRARY, dropin_dirs
 from pvegpu.host.reader import RootReader
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
+from pvegpu.planning.plan import Finding, Severity
 from pvegpu.pvefiles.guestconf import parse_lines, split_sections
 from pvegpu.pvefiles.lxcconf import is_gpu_line, raw_uvm_majors
 from pvegpu.pvefiles.pcicfg import parse_mappings
@@ -30,14 +31,6 @@ from pvegpu.serving.unitfile import (
 
 _TP_FLAGS = ("--tp", "--tp-size", "--tensor-parallel-size")
 _CONF = re.compile(r"(\d+)\.conf")
-
-
-@attrs.frozen
-class CheckFinding:
-    severity: str
-    code: str
-    subject: str
-    message: str
 
 
 @attrs.frozen
@@ -117,7 +110,7 @@ def _units(reader: RootReader, rootfs: str) -> list[str]:
     )
 
 
-def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[CheckFinding]:
+def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
     host_version = facts.nvidia.version if facts.nvidia else None
     translated = any(g.type is not None and g.type.translates for g in facts.iommu_groups)
     for vmid in _gpu_containers(reader):
@@ -135,8 +128,8 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[CheckFinding]:
         state = container_driver_state(libraries, reader.read(f"{rootfs}/{DPKG_STATUS}"))
         versions = sorted({v for _, v in (*state.libraries, *state.packages)})
         if host_version is not None and versions and versions != [host_version]:
-            yield CheckFinding(
-                "error",
+            yield Finding(
+                Severity.ERROR,
                 "container-driver-mismatch",
                 f"CT {vmid}",
                 f"NVIDIA userspace {', '.join(versions)} in the container, {host_version} on the "
@@ -145,8 +138,8 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[CheckFinding]:
         for unit in _units(reader, rootfs):
             running = serving_unit(reader, vmid, unit)
             if running is not None and running.tp > 1 and translated and not running.p2p_disabled:
-                yield CheckFinding(
-                    "error",
+                yield Finding(
+                    Severity.ERROR,
                     "p2p-under-translation",
                     f"CT {vmid}:/etc/systemd/system/{unit}.service",
                     f"TP {running.tp} with P2P on while the IOMMU translates DMA: P2P transfers "
@@ -157,7 +150,7 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[CheckFinding]:
     yield from _vfio_ids(facts)
 
 
-def _uvm_majors(reader: RootReader, facts: HostFacts) -> Iterator[CheckFinding]:
+def _uvm_majors(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
     """Raw-style containers allow nvidia-uvm by its major, which the kernel hands out
     when the module loads: after a driver update it can differ from the rendered rule."""
     major = facts.char_major("nvidia-uvm")
@@ -167,8 +160,8 @@ def _uvm_majors(reader: RootReader, facts: HostFacts) -> Iterator[CheckFinding]:
         text = reader.read(f"etc/pve/lxc/{vmid}.conf") or ""
         allowed = raw_uvm_majors(text)
         if allowed is not None and major not in allowed:
-            yield CheckFinding(
-                "error",
+            yield Finding(
+                Severity.ERROR,
                 "container-uvm-major-stale",
                 f"etc/pve/lxc/{vmid}.conf",
                 f"CT {vmid} bind-mounts /dev/nvidia-uvm but allows no `c {major}:` rule: "
@@ -177,7 +170,7 @@ def _uvm_majors(reader: RootReader, facts: HostFacts) -> Iterator[CheckFinding]:
             )
 
 
-def _mappings(reader: RootReader, facts: HostFacts) -> Iterator[CheckFinding]:
+def _mappings(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
     text = reader.read("etc/pve/mapping/pci.cfg")
     if text is None:
         return
@@ -185,7 +178,7 @@ def _mappings(reader: RootReader, facts: HostFacts) -> Iterator[CheckFinding]:
         mappings = parse_mappings(text)
     except PvegpuError as err:
         for p in err.problems:
-            yield CheckFinding("error", p.code, p.subject, p.message)
+            yield Finding(Severity.ERROR, p.code, p.subject, p.message)
         return
     functions = {str(f.address): f for f in facts.functions}
     for mapping in mappings:
@@ -196,7 +189,7 @@ def _mappings(reader: RootReader, facts: HostFacts) -> Iterator[CheckFinding]:
             f = functions.get(path if "." in path else f"{path}.0")
             subject = f"/etc/pve/mapping/pci.cfg [{mapping.id}] {m.path}"
             if f is None:
-                yield CheckFinding("error", "mapping-stale", subject, "no such device on the bus")
+                yield Finding(Severity.ERROR, "mapping-stale", subject, "no such device on the bus")
                 continue
             wrong = []
             if m.id != f"{f.vendor:04x}:{f.device:04x}":
@@ -207,13 +200,13 @@ def _mappings(reader: RootReader, facts: HostFacts) -> Iterator[CheckFinding]:
             if m.subsystem_id is not None and m.subsystem_id != sub:
                 wrong.append(f"subsystem-id {m.subsystem_id} is {sub}")
             if wrong:
-                yield CheckFinding(
-                    "error", "mapping-stale", subject,
+                yield Finding(
+                    Severity.ERROR, "mapping-stale", subject,
                     f"{'; '.join(wrong)} in sysfs: Proxmox refuses to start a guest on it",
                 )  # fmt: skip
 
 
-def _vfio_ids(facts: HostFacts) -> Iterator[CheckFinding]:
+def _vfio_ids(facts: HostFacts) -> Iterator[Finding]:
     for setting in facts.vfio_ids:
         claimed: dict[str, int] = {}
         for gpu in facts.gpus:
@@ -222,8 +215,8 @@ def _vfio_ids(facts: HostFacts) -> Iterator[CheckFinding]:
                 claimed[key] = claimed.get(key, 0) + 1
         for ids, count in claimed.items():
             if count > 1:
-                yield CheckFinding(
-                    "warning", "vfio-ids-identical", setting.source,
+                yield Finding(
+                    Severity.WARNING, "vfio-ids-identical", setting.source,
                     f"vfio-pci ids={','.join(setting.ids)} takes all {count} GPUs {ids}, "
                     "not only the VM's: bind by address instead (pvegpu's split)",
                 )  # fmt: skip

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from pvegpu.apply.bundle import Bundle, bundle_from_files, read_bundle_dir
 from pvegpu.apply.check import CheckReport, check
-from pvegpu.apply.host_checks import CheckFinding
 from pvegpu.errors import PlanError, SpecError
+from pvegpu.planning.plan import Finding, Severity
 
 CHECK_SCHEMA = "pvegpu.check/1"
 
 
-def _spec_bundle(args: argparse.Namespace) -> tuple[Bundle | None, tuple[CheckFinding, ...]]:
+def _spec_bundle(args: argparse.Namespace) -> tuple[Bundle | None, tuple[Finding, ...]]:
     from pvegpu.pipeline import discover_for, plan_and_render
     from pvegpu.rendering.bundle import bundle_files
     from pvegpu.rendering.review.apply_doc import manifest_header
@@ -30,7 +30,7 @@ def _spec_bundle(args: argparse.Namespace) -> tuple[Bundle | None, tuple[CheckFi
         # SpecError here is the server's options against the release installed now (an
         # upgrade in the container); a spec that does not load was refused above.
         return None, tuple(
-            CheckFinding("error", p.code, p.subject, p.message) for p in err.problems
+            Finding(Severity.ERROR, p.code, p.subject, p.message) for p in err.problems
         )
     header = manifest_header(plan, artifacts, str(args.spec))
     return bundle_from_files(bundle_files(artifacts, **header)), ()
@@ -41,7 +41,7 @@ def prometheus_text(report: CheckReport) -> str:
         "# HELP pvegpu_check_findings Findings of the last pvegpu check, by severity.",
         "# TYPE pvegpu_check_findings gauge",
     ]
-    for severity in ("error", "warning"):
+    for severity in (Severity.ERROR, Severity.WARNING):
         count = sum(1 for f in report.findings if f.severity == severity)
         lines.append(f'pvegpu_check_findings{{node="{report.node}",severity="{severity}"}} {count}')
     lines += [
@@ -71,7 +71,7 @@ def _write_atomically(path: Path, text: str) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     bundle: Bundle | None = None
-    refused: tuple[CheckFinding, ...] = ()
+    refused: tuple[Finding, ...] = ()
     if args.bundle:
         bundle = read_bundle_dir(args.bundle)
     elif args.spec:
@@ -84,10 +84,7 @@ def run_check(args: argparse.Namespace) -> int:
             "schema": CHECK_SCHEMA,
             "node": report.node,
             "exit_code": report.exit_code,
-            "findings": [
-                {"severity": f.severity, "code": f.code, "subject": f.subject, "message": f.message}
-                for f in report.findings
-            ],
+            "findings": [f.document() for f in report.findings],
         }
         print(json.dumps(doc, indent=2))
     else:

@@ -25,13 +25,19 @@ class PoolKind(StrEnum):
 
 
 class Severity(StrEnum):
+    """How much a finding matters; its value is what every output prints."""
+
     INFO = "info"
     WARNING = "warning"
+    ERROR = "error"
+    """Only `pvegpu check` reports it: the live host is broken. A plan never carries
+    one, since what would stop a plan refuses it (`PlanError`) instead."""
 
 
 @attrs.frozen
 class Finding:
-    """Something the reviewer should know that does not stop the plan."""
+    """Something the reviewer should know that does not stop the plan, or something
+    `pvegpu check` found on the live host (the same type, so both print alike)."""
 
     severity: Severity
     code: str
