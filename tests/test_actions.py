@@ -9,9 +9,10 @@ import pytest
 
 import bundled
 from pvegpu.rendering.registry import render
-from pvegpu.rendering.review.actions import Manual, action_from_json, action_to_json
+from pvegpu.rendering.review.actions import Manual
 from pvegpu.rendering.review.apply_doc import apply_document
 from pvegpu.rendering.review.apply_steps import runbook
+from pvegpu.rendering.review.contract import action_from_json, action_to_json
 
 
 @pytest.mark.parametrize("name", ["kpro6", "kpro6-raw", "workstation", "mixed"])

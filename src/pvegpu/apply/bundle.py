@@ -20,8 +20,12 @@ from pvegpu.errors import BundleError, Problem
 from pvegpu.rendering.artifact import REVERT_BUNDLE, REVIEW
 from pvegpu.rendering.bundle import MANIFEST, MANIFEST_SCHEMA
 from pvegpu.rendering.outdir import relative_path
-from pvegpu.rendering.review.actions import Action, action_from_json
-from pvegpu.rendering.review.apply_doc import APPLY_SCHEMA
+from pvegpu.rendering.review.contract import (
+    ApplyContract,
+    ContractError,
+    ContractStep,
+    contract_from_json,
+)
 
 
 @attrs.frozen
@@ -38,27 +42,39 @@ class Entry:
 
 
 @attrs.frozen
-class PlannedStep:
-    title: str
-    expect: str
-    output: tuple[str, ...]
-    actions: tuple[Action, ...]
-
-
-@attrs.frozen
 class Bundle:
     id: str
     """sha256 of MANIFEST.json (first 16 hex digits): names the apply's state directory."""
     node: str
     manifest: str
     entries: tuple[Entry, ...]
-    steps: tuple[PlannedStep, ...]
-    functions: tuple[dict[str, Any], ...]
-    digest: str
-    serving: tuple[dict[str, Any], ...]
-    findings: tuple[dict[str, Any], ...]
-    """The plan's findings (severity, code, subject, message): `pvegpu check` repeats them."""
-    split_unit: str | None
+    contract: ApplyContract
+    """MANIFEST.json's `apply` key, read back (rendering/review/contract.py)."""
+
+    @property
+    def steps(self) -> tuple[ContractStep, ...]:
+        return self.contract.steps
+
+    @property
+    def functions(self) -> tuple[dict[str, Any], ...]:
+        return self.contract.functions
+
+    @property
+    def digest(self) -> str:
+        return self.contract.digest
+
+    @property
+    def serving(self) -> tuple[dict[str, Any], ...]:
+        return self.contract.serving
+
+    @property
+    def findings(self) -> tuple[dict[str, Any], ...]:
+        """The plan's findings (severity, code, subject, message): `pvegpu check` repeats them."""
+        return self.contract.findings
+
+    @property
+    def split_unit(self) -> str | None:
+        return self.contract.split_unit
 
     def entry(self, target: str, path: str) -> Entry | None:
         return next((e for e in self.entries if e.target == target and e.path == path), None)
@@ -113,12 +129,10 @@ def parse_bundle(manifest: str, file: Any) -> Bundle:
         raise _bad(f"not JSON: {err}") from err
     if not isinstance(doc, dict) or doc.get("schema") != MANIFEST_SCHEMA:
         raise _bad(f"not a {MANIFEST_SCHEMA} manifest")
-    apply = doc.get("apply")
-    if not isinstance(apply, dict) or apply.get("schema") != APPLY_SCHEMA:
-        raise _bad(
-            "has no apply steps (rendered by an older pvegpu, or by write_bundle without "
-            "plan=: docs/api.md)"
-        )
+    try:
+        contract = contract_from_json(doc.get("apply"))
+    except ContractError as err:
+        raise _bad(str(err)) from err
     entries = []
     for raw in doc.get("artifacts", []):
         if raw.get("bundle") == REVERT_BUNDLE or raw.get("target") == REVIEW:
@@ -143,28 +157,10 @@ def parse_bundle(manifest: str, file: Any) -> Bundle:
                 content,
             )
         )
-    try:
-        steps = tuple(
-            PlannedStep(
-                s["title"],
-                s.get("expect", ""),
-                tuple(s.get("output", ())),
-                tuple(action_from_json(a) for a in s["actions"]),
-            )
-            for s in apply["steps"]
-        )
-    except (KeyError, TypeError, ValueError) as err:
-        raise _bad(f"apply.steps: {err}") from err
-    facts = apply.get("facts", {})
     return Bundle(
         id=hashlib.sha256(manifest.encode()).hexdigest()[:16],
         node=str(doc.get("node", "")),
         manifest=manifest,
         entries=tuple(entries),
-        steps=steps,
-        functions=tuple(facts.get("functions", ())),
-        digest=str(facts.get("digest", "")),
-        serving=tuple(apply.get("serving", ())),
-        findings=tuple(apply.get("findings", ())),
-        split_unit=apply.get("split_unit"),
+        contract=contract,
     )

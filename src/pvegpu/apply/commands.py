@@ -3,85 +3,24 @@
 Apply checks them all in preflight, before its first change: a node without `pct` is not
 a Proxmox VE node, and finding that out at step 3 would leave the host half changed.
 Only commands run on the host are checked; those run inside a container (`systemctl`,
-`nvidia-smi`, `curl` through `pct exec`) are the container's, seen once it runs.
+`nvidia-smi`, `curl` through `pct exec`) are the container's, seen once it runs. Which
+commands an action runs is its row in apply/handlers.py.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pvegpu.apply.handlers import handlers_of
+from pvegpu.apply.not_installed import missing_command
 from pvegpu.errors import ApplyError, Problem
-from pvegpu.rendering.review.actions import (
-    Action,
-    CheckGpus,
-    ContainerReload,
-    EnableUnit,
-    HostCommand,
-    InstallFile,
-    KeepAside,
-    MakeContainerDir,
-    PushFile,
-    RunSplit,
-    StartContainer,
-    StartService,
-    StopContainer,
-    StopService,
-    WaitHealthy,
-)
-from pvegpu.rendering.review.commands import SPLIT_SCRIPT
+from pvegpu.rendering.review.actions import InstallFile
 
 if TYPE_CHECKING:
     from pvegpu.apply.bundle import Bundle
     from pvegpu.apply.host import Host
 
-PROVIDED_BY = {
-    "pct": "pve-container",
-    "qm": "qemu-server",
-    "systemctl": "systemd",
-    "update-initramfs": "initramfs-tools",
-    "proxmox-boot-tool": "proxmox-kernel-helper",
-    "update-grub": "grub2-common",
-}
-"""The Debian package that installs each command apply runs, on a Proxmox VE 8 node."""
-
-_PCT_ACTIONS = (
-    StopService,
-    StartService,
-    MakeContainerDir,
-    KeepAside,
-    PushFile,
-    ContainerReload,
-    StopContainer,
-    StartContainer,
-    CheckGpus,
-    WaitHealthy,
-)
-
-
-def missing_command(command: str, needed_for: str = "") -> Problem:
-    """`command` is not installed, which on a Proxmox VE node it always is."""
-    package = PROVIDED_BY.get(command)
-    where = f" (the {package} package installs it on every one)" if package else ""
-    return Problem(
-        "command-missing",
-        command,
-        f"is not installed (not found on PATH): this is not a Proxmox VE node{where}"
-        + (f"; {needed_for} runs it" if needed_for else ""),
-        "run pvegpu apply on the node the bundle was rendered for; to review it elsewhere, "
-        "`pvegpu apply --root SNAPSHOT --bundle OUT --dry-run` runs no command",
-    )
-
-
-def _host_commands(action: Action) -> tuple[str, ...]:
-    if isinstance(action, _PCT_ACTIONS):
-        return ("pct",)
-    if isinstance(action, EnableUnit):
-        return ("systemctl",)
-    if isinstance(action, HostCommand):
-        return action.argv[:1]
-    if isinstance(action, RunSplit):
-        return (SPLIT_SCRIPT,)
-    return ()
+__all__ = ["commands_needed", "missing_command", "missing_commands", "refuse_off_node"]
 
 
 def commands_needed(bundle: Bundle) -> dict[str, str]:
@@ -94,7 +33,7 @@ def commands_needed(bundle: Bundle) -> dict[str, str]:
     installs = {"/" + a.path for s in bundle.steps for a in s.actions if isinstance(a, InstallFile)}
     for i, step in enumerate(bundle.steps):
         for action in step.actions:
-            for command in _host_commands(action):
+            for command in handlers_of(action).host_commands(action):
                 if command not in installs:
                     needed.setdefault(command, f"step {i + 1} ({step.title})")
     if bundle.split_unit is not None:

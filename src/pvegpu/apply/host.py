@@ -35,7 +35,7 @@ from typing import Protocol
 
 import attrs
 
-from pvegpu.apply.commands import missing_command
+from pvegpu.apply.not_installed import missing_command
 from pvegpu.errors import ApplyError
 from pvegpu.host.reader import RootReader
 

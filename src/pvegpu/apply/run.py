@@ -6,6 +6,7 @@ from pvegpu.apply import container
 from pvegpu.apply.bundle import Bundle
 from pvegpu.apply.commands import refuse_off_node
 from pvegpu.apply.container import checked, pct_exec
+from pvegpu.apply.doing import Applying, wait_healthy
 from pvegpu.apply.execute import Executor, Say
 from pvegpu.apply.host import Host
 from pvegpu.apply.preflight import not_this_node, preflight
@@ -115,9 +116,10 @@ def verify(host: Host, bundle: Bundle, say: Say) -> None:
         wait = waits.get(vmid)
         url = str(serving["health_url"])
         timeout = wait.timeout_s if wait else HEALTH_TIMEOUT_S
-        executor = Executor(host, bundle, State(host, bundle.id), say)
         try:
-            executor.wait_healthy(WaitHealthy(vmid, url, timeout))
+            wait_healthy(
+                Applying(host, bundle, State(host, bundle.id)), WaitHealthy(vmid, url, timeout)
+            )
         except ApplyError as err:
             problems.extend(err.problems)
     if problems:

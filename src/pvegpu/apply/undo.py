@@ -2,9 +2,10 @@
 except that a container's server is stopped and its own files put back before anything
 else (while it runs, and before it restarts with the old unit in place).
 
-Only actions the journal shows begun are undone, each by its inverse: a file goes back to
-its backup (or away, if apply created it), a stopped container or server is started
-again, a started one stopped, the split reverted and its unit disabled. Commands that
+Only actions the journal shows begun are undone, each by its inverse (its row in
+apply/handlers.py): a file goes back to its backup (or away, if apply created it), a
+stopped container or server is started again, a started one stopped, the split reverted
+and its unit disabled. Commands that
 act on files (`systemctl daemon-reload`, the initramfs rebuild) run once more at the
 end, after every file is back. A file someone changed after apply wrote it is left
 alone and named. Revert is journaled too: run it again after a failure.
@@ -12,34 +13,15 @@ alone and named. Revert is journaled too: run it again after a failure.
 
 from __future__ import annotations
 
-import posixpath
-
-from pvegpu.apply import container
 from pvegpu.apply.bundle import Bundle, parse_bundle
 from pvegpu.apply.commands import missing_commands, refuse_off_node
-from pvegpu.apply.container import checked, pct_exec
+from pvegpu.apply.doing import Applying
 from pvegpu.apply.execute import Say
-from pvegpu.apply.host import Host, sha256_of
+from pvegpu.apply.handlers import handlers_of
+from pvegpu.apply.host import Host
 from pvegpu.apply.state import LOCK, State, last_apply
 from pvegpu.errors import ApplyError
-from pvegpu.rendering.revert import KEPT_SUFFIX
-from pvegpu.rendering.review.actions import (
-    Action,
-    EnableUnit,
-    HostCommand,
-    InstallFile,
-    KeepAside,
-    PushFile,
-    RunSplit,
-    SaveCopies,
-    StartContainer,
-    StartService,
-    StopContainer,
-    StopService,
-    WritePveFile,
-)
-from pvegpu.rendering.review.changes import BACKUP_DIR, is_unit
-from pvegpu.rendering.review.commands import SPLIT_SCRIPT
+from pvegpu.rendering.review.actions import Action
 
 
 def load_last(host: Host) -> tuple[Bundle, State]:
@@ -84,7 +66,8 @@ def _revert(host: Host, say: Say) -> None:
     if state.reverted:
         say(f"apply {bundle.id} was already reverted; nothing to do")
         return
-    rerun: list[HostCommand] = []
+    at = Applying(host, bundle, state)
+    rerun: list[Action] = []
     begun = [
         (i, j)
         for i in reversed(range(len(bundle.steps)))
@@ -95,95 +78,22 @@ def _revert(host: Host, say: Say) -> None:
     # running) and before it is stopped and started again: an enabled unit starts with
     # its container, so the old one must be in place by then. Its server is stopped
     # first. The rest is undone newest first.
-    early = [(i, j) for i, j in begun if isinstance(bundle.steps[i].actions[j], _IN_CONTAINER)]
+    early = [(i, j) for i, j in begun if handlers_of(bundle.steps[i].actions[j]).undone_first]
     for i, j in early + [k for k in begun if k not in early]:
         step = bundle.steps[i]
         action = step.actions[j]
-        if isinstance(action, HostCommand) and action.rerun_on_revert:
+        handlers = handlers_of(action)
+        if handlers.redone_after_revert(action):
             rerun.insert(0, action)
             continue
         done = state.done(i, j) or {}
         say(f"undo step {i + 1} ({step.title}): {' ; '.join(action.lines())}")
-        _undo(host, bundle, state, action, done)
+        if handlers.undo is not None:
+            handlers.undo(at, action, done)
     for action in dict.fromkeys(rerun):
-        say(f"again, now that the files are back: {action.line}")
-        checked(host, list(action.argv), action.line)
+        say(f"again, now that the files are back: {' ; '.join(action.lines())}")
+        redo = handlers_of(action).do
+        if redo is not None:
+            redo(at, action)
     state.set_flag("reverted", True)
     say(f"reverted apply {bundle.id}")
-
-
-_IN_CONTAINER = (StartService, PushFile, KeepAside)
-"""Undone before anything else: the server stopped, the container's files put back."""
-
-
-def _undo(
-    host: Host, bundle: Bundle, state: State, action: Action, done: dict[str, object]
-) -> None:
-    if isinstance(action, InstallFile | WritePveFile):
-        entry = bundle.by_file(action.file)
-        _restore_host(host, state, entry.path, entry.sha256)
-    elif isinstance(action, SaveCopies):
-        for path in action.paths:
-            copy = f"{BACKUP_DIR.lstrip('/')}/{path}"
-            _restore_host(host, state, copy, sha256_of(host.read(path)))
-    elif isinstance(action, PushFile):
-        entry = bundle.by_file(action.file)
-        _restore_container(host, state, action.vmid, entry.path, entry.sha256)
-    elif isinstance(action, KeepAside):
-        container.remove(host, action.vmid, action.path + KEPT_SUFFIX)
-    elif isinstance(action, StopService) and done.get("was_active", True):
-        if container.running(host, action.vmid):
-            checked(host, pct_exec(action.vmid, "systemctl", "start", action.unit), "start")
-    elif isinstance(action, StartService):
-        if container.running(host, action.vmid):
-            checked(host, pct_exec(action.vmid, "systemctl", "stop", action.unit), "stop")
-    elif isinstance(action, StopContainer) and done.get("was_running", True):
-        if not container.running(host, action.vmid):
-            checked(host, ["pct", "start", str(action.vmid)], f"starting CT {action.vmid}")
-    elif isinstance(action, StartContainer):
-        if container.running(host, action.vmid):
-            checked(host, ["pct", "stop", str(action.vmid)], f"stopping CT {action.vmid}")
-    elif isinstance(action, EnableUnit):
-        checked(host, ["systemctl", "disable", action.unit], f"disabling {action.unit}")
-    elif (
-        isinstance(action, RunSplit)
-        and action.mode in ("bind", "override")
-        and host.read(SPLIT_SCRIPT.lstrip("/")) is not None
-    ):
-        checked(host, [SPLIT_SCRIPT, "revert"], "pvegpu-vfio-split revert")
-
-
-def _restore_host(host: Host, state: State, path: str, applied_sha: str) -> None:
-    saved = state.backed_up("host", path)
-    if saved is None:
-        return  # apply began the step but never got to back this file up: untouched
-    content, mode = saved
-    # Only over what apply wrote (or the old copy again): a later edit is someone's work.
-    allowed = frozenset({applied_sha, sha256_of(content)})
-    if content is None:
-        host.remove(path, before=allowed)
-    else:
-        host.write(path, content, mode, before=allowed)
-
-
-def _restore_container(host: Host, state: State, vmid: int, path: str, applied_sha: str) -> None:
-    saved = state.backed_up(f"ct:{vmid}", path)
-    if saved is None:
-        return
-    content, mode = saved
-    if not container.running(host, vmid):
-        checked(host, ["pct", "start", str(vmid)], f"starting CT {vmid} to restore /{path}")
-    if content is None:
-        container.remove(host, vmid, path)
-    else:
-        container.write(
-            host,
-            vmid,
-            path,
-            content,
-            mode,
-            staging=f"{state.dir}/staging/restore/{posixpath.basename(path)}",
-            before=frozenset({applied_sha, sha256_of(content)}),
-        )
-    if is_unit(path):
-        checked(host, pct_exec(vmid, "systemctl", "daemon-reload"), "daemon-reload")

@@ -4,8 +4,8 @@ Each action knows the shell lines the admin pastes (`lines()`, the runbook text)
 carries the typed values `pvegpu.apply` executes through its effects seam. The runbook
 prints the lines; apply runs the actions; both come from the same `Step` values, so what
 the reviewer approved is what apply does. Actions are plain values, written into
-MANIFEST.json (`apply_document`) so a rendered directory can be applied without
-planning again.
+MANIFEST.json (by the apply contract's codec, `contract.py`) so a rendered directory can
+be applied without planning again.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import posixpath
 import shlex
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, get_args
+from typing import ClassVar, get_args
 
 import attrs
 
@@ -334,47 +334,8 @@ Action = (
     | Manual
 )
 ACTIONS: Mapping[str, type[Action]] = {cls.kind: cls for cls in get_args(Action)}
+"""Each action class by its `kind`, the key MANIFEST.json names it by."""
 
 
 def lines_of(actions: Sequence[Action]) -> tuple[str, ...]:
     return tuple(line for a in actions for line in a.lines())
-
-
-def action_to_json(action: Action) -> dict[str, Any]:
-    fields = {f.name: getattr(action, f.name) for f in attrs.fields(type(action))}
-    return {
-        "kind": action.kind,
-        **{k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()},
-    }
-
-
-def action_from_json(doc: object) -> Action:
-    """The action a MANIFEST.json entry describes; ValueError for anything else."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("kind"), str):
-        raise ValueError(f"not an action: {doc!r}")
-    cls = ACTIONS.get(doc["kind"])
-    if cls is None:
-        raise ValueError(f"unknown action kind {doc['kind']!r}")
-    values: dict[str, Any] = {}
-    for field in attrs.fields(cls):
-        if field.name not in doc:
-            if field.default is attrs.NOTHING:
-                raise ValueError(f"{cls.kind}: missing {field.name!r}")
-            continue
-        value = doc[field.name]
-        expected = str(field.type)
-        if expected.startswith("tuple"):
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ValueError(f"{cls.kind}.{field.name}: expected a list of strings")
-            value = tuple(value)
-        elif expected == "int" and (not isinstance(value, int) or isinstance(value, bool)):
-            raise ValueError(f"{cls.kind}.{field.name}: expected an integer")
-        elif expected == "bool" and not isinstance(value, bool):
-            raise ValueError(f"{cls.kind}.{field.name}: expected true or false")
-        elif expected == "str" and not isinstance(value, str):
-            raise ValueError(f"{cls.kind}.{field.name}: expected a string")
-        values[field.name] = value
-    extra = set(doc) - {"kind"} - {f.name for f in attrs.fields(cls)}
-    if extra:
-        raise ValueError(f"{cls.kind}: unknown keys {sorted(extra)}")
-    return cls(**values)

@@ -8,6 +8,8 @@ bundle carries:
 - `serving`: what each planned server must run with (TP, the GPUs, P2P);
 - `steps`: the runbook, step by step, as typed actions (rendering/review/actions.py),
   the same values SUMMARY.md prints.
+This module decides the contract's values (`apply_contract`); `contract.py` writes and
+reads them.
 """
 
 from __future__ import annotations
@@ -21,12 +23,10 @@ from pvegpu.host.facts import PciFunction
 from pvegpu.host.paths import SPLIT_UNIT_NAME
 from pvegpu.planning.plan import Plan
 from pvegpu.rendering.artifact import Artifact
-from pvegpu.rendering.review.actions import action_to_json
 from pvegpu.rendering.review.apply_steps import Step, runbook
 from pvegpu.rendering.review.commands import health_url
+from pvegpu.rendering.review.contract import ApplyContract, ContractStep, contract_to_json
 from pvegpu.rendering.review.gpu_layout import driver_after, pools_by_gpu
-
-APPLY_SCHEMA = "pvegpu.apply/1"
 
 
 def function_facts(function: PciFunction) -> dict[str, Any]:
@@ -66,17 +66,13 @@ def _functions(plan: Plan) -> list[dict[str, Any]]:
     return [rows[a] for a in sorted(rows)]
 
 
-def step_to_json(step: Step) -> dict[str, Any]:
-    return {
-        "title": step.title,
-        "expect": step.expect,
-        "output": list(step.output),
-        "actions": [action_to_json(a) for a in step.actions],
-    }
+def contract_step(step: Step) -> ContractStep:
+    """A runbook step as the contract carries it: its actions, not their printed lines."""
+    return ContractStep(step.title, step.expect, step.output, step.actions)
 
 
-def apply_document(plan: Plan, artifacts: Sequence[Artifact]) -> dict[str, Any]:
-    """The `apply` key of MANIFEST.json for this plan and its rendered artifacts."""
+def apply_contract(plan: Plan, artifacts: Sequence[Artifact]) -> ApplyContract:
+    """What `pvegpu apply` and `pvegpu check` need of this plan and its rendered artifacts."""
     functions = _functions(plan)
     serving = [
         {
@@ -91,14 +87,19 @@ def apply_document(plan: Plan, artifacts: Sequence[Artifact]) -> dict[str, Any]:
         for p in plan.pools
         if p.serving is not None
     ]
-    return {
-        "schema": APPLY_SCHEMA,
-        "facts": {"digest": facts_digest(functions), "functions": functions},
-        "split_unit": SPLIT_UNIT_NAME if plan.vfio_pools else None,
-        "serving": serving,
-        "findings": [f.document() for f in plan.findings],
-        "steps": [step_to_json(s) for s in runbook(plan, artifacts)],
-    }
+    return ApplyContract(
+        digest=facts_digest(functions),
+        functions=tuple(functions),
+        split_unit=SPLIT_UNIT_NAME if plan.vfio_pools else None,
+        serving=tuple(serving),
+        findings=tuple(f.document() for f in plan.findings),
+        steps=tuple(contract_step(s) for s in runbook(plan, artifacts)),
+    )
+
+
+def apply_document(plan: Plan, artifacts: Sequence[Artifact]) -> dict[str, Any]:
+    """The `apply` key of MANIFEST.json for this plan and its rendered artifacts."""
+    return contract_to_json(apply_contract(plan, artifacts))
 
 
 def manifest_header(plan: Plan, artifacts: Sequence[Artifact], spec: str) -> dict[str, Any]:
