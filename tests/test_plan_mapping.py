@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import attrs
+import pytest
 
+from pvegpu.errors import PlanError
+from pvegpu.host.facts import PciFunction
 from pvegpu.planning.mapping import pool_mapping
+from pvegpu.planning.planner import plan
 from pvegpu.pvefiles import pcicfg
+from pvegpu.spec.load import parse_spec
 from pvegpu.spec.schema import MappingSpec
 from strategies import kpro6
 
@@ -50,17 +55,37 @@ def test_mapping_marks_mdev_devices() -> None:
     assert plain is not None and plain.mdev is None
 
 
-def test_mapping_refuses_gpus_without_group() -> None:
-    """No IOMMU group means no passthrough: refused, naming every such device."""
-    facts = kpro6()
-    orphans = tuple(
-        attrs.evolve(g, function=attrs.evolve(g.function, iommu_group=None))
-        for g in facts.gpus[4:6]
+def test_gpus_without_group_are_refused_once_each() -> None:
+    """No IOMMU group means no mapping: plan() refuses, once per such GPU (pool_mapping is
+    not asked, so it does not report them again)."""
+    facts = kpro6({"etc/pve/lxc/129.conf": "arch: amd64\n"})
+    orphans = {g.address for g in facts.gpus[4:6]}
+    drop = {a for g in facts.gpus[4:6] for a in (g.address, *(c.address for c in g.companions))}
+
+    def orphan(f: PciFunction) -> PciFunction:
+        return attrs.evolve(f, iommu_group=None) if f.address in drop else f
+
+    facts = attrs.evolve(
+        facts,
+        functions=tuple(map(orphan, facts.functions)),
+        gpus=tuple(
+            attrs.evolve(
+                g, function=orphan(g.function), companions=tuple(map(orphan, g.companions))
+            )
+            for g in facts.gpus
+        ),
+        iommu_groups=tuple(g for g in facts.iommu_groups if not set(g.members) & drop),
     )
-    mapping, problems = pool_mapping(facts, orphans, MappingSpec("g1"))
-    assert mapping is None
-    assert [p.subject for p in problems] == ["0000:81:00.0", "0000:91:00.0"]
-    assert {p.code for p in problems} == {"gpu-without-iommu-group"}
+    spec = parse_spec(
+        'node = "kpro6"\n[[pools]]\nname = "ct"\nnuma_node = 1\nmapping = { id = "g1" }\n'
+        "[pools.lxc]\nvmid = 129\n"
+    )
+    with pytest.raises(PlanError) as caught:
+        plan(facts, spec)
+    problems = caught.value.problems
+    assert sorted(p.subject for p in problems) == sorted(str(a) for a in orphans)
+    assert {(p.code, p.fix) for p in problems} == {(problems[0].code, problems[0].fix)}
+    assert problems[0].code == "gpu-without-iommu-group"
 
 
 def test_mapping_value_that_cannot_be_written_is_a_problem() -> None:

@@ -21,6 +21,7 @@ from pvegpu.host.facts import ConfigFile, HostFacts
 from pvegpu.pci import PciAddress
 from pvegpu.planning.plan import Plan, PoolKind
 from pvegpu.planning.planner import plan
+from pvegpu.rendering.registry import render
 from pvegpu.spec.schema import Spec
 from strategies_host import hosts, specs
 
@@ -67,7 +68,8 @@ def assert_mostly_accepted(outcomes: Counter[str], floor: float = MIN_ACCEPTED) 
 
 
 def test_plans_are_disjoint_and_vfio_pools_take_whole_groups() -> None:
-    """Any accepted plan: no GPU in two pools; a vfio pool holds every non-bridge group member."""
+    """Any accepted plan: no GPU in two pools; a vfio pool holds every non-bridge group
+    member; and it renders (renderers format decided values, they do not refuse)."""
     outcomes: Counter[str] = Counter()
 
     @settings(SHARE_SETTINGS, max_examples=examples(200, at_least=80))
@@ -93,6 +95,8 @@ def test_plans_are_disjoint_and_vfio_pools_take_whole_groups() -> None:
                     functions = [facts.function(a) for a in group.members]
                     members = {f.address for f in functions if f is not None and not f.is_bridge}
                     assert members <= moved
+        # The plan decided everything: rendering an accepted plan formats it, never refuses.
+        render(result)
 
     check()
     assert_mostly_accepted(outcomes)

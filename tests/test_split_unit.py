@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import subprocess
 import sys
@@ -12,12 +13,15 @@ from pathlib import Path
 import attrs
 import pytest
 
+import pvegpu.rendering.split as rendering_split
 from bundled import FIXTURES, KPRO6_LXC_ONLY, REPO, copy_tree, example_plan
 from linters import SYSTEM_UNITS, SYSTEMCTL, needs_systemd, verify
-from pvegpu.errors import RenderError
-from pvegpu.host.facts import ConfigFile, PciFunction, VfioIdsSetting
+from pvegpu.errors import PlanError, Problem
+from pvegpu.host.facts import ConfigFile, HostFacts, PciFunction, VfioIdsSetting
 from pvegpu.pci import PciAddress
-from pvegpu.planning.plan import Plan, PoolKind
+from pvegpu.planning import planner
+from pvegpu.planning.plan import Plan
+from pvegpu.planning.split import revert_driver
 from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.rendering.registry import render
 from pvegpu.rendering.split import (
@@ -26,8 +30,8 @@ from pvegpu.rendering.split import (
     SCRIPT_PATH,
     UNIT_PATH,
     render_split,
-    revert_driver,
 )
+from pvegpu.spec.schema import Spec
 from sysfs_sim import (
     KernelSim,
     copy_host,
@@ -224,51 +228,101 @@ def _with_group_member(plan: Plan, group_id: int, address: str) -> Plan:
     return attrs.evolve(plan, facts=facts)
 
 
-def _pool_edit(
-    plan: Plan, kind: PoolKind, edit: Callable[[tuple[PciFunction, ...]], tuple[PciFunction, ...]]
-) -> Plan:
+def _function_edit(plan: Plan, edit: Callable[[PciFunction], PciFunction]) -> HostFacts:
+    """The plan's facts with `edit` applied to every function, GPUs' own included."""
+    facts = plan.facts
     return attrs.evolve(
-        plan,
-        pools=tuple(
-            attrs.evolve(p, functions=edit(p.functions)) if p.kind is kind else p
-            for p in plan.pools
+        facts,
+        functions=tuple(edit(f) for f in facts.functions),
+        gpus=tuple(
+            attrs.evolve(g, function=edit(g.function), companions=tuple(map(edit, g.companions)))
+            for g in facts.gpus
         ),
     )
 
 
-def test_refuses_group_with_unplanned_member(kpro6_plan: Plan) -> None:
-    """A plan whose VM group also holds a NIC is not rendered (defence behind plan())."""
-    plan = _with_group_member(kpro6_plan, 41, "0000:c1:00.0")
-    with pytest.raises(RenderError) as caught:
-        render_split(plan)
-    assert [(p.code, p.subject) for p in caught.value.problems] == [
-        ("split-foreign-in-group", "0000:c1:00.0")
+def _refused(facts: HostFacts, spec: Spec) -> list[Problem]:
+    with pytest.raises(PlanError) as caught:
+        planner.plan(facts, spec)
+    return list(caught.value.problems)
+
+
+def test_group_with_unplanned_member_is_refused_by_plan(kpro6_plan: Plan) -> None:
+    """A VM group that also holds a NIC is refused by plan(), once, naming the GPU: the
+    split renderer does not check it again."""
+    facts = _with_group_member(kpro6_plan, 41, "0000:c1:00.0").facts
+    assert [(p.code, p.subject) for p in _refused(facts, kpro6_plan.spec)] == [
+        ("foreign-device-in-group", "0000:91:00.0")
     ]
 
 
-def test_refuses_function_without_group(kpro6_plan: Plan) -> None:
-    """A VM function with no IOMMU group cannot be isolated: RenderError names it."""
-    plan = _pool_edit(
-        kpro6_plan,
-        PoolKind.VFIO,
-        lambda fs: tuple(attrs.evolve(f, iommu_group=None) if f is fs[0] else f for f in fs),
+def test_gpu_without_group_is_one_problem_with_one_fix(kpro6_plan: Plan) -> None:
+    """A vfio GPU (with a mapping) whose IOMMU group is missing: one problem, not one
+    from the pool's functions, one from its mapping and one from the split script."""
+    gpu = PciAddress.parse("0000:81:00.0")
+    facts = _function_edit(
+        kpro6_plan, lambda f: attrs.evolve(f, iommu_group=None) if f.address == gpu else f
     )
-    with pytest.raises(RenderError) as caught:
-        render_split(plan)
-    assert [(p.code, p.subject) for p in caught.value.problems] == [
-        ("split-no-iommu-group", "0000:81:00.0")
+    facts = attrs.evolve(
+        facts,
+        iommu_groups=tuple(
+            attrs.evolve(g, members=tuple(a for a in g.members if a != gpu))
+            for g in facts.iommu_groups
+        ),
+    )
+    (problem,) = _refused(facts, kpro6_plan.spec)
+    assert (problem.code, problem.subject) == ("gpu-without-iommu-group", str(gpu))
+    assert "enable the IOMMU" in problem.fix
+
+
+def test_function_on_both_sides_is_refused_by_plan(kpro6_plan: Plan) -> None:
+    """Two display functions of one group, each GPU in a pool of its own kind (a dual-head
+    card split between VM and container): plan() refuses both functions."""
+    vm, host = PciAddress.parse("0000:81:00.0"), PciAddress.parse("0000:01:00.0")
+    facts = kpro6_plan.facts
+    vm_group = facts.function(vm).iommu_group  # type: ignore[union-attr]
+    facts = _function_edit(
+        kpro6_plan, lambda f: attrs.evolve(f, iommu_group=vm_group) if f.address == host else f
+    )
+    by_address = {g.address: g for g in facts.gpus}
+    facts = attrs.evolve(
+        facts,
+        gpus=tuple(
+            attrs.evolve(g, companions=(*g.companions, by_address[host].function))
+            if g.address == vm
+            else attrs.evolve(g, companions=(by_address[vm].function,))
+            if g.address == host
+            else g
+            for g in facts.gpus
+        ),
+        iommu_groups=tuple(
+            attrs.evolve(g, members=tuple(sorted((*g.members, host))))
+            if g.id == vm_group
+            else attrs.evolve(g, members=tuple(a for a in g.members if a != host))
+            for g in facts.iommu_groups
+        ),
+    )
+    both = [p for p in _refused(facts, kpro6_plan.spec) if p.code == "split-function-in-two-pools"]
+    assert [p.subject for p in both] == [str(host), str(vm)]
+
+
+@pytest.mark.parametrize("address", ["0000:81:00.1", "0000:01:00.1"])
+def test_bad_driver_name_is_refused_by_plan(kpro6_plan: Plan, address: str) -> None:
+    """A driver name the script cannot carry as data, on a function that moves or on one
+    pinned to the host, is refused by plan() (the renderer writes it as it is)."""
+    target = PciAddress.parse(address)
+    facts = _function_edit(
+        kpro6_plan, lambda f: attrs.evolve(f, driver="snd hda;x") if f.address == target else f
+    )
+    assert [(p.code, p.subject) for p in _refused(facts, kpro6_plan.spec)] == [
+        ("split-bad-driver-name", "snd hda;x")
     ]
 
 
-def test_refuses_function_on_both_sides(kpro6_plan: Plan) -> None:
-    """One function both pinned to its host driver and moved to vfio-pci is refused."""
-    vm_gpu = kpro6_plan.vfio_pools[0].functions[0]
-    plan = _pool_edit(kpro6_plan, PoolKind.LXC, lambda fs: (*fs, vm_gpu))
-    with pytest.raises(RenderError) as caught:
-        render_split(plan)
-    assert [(p.code, p.subject) for p in caught.value.problems] == [
-        ("split-function-in-two-pools", "0000:81:00.0")
-    ]
+def test_split_renderer_never_refuses() -> None:
+    """Every refusal of the split is plan()'s (planning/split.py, the IOMMU group checks
+    of planning/planner.py): the renderer only formats an accepted plan."""
+    assert "raise" not in inspect.getsource(rendering_split)
 
 
 # --- the unit

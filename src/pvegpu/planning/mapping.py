@@ -22,21 +22,13 @@ from pvegpu.wording import plural
 def pool_mapping(
     facts: HostFacts, gpus: Sequence[GPU], spec: MappingSpec
 ) -> tuple[PciMapping | None, list[Problem]]:
-    """The pool's pci.cfg section with this node's map lines, or the problems in the way."""
+    """The pool's pci.cfg section with this node's map lines, or the problems in the way.
+
+    Every GPU has an IOMMU group: plan() refuses one without (gpu-without-iommu-group)
+    and does not ask for its mapping."""
     maps: list[PciMap] = []
     problems: list[Problem] = []
     for gpu in gpus:
-        if gpu.iommu_group is None:
-            problems.append(
-                Problem(
-                    "gpu-without-iommu-group",
-                    str(gpu.address),
-                    "has no IOMMU group, so it cannot be mapped for passthrough",
-                    "enable the IOMMU in firmware and on the kernel command line, then "
-                    "discover again",
-                )
-            )
-            continue
         # The function-less path hands over every function of the slot (GPU + audio);
         # that only works when they all sit in the GPU's group.
         slot = facts.slot_functions(gpu.address)
@@ -50,8 +42,6 @@ def pool_mapping(
                 subsystem_id=gpu.function.subsystem_id,
             )
         )
-    if problems:
-        return None, problems
     # Proxmox refuses to start a VM on an mdev-capable device mapped without `mdev 1`.
     mdev = True if any(g.function.mdev_capable for g in gpus) else None
     mapping = PciMapping(id=spec.id, maps=tuple(maps), description=spec.description, mdev=mdev)

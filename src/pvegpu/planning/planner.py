@@ -20,6 +20,7 @@ from pvegpu.planning.host_guests import judge_host
 from pvegpu.planning.leftover_servers import leftover_servers
 from pvegpu.planning.mapping import pci_cfg_findings, pci_cfg_problems, pool_mapping
 from pvegpu.planning.plan import Finding, Plan, Pool, PoolKind
+from pvegpu.planning.split import split_problems
 from pvegpu.serving.build import decided_servings
 from pvegpu.spec.schema import PoolSpec, Spec
 
@@ -55,6 +56,7 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
             where = f"pools[{index}]"
             pools.append(_build_pool(facts, pool_spec, where, gpus, problems, guest_findings, ids))
     problems.extend(pci_cfg_problems(facts, pools))
+    problems.extend(split_problems(facts, pools))
     problems.extend(_vfio_ids_problems(facts, pools))
     problems.extend(boot_problems(facts, pools))
     # Every other guest and mapping on the node that names the pools' GPUs.
@@ -221,6 +223,16 @@ def _build_pool(
 ) -> Pool:
     """The pool with every decision made; its refusals go to `problems`."""
     kind = PoolKind.VFIO if spec.vfio is not None else PoolKind.LXC
+    # Without an IOMMU a vfio pool is already refused (no-iommu); no second report.
+    wants_mapping = spec.mapping is not None and (facts.iommu.enabled or kind is PoolKind.LXC)
+    # vfio-pci and a PCI mapping both take IOMMU groups: a GPU without one is reported
+    # here, once, and neither its pool's functions nor its mapping look at it again.
+    groupless = (
+        _without_iommu_group(facts, gpus)
+        if wants_mapping or (kind is PoolKind.VFIO and facts.iommu.enabled)
+        else []
+    )
+    problems.extend(groupless)
     if kind is PoolKind.VFIO:
         functions = _vfio_functions(facts, gpus, where, problems)
         driver = VFIO_DRIVER
@@ -230,8 +242,7 @@ def _build_pool(
         driver = ", ".join(sorted(d or "?" for d in drivers))
     lxc = lxc_container(facts, spec, gpus, problems, findings)
     mapping = None
-    # Without an IOMMU a vfio pool is already refused (no-iommu); no second report.
-    if spec.mapping is not None and (facts.iommu.enabled or kind is PoolKind.LXC):
+    if spec.mapping is not None and wants_mapping and not groupless:
         mapping, mapping_problems = pool_mapping(facts, gpus, spec.mapping)
         problems.extend(mapping_problems)
     return Pool(
@@ -270,15 +281,7 @@ def _vfio_functions(
     for gpu in gpus:
         group = facts.group(gpu.iommu_group) if gpu.iommu_group is not None else None
         if group is None:
-            problems.append(
-                Problem(
-                    "gpu-without-iommu-group",
-                    str(gpu.address),
-                    "has no IOMMU group although the IOMMU is on",
-                    "check the firmware's IOMMU/ACS settings for this slot",
-                )
-            )
-            continue
+            continue  # refused once, by _without_iommu_group
         if group.id not in foreign_in:
             foreign_in[group.id] = []
             for address in group.members:
@@ -302,6 +305,21 @@ def _vfio_functions(
                 )
             )
     return tuple(members[a] for a in sorted(members))
+
+
+def _without_iommu_group(facts: HostFacts, gpus: tuple[GPU, ...]) -> list[Problem]:
+    """One refusal per GPU that passthrough cannot take: it has no IOMMU group."""
+    return [
+        Problem(
+            "gpu-without-iommu-group",
+            str(gpu.address),
+            "has no IOMMU group, so neither vfio-pci nor a PCI mapping can take it",
+            "enable the IOMMU (VT-d / AMD-Vi) in firmware and on the kernel command line, "
+            "check the firmware's ACS setting for this slot, then discover again",
+        )
+        for gpu in gpus
+        if gpu.iommu_group is None or facts.group(gpu.iommu_group) is None
+    ]
 
 
 def _vfio_ids_problems(facts: HostFacts, pools: list[Pool]) -> Iterator[Problem]:

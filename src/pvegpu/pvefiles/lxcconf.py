@@ -92,40 +92,18 @@ def gpu_lines(
     mode: str = "0666",
     gid: int | None = None,
     uvm_major: int | None = None,
-    subject: str = "",
 ) -> GpuLines:
     """The lines for these GPUs by their real `Device Minor`, never their position.
 
     The minor is what nvidia assigned at bind time; with some GPUs of the host on
-    vfio-pci it is no longer the index in PCI order.
+    vfio-pci it is no longer the index in PCI order. plan() refuses a GPU without one
+    (gpu-minor-unknown) and raw lines without nvidia-uvm's major (nvidia-uvm-major-unknown)
+    before asking for these lines, so this only formats them.
     """
-    problems = [
-        Problem(
-            "gpu-minor-unknown",
-            str(gpu.address),
-            f"is on {gpu.driver or 'no driver'}, so it has no /dev/nvidiaN device minor",
-            "bind it to nvidia (or leave it out of the container's pool) and discover again",
-        )
-        for gpu in gpus
-        if gpu.nvidia_minor is None
-    ]
-    if style is DeviceStyle.RAW and uvm_major is None:
-        problems.append(
-            Problem(
-                "nvidia-uvm-major-unknown",
-                subject or "proc/devices",
-                "raw device lines need the nvidia-uvm major, but /proc/devices has no "
-                "nvidia-uvm (the module is not loaded)",
-                'load it (nvidia-modprobe -u -c=0) and discover again, or use devices = "dev"',
-            )
-        )
-    if problems:
-        raise RenderError(problems)
     minors = [gpu.nvidia_minor for gpu in gpus if gpu.nvidia_minor is not None]
-    if style is DeviceStyle.DEV:
-        return dev_style(minors, mode, gid)
-    assert uvm_major is not None  # checked above; for mypy
-    return raw_style(minors, uvm_major)
+    if style is DeviceStyle.RAW and uvm_major is not None:
+        return raw_style(minors, uvm_major)
+    return dev_style(minors, mode, gid)
 
 
 def _dev_path(value: str) -> str:

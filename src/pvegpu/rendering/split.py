@@ -7,6 +7,9 @@ group and its members) is baked into it as data, so it refuses a host that no lo
 looks like the one it was generated for (a BIOS update or a moved card renumbers slots).
 So is where `revert` takes each VM function: the driver it was on before the split.
 
+plan() refused whatever the script could not carry (planning/split.py, and the IOMMU
+group checks of planning/planner.py): this module only formats an accepted plan.
+
 Rendering again over a host that holds these files (discovery reads them) patches them:
 each artifact's `base` is the installed file, so the revert bundle restores it.
 """
@@ -14,16 +17,15 @@ each artifact's `base` is the installed file, so the revert bundle restores it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
 import attrs
 
-from pvegpu.errors import Problem, RenderError
-from pvegpu.hardware import VFIO_DRIVER, host_driver
-from pvegpu.host.facts import HostFacts, PciFunction
+from pvegpu.hardware import host_driver
+from pvegpu.host.facts import PciFunction
 from pvegpu.host.paths import SPLIT_INITRAMFS_HOOK, SPLIT_MODPROBE, SPLIT_SCRIPT, SPLIT_UNIT
 from pvegpu.pci import PciAddress
 from pvegpu.planning.plan import Plan, Pool
+from pvegpu.planning.split import revert_driver as revert_driver  # docs/split.md names it here
 from pvegpu.rendering.artifact import HOST, Artifact
 from pvegpu.rendering.templating import render_template
 from pvegpu.wording import plural
@@ -43,7 +45,6 @@ _MODULES = {
     "radeon": "radeon",
     "i915": "i915",
 }
-_DRIVER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _COMMENT_UNSAFE = re.compile(r"[^A-Za-z0-9 ._:,()/-]")
 
 
@@ -78,7 +79,6 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
     facts = plan.facts
     groups = _vfio_groups(plan)
     host_pools = [_host_pool(pool) for pool in plan.lxc_pools]
-    _refuse_overlap(groups, plan.lxc_pools)
 
     node = _comment(facts.node)
     vm_drivers = sorted({d for g in groups for d in g.host_drivers if d is not None})
@@ -173,25 +173,6 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
     )
 
 
-def revert_driver(facts: HostFacts, function: PciFunction) -> str | None:
-    """The driver `revert` returns a VM function to: the one it had before the split.
-
-    Bound to vfio-pci without a vfio-pci override, the function was there before the
-    split (`vfio-pci.ids=`, `options vfio-pci ids=`, or Proxmox's `new_id` at VM start):
-    revert leaves it on vfio-pci. Unbound, or held on vfio-pci by an override (this
-    split, rendered again after it was applied), discovery did not see the driver it
-    came from: the one a probe gives it, vfio-pci where an ids= setting claims its
-    vendor:device, else its host driver (`host_driver`). None: not known.
-    """
-    if function.driver == VFIO_DRIVER and function.driver_override != VFIO_DRIVER:
-        return VFIO_DRIVER
-    if function.driver not in (None, VFIO_DRIVER):
-        return function.driver
-    if any(setting.claimed(function) for setting in facts.vfio_ids):
-        return VFIO_DRIVER
-    return host_driver(function)
-
-
 def _and(words: list[str]) -> str:
     """`a`, `a and b`, `a, b and c`."""
     return " and ".join(filter(None, (", ".join(words[:-1]), words[-1])))
@@ -208,32 +189,21 @@ def _comment(text: str) -> str:
 
 
 def _vfio_groups(plan: Plan) -> list[_Group]:
-    problems: list[Problem] = []
     pool_of: dict[PciAddress, str] = {}
     by_group: dict[int, list[PciFunction]] = {}
     for pool in plan.vfio_pools:
         for function in _pool_functions(pool):
             pool_of.setdefault(function.address, pool.name)
-            if function.is_bridge:
-                continue  # bridges stay on pcieport; they do not spoil a group's viability
-            if function.iommu_group is None:
-                problems.append(
-                    Problem(
-                        "split-no-iommu-group",
-                        str(function.address),
-                        "has no IOMMU group, so vfio-pci cannot isolate it",
-                        "enable the IOMMU (VT-d / AMD-Vi) in the firmware and discover again",
-                    )
-                )
+            # Bridges stay on pcieport; they do not spoil a group's viability. Every other
+            # function plan() moves is a member of a group (gpu-without-iommu-group).
+            if function.is_bridge or function.iommu_group is None:
                 continue
             by_group.setdefault(function.iommu_group, []).append(function)
     gpus = {gpu.address for pool in plan.vfio_pools for gpu in pool.gpus}
-    planned = set(pool_of)  # once, not per group: that made the split quadratic
 
     groups: list[_Group] = []
     for group_id, functions in by_group.items():
         members = tuple(sorted({f.address: f for f in functions}.values(), key=_address))
-        problems.extend(_foreign_members(plan.facts, group_id, planned))
         gpu = next((f.address for f in members if f.address in gpus), None)
         groups.append(
             _Group(
@@ -245,37 +215,11 @@ def _vfio_groups(plan: Plan) -> list[_Group]:
                 revert_drivers=tuple(revert_driver(plan.facts, f) for f in members),
             )
         )
-    problems.extend(
-        _bad_driver_names(d for g in groups for d in (*g.host_drivers, *g.revert_drivers))
-    )
-    if problems:
-        raise RenderError(problems)
     return sorted(groups, key=lambda g: g.members[0].address)
 
 
 def _address(function: PciFunction) -> PciAddress:
     return function.address
-
-
-def _foreign_members(facts: HostFacts, group_id: int, planned: set[PciAddress]) -> list[Problem]:
-    """A group goes to a VM whole: any member the plan does not move would go with it."""
-    group = facts.group(group_id)
-    if group is None:
-        return []
-    problems = []
-    for address in group.members:
-        function = facts.function(address)
-        if address in planned or (function is not None and function.is_bridge):
-            continue
-        problems.append(
-            Problem(
-                "split-foreign-in-group",
-                str(address),
-                f"shares IOMMU group {group_id} with planned VM functions but is not planned",
-                "keep that GPU on the host, or move the card to a slot with its own group",
-            )
-        )
-    return problems
 
 
 def _host_pool(pool: Pool) -> _HostPool:
@@ -289,10 +233,6 @@ def _host_pool(pool: Pool) -> _HostPool:
             notes.append(f"{function.address} {function.vendor_device}: no host driver known")
             continue
         rows.append(f"{function.address} {function.vendor_device} {_numa(function)} {driver}")
-    drivers = [row.rsplit(" ", 1)[1] for row in rows]
-    problems = _bad_driver_names(drivers)
-    if problems:
-        raise RenderError(problems)
     return _HostPool(_comment(pool.name), tuple(rows), tuple(notes))
 
 
@@ -303,33 +243,3 @@ def _pool_functions(pool: Pool) -> list[PciFunction]:
     so the script may not add to it (it once added every function of a GPU's slot, which
     on an APU is the host's USB controllers and security processor)."""
     return sorted(pool.functions, key=_address)
-
-
-def _bad_driver_names(drivers: Iterable[str | None]) -> list[Problem]:
-    # Driver names end up in shell data and modprobe.d lines: only what sysfs uses.
-    return [
-        Problem(
-            "split-bad-driver-name",
-            driver,
-            "is not a kernel driver name",
-            "check the driver links discovery read",
-        )
-        for driver in sorted({d for d in drivers if d is not None})
-        if not _DRIVER_NAME.fullmatch(driver)
-    ]
-
-
-def _refuse_overlap(groups: list[_Group], lxc_pools: tuple[Pool, ...]) -> None:
-    vm = {f.address for g in groups for f in g.members}
-    host = {f.address for p in lxc_pools for f in p.functions}
-    both = sorted(vm & host)
-    if both:
-        raise RenderError(
-            Problem(
-                "split-function-in-two-pools",
-                str(a),
-                "is planned for vfio-pci and for the host at once",
-                "give each GPU to one pool",
-            )
-            for a in both
-        )
