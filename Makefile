@@ -103,7 +103,8 @@ golden-update: $(STAMP)
 clean:
 	rm -rf $(VENV) $(FLOOR_VENV) out .mypy_cache .ruff_cache .pytest_cache
 
-# Maintainers: rebuild src/pvegpu/data/sglang/tables.json.gz from the SGLang wheels on
-# PyPI (every 0.5.x release, or VERSIONS="0.5.24 ..."); downloads wheels, no dependencies.
+# Maintainers: rebuild src/pvegpu/engines/sglang/data/tables.json.gz from the SGLang
+# wheels on PyPI (every 0.5.x release, or VERSIONS="0.5.24 ..."); downloads wheels, no
+# dependencies.
 sglang-tables: $(STAMP)
 	$(BIN)/python tools/sglang_tables.py $(if $(VERSIONS),--versions $(VERSIONS))

@@ -21,7 +21,9 @@ from pvegpu.apply.host import Completed, LiveHost
 from pvegpu.host.discover import discover
 from pvegpu.pvefiles.guestconf import parse_lines, split_sections
 from pvegpu.pvefiles.lxcconf import gpu_minor
-from pvegpu.rendering.review.commands import SPLIT_SCRIPT, nvidia_smi_bus_id
+from pvegpu.rendering.review.commands import SPLIT_SCRIPT
+from pvegpu.vendors import CONTAINER_NODES
+from pvegpu.vendors.nvidia import smi_bus_id
 from sysfs_sim import KernelSim
 
 READ_ONLY = ("status", "is-active", "is-enabled", "test", "cat", "nvidia-smi", "curl")
@@ -171,7 +173,11 @@ class FakeHost(LiveHost):
     def _minors(self, vmid: int) -> list[int]:
         text = (self.root / f"etc/pve/lxc/{vmid}.conf").read_text()
         main = split_sections(text)[0]
-        found = {m for line in parse_lines(main.text) if (m := gpu_minor(line)) is not None}
+        found = {
+            m
+            for line in parse_lines(main.text)
+            if (m := gpu_minor(line, CONTAINER_NODES)) is not None
+        }
         return sorted(found)
 
     def _exec(self, vmid: int, cmd: tuple[str, ...]) -> tuple[int, str]:
@@ -200,7 +206,7 @@ class FakeHost(LiveHost):
             if cmd[1] == "-L":
                 listed = [f"GPU {i}: NVIDIA (UUID: GPU-{i})\n" for i in range(len(addresses))]
                 return 0, "".join(listed)
-            rows = [f"{i}, {nvidia_smi_bus_id(a)}\n" for i, a in enumerate(addresses)]
+            rows = [f"{i}, {smi_bus_id(a)}\n" for i, a in enumerate(addresses)]
             return 0, "".join(rows)
         if cmd[0] == "curl":
             return (0, "OK") if units and re.search(r"/health$", cmd[-1]) else (7, "")

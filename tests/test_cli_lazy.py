@@ -16,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 KPRO6 = str(REPO / "fixtures" / "sysfs" / "kpro6")
 
-HEAVY = ("jinja2", "pvegpu.planning", "pvegpu.rendering", "pvegpu.serving")
+HEAVY = ("jinja2", "pvegpu.planning", "pvegpu.rendering", "pvegpu.serving", "pvegpu.engines")
 """Modules (and their submodules) that reading a host never needs."""
 NEVER = ("xml.sax", "urllib.request", "http.client")
 """Pulled in by xml.sax.saxutils for two escapes; no command needs them."""

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from pvegpu.host.facts import ConfigFile
-from pvegpu.host.paths import dropin_dirs
-from pvegpu.host.rootfs import RootfsLocation, locate_rootfs, rootfs_volume
-from pvegpu.pvefiles.storagecfg import parse_storage_cfg
-from pvegpu.serving.dropins import (
+from pvegpu.engines.sglang.dropins import (
     effective_dropins,
     guarded_settings,
     judge_dropins,
     neutralized,
 )
+from pvegpu.host.facts import ConfigFile
+from pvegpu.host.paths import dropin_dirs
+from pvegpu.host.rootfs import RootfsLocation, locate_rootfs, rootfs_volume
+from pvegpu.pvefiles.storagecfg import parse_storage_cfg
 from pvegpu.serving.unitfile import ENVIRONMENT, EXEC_START, SERVICE, environment_pairs, merge_units
 
 STORAGE = """\

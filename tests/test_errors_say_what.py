@@ -17,6 +17,12 @@ from bundled import EXAMPLES, REPO, copy_tree, example_plan, fixture_root
 from pvegpu.apply.check import EXIT_ERRORS, EXIT_WARNINGS
 from pvegpu.cli import main
 from pvegpu.cli.arguments import EPILOG
+from pvegpu.engines.sglang.option_check import (
+    parse_command_line,
+    releases_taking,
+    releases_text,
+)
+from pvegpu.engines.sglang.options import load_table, shipped_versions
 from pvegpu.errors import (
     ApplyError,
     BundleError,
@@ -29,12 +35,6 @@ from pvegpu.errors import (
 )
 from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.rendering.artifact import ArtifactRole
-from pvegpu.serving.option_check import (
-    parse_command_line,
-    releases_taking,
-    releases_text,
-)
-from pvegpu.serving.options import load_table, shipped_versions
 from pvegpu.spec.lines import key_lines, line_of
 from pvegpu.spec.load import parse_spec
 

@@ -13,6 +13,7 @@ from pvegpu.pci import CpuList
 from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import ConfLine, split_sections
 from pvegpu.spec.schema import DeviceStyle
+from pvegpu.vendors import CONTAINER_NODES as NODES
 from strategies import LXC_MAJORS, NVIDIA_UVM_MAJOR, GuestConf, cpusets, kpro6, lxc_configs
 
 # LXC 129 on kpro6 before the split: all eight GPUs, raw style, `195:*` and the uvm major.
@@ -87,7 +88,7 @@ def test_bracketed_line_that_proxmox_does_not_know_stays_in_its_section() -> Non
 
 def test_dev_style_replaces_raw_lines() -> None:
     """Raw GPU lines of all eight GPUs give way to devN entries for the pool's four minors."""
-    out = lxcconf.patch_gpu_lines(BEFORE, lxcconf.dev_style([0, 1, 2, 3]), MAJORS)
+    out = lxcconf.patch_gpu_lines(BEFORE, NODES, lxcconf.dev_style(NODES, [0, 1, 2, 3]), MAJORS)
     main, snapshot = out.split("\n[pre-split]\n")
     assert main == (
         "#SGLang Qwen3.5 inference, 8x RTX PRO 6000\n"
@@ -119,7 +120,7 @@ def test_dev_style_replaces_raw_lines() -> None:
 
 def test_raw_style_grants_only_the_pool_minors() -> None:
     """Per-minor cgroup rules (never 195:*), nvidiactl 255, uvm major :0/:1, bind mounts."""
-    out = lxcconf.patch_gpu_lines(BEFORE, lxcconf.raw_style([0, 2], 509), MAJORS)
+    out = lxcconf.patch_gpu_lines(BEFORE, NODES, lxcconf.raw_style(NODES, [0, 2], 509), MAJORS)
     main = split_sections(out)[0].text
     raw = [line for line in main.splitlines() if line.startswith("lxc.")]
     assert raw == [
@@ -150,7 +151,7 @@ def test_dev_numbering_skips_other_devices_and_pending_indices() -> None:
         "hostname: ct\n"
         "\n[pve:pending]\ndev3: /dev/kfd\ndelete: dev1;mp0\n"
     )
-    out = lxcconf.patch_gpu_lines(text, lxcconf.dev_style([0], gid=44))
+    out = lxcconf.patch_gpu_lines(text, NODES, lxcconf.dev_style(NODES, [0], gid=44))
     assert split_sections(out)[0].text == (
         "arch: amd64\n"
         "dev0: /dev/dri/renderD128,gid=104\n"
@@ -186,13 +187,13 @@ def test_dev_numbering_skips_other_devices_and_pending_indices() -> None:
 )
 def test_gpu_line_classification(line: str, gpu: bool) -> None:
     """Exactly the lines handing NVIDIA nodes (by path or NVIDIA major) are GPU lines."""
-    assert lxcconf.is_gpu_line(ConfLine.parse(line + "\n"), MAJORS) is gpu
+    assert lxcconf.is_gpu_line(ConfLine.parse(line + "\n"), NODES, MAJORS) is gpu
 
 
 def test_no_gpu_lines_yet_dev_entries_go_to_their_sorted_place() -> None:
     """A container without GPUs gets devN where Proxmox's sorted writer would put them."""
     text = "#desc\narch: amd64\nhostname: ct\nlxc.apparmor.profile: unconfined\n"
-    out = lxcconf.patch_gpu_lines(text, lxcconf.dev_style([3]))
+    out = lxcconf.patch_gpu_lines(text, NODES, lxcconf.dev_style(NODES, [3]))
     assert out.splitlines()[2:4] == [
         "dev0: /dev/nvidia3,mode=0666",
         "dev1: /dev/nvidiactl,mode=0666",
@@ -203,14 +204,16 @@ def test_no_gpu_lines_yet_dev_entries_go_to_their_sorted_place() -> None:
 def test_no_gpu_lines_yet_raw_lines_go_after_everything() -> None:
     """Raw lines land after all normal and raw keys, before the blank line of the section."""
     text = "arch: amd64\nlxc.apparmor.profile: unconfined\n\n[snap]\nsnaptime: 1\n"
-    out = lxcconf.patch_gpu_lines(text, lxcconf.raw_style([0], 509))
+    out = lxcconf.patch_gpu_lines(text, NODES, lxcconf.raw_style(NODES, [0], 509))
     assert out.splitlines()[2] == "lxc.cgroup2.devices.allow: c 195:0 rwm"
     assert out.endswith("create=file\n\n[snap]\nsnaptime: 1\n")
 
 
 def test_unterminated_last_line_gets_its_newline_when_lines_follow() -> None:
     """A file whose last line has no newline does not glue the new lines onto it."""
-    out = lxcconf.patch_gpu_lines("arch: amd64\nhostname: ct", lxcconf.raw_style([0], 509))
+    out = lxcconf.patch_gpu_lines(
+        "arch: amd64\nhostname: ct", NODES, lxcconf.raw_style(NODES, [0], 509)
+    )
     assert out.startswith("arch: amd64\nhostname: ct\nlxc.cgroup2.devices.allow: c 195:0 rwm\n")
 
 
@@ -218,7 +221,7 @@ def test_gpu_lines_use_the_real_device_minor() -> None:
     """Lines name /dev/nvidia<Device Minor>, not the GPU's position in the pool."""
     gpus = kpro6().gpus
     picked = (attrs.evolve(gpus[4], nvidia_minor=1), attrs.evolve(gpus[5], nvidia_minor=0))
-    lines = lxcconf.gpu_lines(picked, DeviceStyle.DEV)
+    lines = lxcconf.gpu_lines(NODES, picked, DeviceStyle.DEV)
     assert lines.devices[:2] == ("/dev/nvidia1,mode=0666", "/dev/nvidia0,mode=0666")
 
 
@@ -226,21 +229,21 @@ def test_gpu_lines_leave_refusals_to_plan() -> None:
     """gpu_lines only formats: a GPU without a minor and raw lines without nvidia-uvm's
     major are plan()'s refusals (planning/guests.py), which never ask for these lines."""
     assert "raise" not in inspect.getsource(lxcconf.gpu_lines)
-    lines = lxcconf.gpu_lines(kpro6().gpus[:1], DeviceStyle.RAW, uvm_major=509)
-    assert lines == lxcconf.raw_style([0], 509)
+    lines = lxcconf.gpu_lines(NODES, kpro6().gpus[:1], DeviceStyle.RAW, uvm_major=509)
+    assert lines == lxcconf.raw_style(NODES, [0], 509)
 
 
 def test_bad_mode_is_refused() -> None:
     """A device mode must be octal: anything else would break the container's start."""
     with pytest.raises(ValueError, match="not octal"):
-        lxcconf.dev_style([0], mode="rw")
+        lxcconf.dev_style(NODES, [0], mode="rw")
 
 
 def test_out_of_dev_slots_is_refused() -> None:
     """With dev0..dev255 all used by other devices there is nowhere to put GPUs."""
     text = "".join(f"dev{i}: /dev/loop{i}\n" for i in range(256))
     with pytest.raises(RenderError, match="lxc-dev-slots-full"):
-        lxcconf.patch_gpu_lines(text, lxcconf.dev_style([0]))
+        lxcconf.patch_gpu_lines(text, NODES, lxcconf.dev_style(NODES, [0]))
 
 
 NODE0 = CpuList.parse("0-31,64-95")
@@ -252,7 +255,9 @@ def _raw(text: str) -> list[str]:
 
 def test_cpuset_goes_with_the_raw_lines_dev_style() -> None:
     """dev style: the cpuset line takes the place of the old raw GPU lines, alone."""
-    out = lxcconf.patch_gpu_lines(BEFORE, lxcconf.dev_style([0, 1, 2, 3]), MAJORS, cpuset=NODE0)
+    out = lxcconf.patch_gpu_lines(
+        BEFORE, NODES, lxcconf.dev_style(NODES, [0, 1, 2, 3]), MAJORS, cpuset=NODE0
+    )
     assert _raw(out) == [
         "lxc.apparmor.profile: unconfined",
         "lxc.cgroup2.cpuset.cpus: 0-31,64-95",
@@ -263,7 +268,9 @@ def test_cpuset_goes_with_the_raw_lines_dev_style() -> None:
 
 def test_cpuset_heads_the_raw_gpu_block() -> None:
     """raw style: one block, cpuset first, where the first old raw GPU line was."""
-    out = lxcconf.patch_gpu_lines(BEFORE, lxcconf.raw_style([0], 509), MAJORS, cpuset=NODE0)
+    out = lxcconf.patch_gpu_lines(
+        BEFORE, NODES, lxcconf.raw_style(NODES, [0], 509), MAJORS, cpuset=NODE0
+    )
     assert _raw(out)[1:3] == [
         "lxc.cgroup2.cpuset.cpus: 0-31,64-95",
         "lxc.cgroup2.devices.allow: c 195:0 rwm",
@@ -281,7 +288,7 @@ def test_existing_cpuset_lines_are_replaced_once() -> None:
         "lxc.cgroup2.cpuset.cpus: 8-15\n"
         "\n[snap]\nlxc.cgroup2.cpuset.cpus: 0-7\nsnaptime: 1\n"
     )
-    out = lxcconf.patch_gpu_lines(text, lxcconf.dev_style([]), cpuset=NODE0)
+    out = lxcconf.patch_gpu_lines(text, NODES, lxcconf.dev_style(NODES, []), cpuset=NODE0)
     assert out == (
         "arch: amd64\n"
         "dev0: /dev/nvidiactl,mode=0666\n"
@@ -297,7 +304,7 @@ def test_existing_cpuset_lines_are_replaced_once() -> None:
 def test_cpuset_line_is_left_alone_without_a_cpuset() -> None:
     """A pool that pins nothing does not own the container's cpuset line."""
     text = "arch: amd64\nlxc.cgroup2.cpuset.cpus: 0-7\n"
-    out = lxcconf.patch_gpu_lines(text, lxcconf.raw_style([0], 509))
+    out = lxcconf.patch_gpu_lines(text, NODES, lxcconf.raw_style(NODES, [0], 509))
     assert _raw(out)[0] == "lxc.cgroup2.cpuset.cpus: 0-7"
     assert sum("cpuset" in line for line in _raw(out)) == 1
 
@@ -313,9 +320,9 @@ def test_cores_of_the_main_section(text: str, cores: int | None) -> None:
 
 
 new_lines = st.one_of(
-    st.lists(st.integers(0, 7), unique=True, max_size=4).map(lxcconf.dev_style),
+    st.lists(st.integers(0, 7), unique=True, max_size=4).map(lambda m: lxcconf.dev_style(NODES, m)),
     st.lists(st.integers(0, 7), unique=True, max_size=4).map(
-        lambda m: lxcconf.raw_style(m, NVIDIA_UVM_MAJOR)
+        lambda m: lxcconf.raw_style(NODES, m, NVIDIA_UVM_MAJOR)
     ),
 )
 
@@ -336,8 +343,8 @@ def test_patch_is_idempotent(
     conf: GuestConf, new: lxcconf.GpuLines, cpuset: CpuList | None
 ) -> None:
     """Patching a patched config again changes nothing, with or without a cpuset."""
-    once = lxcconf.patch_gpu_lines(conf.text, new, LXC_MAJORS, cpuset=cpuset)
-    assert lxcconf.patch_gpu_lines(once, new, LXC_MAJORS, cpuset=cpuset) == once
+    once = lxcconf.patch_gpu_lines(conf.text, NODES, new, LXC_MAJORS, cpuset=cpuset)
+    assert lxcconf.patch_gpu_lines(once, NODES, new, LXC_MAJORS, cpuset=cpuset) == once
 
 
 _CPUSET_LINE = re.compile(r"^lxc\.cgroup2\.cpuset\.cpus\s*[:=]")
@@ -350,7 +357,7 @@ def test_patch_keeps_everything_but_gpu_lines(
     """Other main lines keep their order and bytes; pending and snapshots are untouched;
     the main section's GPU lines are exactly the new ones, on free dev indices; with a
     cpuset, the one cgroup2 cpuset line is the new one."""
-    out = lxcconf.patch_gpu_lines(conf.text, new, LXC_MAJORS, cpuset=cpuset)
+    out = lxcconf.patch_gpu_lines(conf.text, NODES, new, LXC_MAJORS, cpuset=cpuset)
     lines = _main_lines(out, conf.rest)
     dev = re.compile(r"^dev(\d+): (.*)$")
     added_dev = [
@@ -381,9 +388,9 @@ def test_dev_slot_problems_are_what_the_patch_refuses(
     config uses dev0..dev20 only), so both sides of the limit are tried."""
     free = max(0, len(new.devices) + spare)
     text = "".join(f"dev{i}: /dev/loop{i}\n" for i in range(256 - free)) + conf.text
-    found = lxcconf.dev_slot_problems(text, new)
+    found = lxcconf.dev_slot_problems(text, NODES, new)
     try:
-        lxcconf.patch_gpu_lines(text, new, LXC_MAJORS)
+        lxcconf.patch_gpu_lines(text, NODES, new, LXC_MAJORS)
     except RenderError as error:
         assert found == error.problems
     else:

@@ -9,6 +9,9 @@ import attrs
 import pytest
 from syrupy.assertion import SnapshotAssertion
 
+from pvegpu.engines.sglang import build
+from pvegpu.engines.sglang.option_check import parse_command_line
+from pvegpu.engines.sglang.options import load_table
 from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
 from pvegpu.host.serving_files import with_serving_files
@@ -17,11 +20,9 @@ from pvegpu.planning.planner import plan
 from pvegpu.rendering.artifact import Artifact
 from pvegpu.rendering.registry import render
 from pvegpu.rendering.serving import render_serving
-from pvegpu.serving import build
-from pvegpu.serving.build import decided_servings
+from pvegpu.serving import decide
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.option_check import parse_command_line
-from pvegpu.serving.options import load_table
+from pvegpu.serving.decide import decided_servings
 from pvegpu.serving.systemd import environment_assignment, exec_word
 from pvegpu.spec.load import load_spec
 from strategies_serving import ROOTFS, kpro6_plan, qwen_serving
@@ -286,7 +287,8 @@ def test_rendering_only_reads_the_decided_servers(
     # Checks is what every decision is collected in, however its builder was imported.
     monkeypatch.setattr(Checks, "__init__", no_deciding)
     monkeypatch.setattr(build, "decide_serving", no_deciding)
-    monkeypatch.setattr(build, "decided_servings", no_deciding)
+    monkeypatch.setattr(decide, "decide_serving", no_deciding)
+    monkeypatch.setattr(decide, "decided_servings", no_deciding)
     assert any(a.path.endswith("sglang-qwen.service") for a in before)
     assert render(planned) == before
     with pytest.raises(AssertionError, match="decided a server"):

@@ -32,12 +32,12 @@ from pvegpu.rendering.review import (
     driver_check,
     health_url,
     layout,
-    nvidia_smi_bus_id,
     revert_steps,
     runbook,
 )
 from pvegpu.rendering.review.render import SUMMARY, cell, render_review, render_summary
 from pvegpu.spec.load import parse_spec
+from pvegpu.vendors.nvidia import smi_bus_id
 
 REPO = Path(__file__).resolve().parent.parent
 KPRO6_SPEC = REPO / "examples" / "kpro6.toml"
@@ -363,9 +363,9 @@ def test_health_url(kpro6: Plan, host: str, url: str) -> None:
     assert health_url(attrs.evolve(serving, host=host)) == url
 
 
-def test_nvidia_smi_bus_id_is_uppercase_with_long_domain() -> None:
+def test_smi_bus_id_is_uppercase_with_long_domain() -> None:
     """nvidia-smi prints `00000000:E1:00.0`, not the kernel's `0000:e1:00.0`."""
-    assert nvidia_smi_bus_id(PciAddress.parse("0000:e1:00.0")) == "00000000:E1:00.0"
+    assert smi_bus_id(PciAddress.parse("0000:e1:00.0")) == "00000000:E1:00.0"
 
 
 def _fake_tools(tmp_path: Path, pct_succeeds_after: int) -> Path:

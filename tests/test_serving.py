@@ -11,17 +11,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bundled import spec_path
+from pvegpu.engines.sglang import versions
+from pvegpu.engines.sglang.drops import DroppedSetting, compare_units
+from pvegpu.engines.sglang.options import load_table
+from pvegpu.engines.sglang.unit import unit_content
+from pvegpu.engines.sglang.versions import EnvironmentRule, Versions, When
 from pvegpu.errors import PlanError, PvegpuError, SpecError
 from pvegpu.hardware import GPU_MEMORY
 from pvegpu.host.facts import ConfigFile, FileStat, IommuGroupType
 from pvegpu.host.serving_files import read_serving_files, with_serving_files
 from pvegpu.planning.plan import Finding, Plan, Pool, Severity
-from pvegpu.serving import versions
-from pvegpu.serving.build import decided_servings
 from pvegpu.serving.container import container_driver_problems, container_driver_state
+from pvegpu.serving.decide import decided_servings
 from pvegpu.serving.decision import P2PSource, SglangServing
-from pvegpu.serving.drops import DroppedSetting, compare_units
-from pvegpu.serving.environment import visible_indices
 from pvegpu.serving.model_config import (
     ModelConfig,
     checkpoint_bytes_from_index,
@@ -31,8 +33,6 @@ from pvegpu.serving.model_config import (
     tp_divides,
     valid_tp_sizes,
 )
-from pvegpu.serving.options import load_table
-from pvegpu.serving.unit import unit_content
 from pvegpu.serving.unitfile import (
     environment_pairs,
     exec_words,
@@ -40,7 +40,7 @@ from pvegpu.serving.unitfile import (
     parse_unit,
     unit_words,
 )
-from pvegpu.serving.versions import EnvironmentRule, Versions, When
+from pvegpu.serving.visible import visible_indices
 from pvegpu.spec.load import parse_spec
 from pvegpu.spec.schema import LxcSpec, P2PSetting, PoolSpec, Spec
 from strategies_serving import (

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
+from pvegpu.engines.sglang.option_check import check_command_line, parse_command_line
+from pvegpu.engines.sglang.options import OptionSpec, OptionTable, load_table, shipped_versions
+from pvegpu.engines.sglang.versions import version_key
 from pvegpu.errors import RenderError, SpecError
-from pvegpu.serving.option_check import check_command_line, parse_command_line
-from pvegpu.serving.options import OptionSpec, OptionTable, load_table, shipped_versions
-from pvegpu.serving.versions import version_key
 
 SHIPPED = shipped_versions()
 
@@ -218,9 +218,9 @@ def test_unknown_version_names_the_shipped_ones() -> None:
 def test_malformed_table_is_refused(text: str) -> None:
     """A broken table dropped into the package fails loudly, naming the file."""
     with pytest.raises(RenderError) as err:
-        OptionTable.from_json(text, source="pvegpu.data.sglang/sglang-1.json")
+        OptionTable.from_json(text, source="pvegpu.engines.sglang.data/sglang-1.json")
     assert err.value.problems[0].code == "sglang-table-invalid"
-    assert err.value.problems[0].subject == "pvegpu.data.sglang/sglang-1.json"
+    assert err.value.problems[0].subject == "pvegpu.engines.sglang.data/sglang-1.json"
 
 
 def test_version_key_orders_numerically() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from pvegpu.host import sysfs
 from pvegpu.host.facts import CharMajor, IommuGroupType, KernelModuleFlavor, NvidiaDriver
-from pvegpu.host.paths import NVIDIA_LIBRARY
+from pvegpu.vendors.nvidia import USERSPACE
 
 
 def test_hex_ids() -> None:
@@ -146,6 +146,6 @@ def test_unicode_digits_are_not_numbers(parse: Callable[[str], object], raw: str
 
 def test_nvidia_library_names_are_whole_ascii_names() -> None:
     """Even `.match` takes only a whole name: no trailing newline, no Unicode digits."""
-    assert NVIDIA_LIBRARY.match("libcuda.so.590.48.01") is not None
+    assert USERSPACE.library.match("libcuda.so.590.48.01") is not None
     for bad in ("libcuda.so.590.48.01\n", "libcuda.so.\u0665\u0669\u0660.48", "libcuda.so.1"):
-        assert NVIDIA_LIBRARY.match(bad) is None, bad
+        assert USERSPACE.library.match(bad) is None, bad

@@ -30,6 +30,7 @@ from pvegpu.rendering.artifact import REVERT_BUNDLE, Artifact
 from pvegpu.rendering.registry import render
 from pvegpu.spec.load import parse_spec
 from pvegpu.testing import HostSpec, write_host
+from pvegpu.vendors import CONTAINER_NODES as NODES
 
 Golden = Callable[[str], SnapshotAssertion]
 
@@ -353,7 +354,10 @@ def test_which_lines_name_gpus(line: str, minor: int | None, every: bool) -> Non
     """One GPU by its minor (devN, bind mount, `c 195:N`), every GPU by a wildcard; the
     shared nodes, other majors, block rules and cgroup v1 name none."""
     parsed = ConfLine.parse(line + "\n")
-    assert (lxcconf.gpu_minor(parsed), lxcconf.grants_every_gpu(parsed)) == (minor, every)
+    assert (lxcconf.gpu_minor(parsed, NODES), lxcconf.grants_every_gpu(parsed, NODES)) == (
+        minor,
+        every,
+    )
 
 
 def test_container_left_without_a_gpu_loses_its_shared_nodes(tmp_path: Path) -> None:

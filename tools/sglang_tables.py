@@ -7,12 +7,12 @@
 
 Each wheel is fetched with `pip download sglang==<v> --no-deps` (no torch, nothing
 installed) into a cache directory, and its `sglang/srt/server_args.py` (and the modules
-it takes constants and fields from) is read with `ast` by `pvegpu.serving.option_reader`,
+it takes constants and fields from) is read with `ast` by `pvegpu.engines.sglang.option_reader`,
 the same reader pvegpu uses for a release installed in a container that it ships no
 table for. Tables that came from the real parser (`--import-dump`, source "parser") are
 kept as they are; generated ones are source "wheel". The result replaces
-src/pvegpu/data/sglang/tables.json.gz: every distinct entry once, each release a list of
-entry indices (see `pvegpu.serving.options`).
+src/pvegpu/engines/sglang/data/tables.json.gz: every distinct entry once, each release a list of
+entry indices (see `pvegpu.engines.sglang.options`).
 
 This is not on pvegpu's runtime path: only this tool touches the network (pip).
 """
@@ -33,10 +33,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from pvegpu.serving.option_reader import read_options  # noqa: E402
-from pvegpu.serving.versions import version_key  # noqa: E402
+from pvegpu.engines.sglang.option_reader import read_options  # noqa: E402
+from pvegpu.engines.sglang.versions import version_key  # noqa: E402
 
-BUNDLE = REPO / "src/pvegpu/data/sglang/tables.json.gz"
+BUNDLE = REPO / "src/pvegpu/engines/sglang/data/tables.json.gz"
 FIRST = (0, 5)
 """The oldest series pvegpu ships: 0.5.0 onward (PyPI serves 0.5.1 as the first)."""
 KINDS = ("dest", "action", "type", "nargs", "choices", "required", "deprecated_alias_of")

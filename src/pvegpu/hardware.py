@@ -1,12 +1,13 @@
 """What pvegpu knows about hardware and its drivers: one table per fact, one home for all.
 
-Add a GPU model here (its memory), a GPU vendor's host driver, or a device-node major;
-nothing else in the code names a PCI id, a driver or a major.
+Add a GPU model here (its memory). A GPU vendor's driver, modules and device nodes are
+its module in `vendors/`; the tables here take them from there.
 """
 
 from __future__ import annotations
 
 from pvegpu.host.facts import PciFunction
+from pvegpu.vendors import VENDORS
 
 MIB = 1024**2
 
@@ -20,26 +21,23 @@ GPU_MEMORY: dict[str, tuple[int, str]] = {
 VFIO_DRIVER = "vfio-pci"
 """The driver VM functions end on."""
 
-HOST_GPU_DRIVERS = {0x10DE: "nvidia", 0x1002: "amdgpu", 0x8086: "i915"}
+# AMD's and Intel's rows stay here until each is a module in vendors/ (the next issues).
+HOST_GPU_DRIVERS = {0x1002: "amdgpu", 0x8086: "i915"} | {
+    v.pci_vendor: v.host_driver for v in VENDORS
+}
 """The driver a GPU returns to when it leaves vfio-pci, by PCI vendor: GPUs on vfio-pci
 (or unbound) today show no host driver in sysfs."""
 
 GPU_DRIVER_MODULES = {
-    0x10DE: frozenset({"nvidia", "nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nouveau"}),
     0x1002: frozenset({"amdgpu", "radeon"}),
     0x8086: frozenset({"i915", "xe"}),
-}
+} | {v.pci_vendor: v.driver_modules for v in VENDORS}
 """Modules (kmod names, `_` not `-`) whose loading binds a vendor's GPUs: its drivers,
 and the modules that load the driver as a dependency (nvidia_drm needs nvidia)."""
 
 HOST_AUDIO_DRIVER = "snd_hda_intel"
 """The host driver of a GPU's HDMI/DP audio function (class 0x0403)."""
 CLASS_AUDIO = 0x0403
-
-NVIDIA_MAJOR = 195
-"""Char major of /dev/nvidiaN and /dev/nvidiactl (fixed by the driver). nvidia-uvm and
-nvidia-caps get dynamic majors, read from /proc/devices."""
-NVIDIACTL_MINOR = 255
 
 
 def host_driver(function: PciFunction) -> str | None:

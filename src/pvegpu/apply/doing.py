@@ -42,6 +42,7 @@ from pvegpu.rendering.review.actions import (
 )
 from pvegpu.rendering.review.changes import BACKUP_DIR, container_vmid
 from pvegpu.rendering.review.commands import SPLIT_SCRIPT
+from pvegpu.vendors import CONTAINER_TOOL
 
 HEALTH_POLL_S = 10
 
@@ -310,17 +311,15 @@ def check_drivers(at: Applying, action: CheckDrivers) -> Note:
 
 
 def check_gpus(at: Applying, action: CheckGpus) -> Note:
-    query = "--query-gpu=index,pci.bus_id"
+    tool = CONTAINER_TOOL
     out = checked(
-        at.host,
-        pct_exec(action.vmid, "nvidia-smi", query, "--format=csv,noheader"),
-        f"nvidia-smi in CT {action.vmid}",
+        at.host, pct_exec(action.vmid, *tool.query_bus_ids), f"{tool.name} in CT {action.vmid}"
     ).stdout
     seen = tuple(line.strip() for line in out.splitlines() if line.strip())
     want = tuple(f"{i}, {b}" for i, b in enumerate(action.bus_ids))
     if seen != want:
         raise step_failed(
-            f"CT {action.vmid}", f"nvidia-smi lists {list(seen)}, expected {list(want)}"
+            f"CT {action.vmid}", f"{tool.name} lists {list(seen)}, expected {list(want)}"
         )
     return None
 

@@ -13,7 +13,7 @@ import attrs
 
 from pvegpu.errors import PvegpuError
 from pvegpu.host.facts import HostFacts
-from pvegpu.host.paths import CONTAINER_LIBDIRS, DPKG_STATUS, NVIDIA_LIBRARY, dropin_dirs
+from pvegpu.host.paths import CONTAINER_LIBDIRS, DPKG_STATUS, dropin_dirs
 from pvegpu.host.reader import RootReader
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.planning.plan import Finding, Severity
@@ -28,6 +28,7 @@ from pvegpu.serving.unitfile import (
     launch_options,
     merge_units,
 )
+from pvegpu.vendors import CONTAINER_NODES, CONTAINER_USERSPACE
 
 _TP_FLAGS = ("--tp", "--tp-size", "--tensor-parallel-size")
 _CONF = re.compile(r"(\d+)\.conf")
@@ -52,7 +53,7 @@ def _gpu_containers(reader: RootReader) -> list[int]:
     for name in sorted(names):
         text = reader.read(f"etc/pve/lxc/{name}") or ""
         main = split_sections(text)[0]
-        if any(is_gpu_line(line) for line in parse_lines(main.text)):
+        if any(is_gpu_line(line, CONTAINER_NODES) for line in parse_lines(main.text)):
             found.append(int(name.removesuffix(".conf")))
     return found
 
@@ -122,7 +123,7 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
             for libdir in CONTAINER_LIBDIRS
             if reader.is_dir(f"{rootfs}/{libdir}") and not reader.through_link(f"{rootfs}/{libdir}")
             for name in reader.listdir(
-                f"{rootfs}/{libdir}", lambda n: bool(NVIDIA_LIBRARY.match(n))
+                f"{rootfs}/{libdir}", lambda n: bool(CONTAINER_USERSPACE.library.match(n))
             )
         ]
         state = container_driver_state(libraries, reader.read(f"{rootfs}/{DPKG_STATUS}"))
@@ -158,7 +159,7 @@ def _uvm_majors(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
         return
     for vmid in _gpu_containers(reader):
         text = reader.read(f"etc/pve/lxc/{vmid}.conf") or ""
-        allowed = raw_uvm_majors(text)
+        allowed = raw_uvm_majors(text, CONTAINER_NODES)
         if allowed is not None and major not in allowed:
             yield Finding(
                 Severity.ERROR,

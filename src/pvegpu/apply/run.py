@@ -14,6 +14,7 @@ from pvegpu.apply.state import LOCK, State
 from pvegpu.errors import ApplyError, Problem
 from pvegpu.rendering.review.actions import StartService, WaitHealthy
 from pvegpu.rendering.review.commands import HEALTH_TIMEOUT_S, SPLIT_SCRIPT
+from pvegpu.vendors import CONTAINER_TOOL
 
 
 def apply_bundle(host: Host, bundle: Bundle, say: Say, *, dry_run: bool = False) -> None:
@@ -107,11 +108,12 @@ def verify(host: Host, bundle: Bundle, say: Say) -> None:
             continue
         if not container.active(host, vmid, unit):
             problems.append(_problem(f"{where}: {unit}", "is not active"))
-        listed = checked(host, pct_exec(vmid, "nvidia-smi", "-L"), "nvidia-smi -L").stdout
-        gpus = [line for line in listed.splitlines() if line.startswith("GPU ")]
+        command = " ".join(CONTAINER_TOOL.list_gpus)
+        listed = checked(host, pct_exec(vmid, *CONTAINER_TOOL.list_gpus), command).stdout
+        gpus = [ln for ln in listed.splitlines() if ln.startswith(CONTAINER_TOOL.listed_prefix)]
         if len(gpus) != int(serving["tp_size"]):
             problems.append(
-                _problem(where, f"nvidia-smi -L lists {len(gpus)} GPUs, TP is {serving['tp_size']}")
+                _problem(where, f"{command} lists {len(gpus)} GPUs, TP is {serving['tp_size']}")
             )
         wait = waits.get(vmid)
         url = str(serving["health_url"])

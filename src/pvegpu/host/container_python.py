@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import contextlib
 
-from pvegpu.errors import DiscoveryError
-from pvegpu.host.facts import ConfigFile
-from pvegpu.host.reader import RootReader
-from pvegpu.serving.installed import (
+from pvegpu.engines.sglang.installed import (
     DIST_INFO,
     PYTHON_DIR,
     SITE_NAMES,
     metadata_version,
     python_prefixes,
 )
-from pvegpu.serving.options import shipped_versions
+from pvegpu.engines.sglang.options import shipped_versions
+from pvegpu.errors import DiscoveryError
+from pvegpu.host.facts import ConfigFile
+from pvegpu.host.reader import RootReader
 
 
 def _is_python_dir(name: str) -> bool:
@@ -72,7 +72,7 @@ def _table_sources(reader: RootReader, site: str, version: str) -> list[ConfigFi
     """
     # Only for a release pvegpu ships no table for: the ast-based reader is not imported
     # by every discovery with a serving spec.
-    from pvegpu.serving.option_reader import (
+    from pvegpu.engines.sglang.option_reader import (
         SourcesMissingError,
         read_option_table,
     )

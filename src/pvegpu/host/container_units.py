@@ -39,6 +39,7 @@ from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import split_sections
 from pvegpu.serving.decision import ServingFiles
 from pvegpu.spec.schema import Spec
+from pvegpu.vendors import CONTAINER_NODES
 
 LXC_DIR = "etc/pve/lxc"
 MASKED = "/dev/null"
@@ -58,9 +59,9 @@ def granted_gpus(config: str) -> tuple[frozenset[int], bool]:
     minors: set[int] = set()
     every = False
     for line in split_sections(config)[0].lines:
-        if (minor := lxcconf.gpu_minor(line)) is not None:
+        if (minor := lxcconf.gpu_minor(line, CONTAINER_NODES)) is not None:
             minors.add(minor)
-        every = every or lxcconf.grants_every_gpu(line)
+        every = every or lxcconf.grants_every_gpu(line, CONTAINER_NODES)
     return frozenset(minors), every
 
 

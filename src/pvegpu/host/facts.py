@@ -10,8 +10,9 @@ import attrs
 
 from pvegpu.host.bootconfig import BootConfig
 from pvegpu.pci import CpuList, PciAddress
+from pvegpu.vendors import Vendor, vendor_of
+from pvegpu.vendors.nvidia import NVIDIA
 
-NVIDIA_VENDOR = 0x10DE
 CLASS_DISPLAY = 0x03
 CLASS_BRIDGE = 0x06
 
@@ -128,8 +129,18 @@ class GPU:
         return self.function.vendor_device
 
     @property
+    def vendor(self) -> Vendor | None:
+        """Its vendor's facts (`vendors/`), None for a vendor pvegpu has no module of."""
+        return vendor_of(self.function)
+
+    @property
+    def node_minor(self) -> int | None:
+        """The minor of its per-GPU device node (`DeviceNodes.gpu_path`), None while unknown."""
+        return self.nvidia_minor
+
+    @property
     def is_nvidia(self) -> bool:
-        return self.function.vendor == NVIDIA_VENDOR
+        return self.vendor is NVIDIA
 
     @property
     def functions(self) -> tuple[PciFunction, ...]:

@@ -7,7 +7,6 @@ renderers and the runbook agree on them.
 from __future__ import annotations
 
 import posixpath
-import re
 
 # pvegpu's own files on the host.
 SPLIT_SCRIPT = "usr/local/sbin/pvegpu-vfio-split"
@@ -41,14 +40,6 @@ SYSTEM_UNIT_PATH = (
 /run is a tmpfs of the running container: read from the host it is usually empty."""
 HOME_DIRS = ("root", "home", "opt", "srv")
 HOME_DEPTH = 3
-
-NVIDIA_LIBRARY = re.compile(
-    r"(?P<lib>libcuda|libnvidia-ml)\.so\.(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)\Z"
-)
-"""libcuda.so.<driver version> / libnvidia-ml.so.<driver version>: a userspace library.
-
-ASCII digits only (a Unicode digit is not a version), anchored at the very end (`$` would
-also take a name ending in a newline), so even `.match` takes only the whole name."""
 
 
 def root_relative(path: str) -> str:

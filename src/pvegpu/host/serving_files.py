@@ -24,7 +24,6 @@ from pvegpu.host.paths import (
     DPKG_STATUS,
     HOME_DEPTH,
     HOME_DIRS,
-    NVIDIA_LIBRARY,
     OTHER_UNIT_DIRS,
     SYSTEM_UNIT_PATH,
     dropin_dirs,
@@ -34,6 +33,7 @@ from pvegpu.host.reader import RootReader, Trace
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.serving.decision import ServingFiles
 from pvegpu.spec.schema import Spec
+from pvegpu.vendors import CONTAINER_USERSPACE
 
 MASKED = "/dev/null"
 """A unit file or drop-in linked here is masked (systemd.unit(5))."""
@@ -44,7 +44,7 @@ def _is_shard(name: str) -> bool:
 
 
 def _is_library(name: str) -> bool:
-    return NVIDIA_LIBRARY.fullmatch(name) is not None
+    return CONTAINER_USERSPACE.library.fullmatch(name) is not None
 
 
 def _is_dropin(name: str) -> bool:

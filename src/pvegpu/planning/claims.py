@@ -69,8 +69,8 @@ class Claims:
         self._slots: dict[tuple[int, int, int], list[Claim]] = {}
         for pool in pools:
             for gpu in pool.gpus:
-                if gpu.nvidia_minor is not None:
-                    self.by_minor[gpu.nvidia_minor] = (gpu, pool)
+                if gpu.node_minor is not None:
+                    self.by_minor[gpu.node_minor] = (gpu, pool)
             for function in pool.functions:
                 claim = Claim(function, pool, _host_id(function))
                 key = (claim.host.domain, claim.host.bus, claim.host.device)

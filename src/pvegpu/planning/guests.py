@@ -14,19 +14,19 @@ from collections.abc import Collection, Sequence
 import attrs
 
 from pvegpu.errors import Problem
-from pvegpu.hardware import NVIDIA_MAJOR
 from pvegpu.host.facts import GPU, HostFacts
 from pvegpu.planning.mapping_moves import old_mappings
 from pvegpu.planning.plan import Finding, LxcContainer, Plan, Pool, Severity, VmGuest
 from pvegpu.pvefiles import lxcconf, qemuconf
 from pvegpu.pvefiles.pcicfg import PciMapping
 from pvegpu.spec.schema import CpusetPolicy, DeviceStyle, PoolSpec
+from pvegpu.vendors import CONTAINER_NODES
 
 
-def nvidia_majors(facts: HostFacts) -> frozenset[int]:
-    """195 plus every NVIDIA char major in /proc/devices (nvidia-uvm, nvidia-caps, ...)."""
-    named = {c.major for c in facts.char_majors if c.name.startswith("nvidia")}
-    return frozenset({NVIDIA_MAJOR, *named})
+def gpu_majors(facts: HostFacts) -> frozenset[int]:
+    """The container nodes' fixed major plus every major of their driver stack in
+    /proc/devices (the dynamic ones): old cgroup rules on them are GPU lines."""
+    return CONTAINER_NODES.majors((c.major, c.name) for c in facts.char_majors)
 
 
 def lxc_container(
@@ -61,7 +61,7 @@ def lxc_container(
             )
         )
     own.extend(_gpu_problems(gpus))
-    uvm_major = facts.char_major("nvidia-uvm")
+    uvm_major = facts.char_major(CONTAINER_NODES.dynamic_module)
     if uvm_major is None:
         if container.devices is DeviceStyle.RAW:
             own.append(
@@ -103,16 +103,21 @@ def lxc_container(
     if own or container.config is None:
         return container
     lines = lxcconf.gpu_lines(
-        gpus, container.devices, mode=container.mode, gid=container.gid, uvm_major=uvm_major
+        CONTAINER_NODES,
+        gpus,
+        container.devices,
+        mode=container.mode,
+        gid=container.gid,
+        uvm_major=uvm_major,
     )
-    problems.extend(lxcconf.dev_slot_problems(container.config.content, lines))
-    return attrs.evolve(container, gpu_lines=lines, nvidia_majors=nvidia_majors(facts))
+    problems.extend(lxcconf.dev_slot_problems(container.config.content, CONTAINER_NODES, lines))
+    return attrs.evolve(container, gpu_lines=lines, gpu_majors=gpu_majors(facts))
 
 
 def _gpu_problems(gpus: Sequence[GPU]) -> list[Problem]:
     problems: list[Problem] = []
     for gpu in gpus:
-        if not gpu.is_nvidia:
+        if gpu.vendor is None or gpu.vendor.nodes is not CONTAINER_NODES:
             problems.append(
                 Problem(
                     "lxc-gpu-not-nvidia",

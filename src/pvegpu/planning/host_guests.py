@@ -26,12 +26,13 @@ import attrs
 from pvegpu.errors import Problem
 from pvegpu.host.facts import GPU, ConfigFile, HostFacts
 from pvegpu.planning.claims import Claims, by_destination, container_may_hold, vm_may_hold
-from pvegpu.planning.guests import nvidia_majors
+from pvegpu.planning.guests import gpu_majors
 from pvegpu.planning.mapping_moves import VM_DIR, MappingOutcome, mapping_outcome
 from pvegpu.planning.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.planning.released import ContainerGpusRemoved
 from pvegpu.pvefiles import lxcconf, qemuconf
 from pvegpu.pvefiles.guestconf import ConfLine, Section, is_pending, is_snapshot, split_sections
+from pvegpu.vendors import CONTAINER_NODES
 from pvegpu.wording import plural
 
 LXC_DIR = "etc/pve/lxc/"
@@ -66,7 +67,7 @@ def judge_guests(
     if not pools:
         return GuestVerdict()
     own = {p.lxc.vmid for p in pools if p.lxc is not None}
-    majors = nvidia_majors(facts)
+    majors = gpu_majors(facts)
     for file in facts.files:
         if (vmid := _vmid(file.path, LXC_DIR)) is not None:
             _container(file, vmid, vmid in own, claims, majors, out)
@@ -114,8 +115,8 @@ def _container(
     taken: list[tuple[str, Pool]] = []
     snapshots: dict[str, list[tuple[str, Pool]]] = {}
     for section, number, line in _numbered(file.content):
-        every = lxcconf.grants_every_gpu(line)
-        minor = lxcconf.gpu_minor(line)
+        every = lxcconf.grants_every_gpu(line, CONTAINER_NODES)
+        minor = lxcconf.gpu_minor(line, CONTAINER_NODES)
         if every:
             hit = [(g, p) for g, p in claims.gpus() if not container_may_hold(p, vmid)]
         elif minor is not None and minor in claims.by_minor:
@@ -131,7 +132,7 @@ def _container(
             snapshots.setdefault(section.name or "", []).extend(named)
         elif is_pending(section):
             out.problems.append(_pending(where, f"CT {vmid}", line, named, f"pct set {vmid}"))
-        elif own and lxcconf.is_gpu_line(line, majors):
+        elif own and lxcconf.is_gpu_line(line, CONTAINER_NODES, majors):
             continue  # the pool's own container: guests.py rewrites all its GPU lines
         elif every:
             out.problems.append(_every_gpu(where, vmid, line, named, claims))
@@ -141,8 +142,8 @@ def _container(
             taken.extend(named)
     if minors:
         lost = tuple(sorted(set(minors)))
-        last = not lxcconf.keeps_a_gpu(file.content, lost)
-        shared = lxcconf.shared_node_keys(file.content, majors) if last else ()
+        last = not lxcconf.keeps_a_gpu(file.content, CONTAINER_NODES, lost)
+        shared = lxcconf.shared_node_keys(file.content, CONTAINER_NODES, majors) if last else ()
         out.removed.append(
             ContainerGpusRemoved(vmid, file, lost, tuple(keys), majors if last else None, shared)
         )

@@ -137,7 +137,7 @@ def _now(facts: HostFacts, config: ConfigFile) -> tuple[frozenset[int], int]:
     minors, every = granted_gpus(config.content)
     if every:
         # `c 195:* rwm` reaches every GPU nvidia holds.
-        return minors, max(len(minors), sum(1 for g in facts.gpus if g.nvidia_minor is not None))
+        return minors, max(len(minors), sum(1 for g in facts.gpus if g.node_minor is not None))
     return minors, len(minors)
 
 

@@ -6,7 +6,6 @@ from enum import StrEnum
 
 import attrs
 
-from pvegpu.hardware import NVIDIA_MAJOR
 from pvegpu.host.facts import GPU, ConfigFile, HostFacts, NumaNode, PciFunction
 from pvegpu.planning.released import ContainerGpusRemoved, MapLinesMoved
 from pvegpu.pvefiles.lxcconf import GpuLines
@@ -67,8 +66,9 @@ class LxcContainer:
     """The existing etc/pve/lxc/<vmid>.conf; plan() refuses a container without one."""
     gpu_lines: GpuLines = attrs.field(factory=GpuLines)
     """The device lines plan() decided: the pool's GPUs by their real minors."""
-    nvidia_majors: frozenset[int] = frozenset({NVIDIA_MAJOR})
-    """Char majors of this host's NVIDIA stack: old cgroup rules on them are GPU lines."""
+    gpu_majors: frozenset[int] = frozenset()
+    """Char majors of this host's GPU driver stack besides the nodes' fixed one (which
+    always counts): old cgroup rules on them are GPU lines."""
     cpuset: NumaNode | None = None
     """The NUMA node whose CPUs the container's cpuset holds: the one its server's unit
     is pinned to (CPUAffinity= inside the container needs those CPUs). None: unpinned."""

@@ -21,7 +21,7 @@ from pvegpu.planning.leftover_servers import leftover_servers
 from pvegpu.planning.mapping import pci_cfg_findings, pci_cfg_problems, pool_mapping
 from pvegpu.planning.plan import Finding, Plan, Pool, PoolKind
 from pvegpu.planning.split import split_problems
-from pvegpu.serving.build import decided_servings
+from pvegpu.serving.decide import decided_servings
 from pvegpu.spec.schema import PoolSpec, Spec
 
 

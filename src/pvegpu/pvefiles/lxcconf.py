@@ -1,4 +1,7 @@
-"""/etc/pve/lxc/<vmid>.conf: swap the container's NVIDIA device lines, keep every other byte.
+"""/etc/pve/lxc/<vmid>.conf: swap the container's GPU device lines, keep every other byte.
+
+Which lines are GPU lines is the vendor's `DeviceNodes` (its node paths and majors),
+passed in by the caller: the file format knows no vendor.
 
 Only the main section is edited: `[pve:pending]` and snapshot sections describe other
 states of the container and are carried over byte for byte. The rules, in our words:
@@ -13,7 +16,6 @@ from collections.abc import Collection, Iterable, Sequence
 import attrs
 
 from pvegpu.errors import PlanError, Problem, RenderError
-from pvegpu.hardware import NVIDIA_MAJOR, NVIDIACTL_MINOR
 from pvegpu.host.facts import GPU
 from pvegpu.pci import CpuList
 from pvegpu.pvefiles.guestconf import (
@@ -29,6 +31,7 @@ from pvegpu.pvefiles.guestconf import (
     used_indices,
 )
 from pvegpu.spec.schema import DeviceStyle
+from pvegpu.vendors import DeviceNodes
 
 MAX_DEV_INDEX = 255
 """pve-container knows dev0 .. dev255."""
@@ -37,19 +40,12 @@ CGROUP_ALLOW = "lxc.cgroup2.devices.allow"
 MOUNT_ENTRY = "lxc.mount.entry"
 CPUSET = "lxc.cgroup2.cpuset.cpus"
 """Pins the container's CPU set; without it pvestatd picks `cores` CPUs and moves them."""
-_FIRST_SHARED_MINOR = NVIDIACTL_MINOR - 1
-"""195:254 is /dev/nvidia-modeset and 195:255 /dev/nvidiactl; GPUs have the minors below."""
-# Every node the NVIDIA driver stack creates under /dev: GPUs, control, UVM, modeset, MIG caps.
-_NVIDIA_NODE = re.compile(r"^/dev/nvidia(?:\d+|ctl|-uvm|-uvm-tools|-modeset|-caps(?:/.*)?)$")
 _DEV_KEY = re.compile(r"^dev(\d+)$")
 _CGROUP_RULE = re.compile(r"^c\s+(\d+):")
 # A devices.allow rule: type (a: every device, b, c), then optionally major:minor (`*`
 # for any) and access; a bare `a` allows everything.
 _ALLOW_RULE = re.compile(r"^([abc])(?:\s+(\*|\d+):(\*|\d+))?(?:\s+[rwm]+)?\s*$")
-_GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
 _MODE = re.compile(r"^[0-7]{3,4}$")
-_SHARED_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-"""What CUDA opens besides /dev/nvidiaN: control node and unified memory (+ its tools node)."""
 
 
 @attrs.frozen
@@ -62,30 +58,33 @@ class GpuLines:
     """`lxc.*` key/value pairs, in the order they are written."""
 
 
-def dev_style(minors: Iterable[int], mode: str = "0666", gid: int | None = None) -> GpuLines:
-    """`devN: /dev/nvidiaM,...` entries: Proxmox creates the node and the cgroup rule."""
+def dev_style(
+    nodes: DeviceNodes, minors: Iterable[int], mode: str = "0666", gid: int | None = None
+) -> GpuLines:
+    """`devN: <node of minor M>,...` entries: Proxmox creates the node and the cgroup rule."""
     if not _MODE.match(mode):
         raise ValueError(f"device mode {mode!r} is not octal like 0666")
     # Options after the path, alphabetically (deny-write, gid, mode, uid), as Proxmox prints.
     options = (f",gid={gid}" if gid is not None else "") + f",mode={mode}"
-    nodes = [f"/dev/nvidia{m}" for m in minors] + list(_SHARED_NODES)
-    return GpuLines(devices=tuple(node + options for node in nodes))
+    paths = [nodes.path(m) for m in minors] + list(nodes.shared)
+    return GpuLines(devices=tuple(path + options for path in paths))
 
 
-def raw_style(minors: Iterable[int], uvm_major: int) -> GpuLines:
-    """cgroup rules per minor (never `195:*`, which would grant other guests' GPUs) + binds."""
+def raw_style(nodes: DeviceNodes, minors: Iterable[int], uvm_major: int) -> GpuLines:
+    """cgroup rules per minor (never `<major>:*`, which would grant other guests' GPUs) +
+    binds. `uvm_major`: the dynamic major (`nodes.dynamic_module`, from /proc/devices)."""
     minors = list(minors)
-    rules = [f"c {NVIDIA_MAJOR}:{m} rwm" for m in (*minors, NVIDIACTL_MINOR)]
-    # nvidia-uvm's major is dynamic (from /proc/devices); minor 0 is uvm, 1 uvm-tools.
-    rules += [f"c {uvm_major}:0 rwm", f"c {uvm_major}:1 rwm"]
-    nodes = [f"/dev/nvidia{m}" for m in minors] + list(_SHARED_NODES)
-    mounts = [f"{node} {node[1:]} none bind,optional,create=file" for node in nodes]
+    rules = [f"c {nodes.major}:{m} rwm" for m in (*minors, nodes.control_minor)]
+    rules += [f"c {uvm_major}:{m} rwm" for m in nodes.dynamic_minors]
+    paths = [nodes.path(m) for m in minors] + list(nodes.shared)
+    mounts = [f"{path} {path[1:]} none bind,optional,create=file" for path in paths]
     return GpuLines(
         raw=tuple((CGROUP_ALLOW, r) for r in rules) + tuple((MOUNT_ENTRY, m) for m in mounts)
     )
 
 
 def gpu_lines(
+    nodes: DeviceNodes,
     gpus: Sequence[GPU],
     style: DeviceStyle,
     *,
@@ -95,15 +94,15 @@ def gpu_lines(
 ) -> GpuLines:
     """The lines for these GPUs by their real `Device Minor`, never their position.
 
-    The minor is what nvidia assigned at bind time; with some GPUs of the host on
+    The minor is what the driver assigned at bind time; with some GPUs of the host on
     vfio-pci it is no longer the index in PCI order. plan() refuses a GPU without one
-    (gpu-minor-unknown) and raw lines without nvidia-uvm's major (nvidia-uvm-major-unknown)
+    (gpu-minor-unknown) and raw lines without the dynamic major (its -major-unknown)
     before asking for these lines, so this only formats them.
     """
-    minors = [gpu.nvidia_minor for gpu in gpus if gpu.nvidia_minor is not None]
+    minors = [gpu.node_minor for gpu in gpus if gpu.node_minor is not None]
     if style is DeviceStyle.RAW and uvm_major is not None:
-        return raw_style(minors, uvm_major)
-    return dev_style(minors, mode, gid)
+        return raw_style(nodes, minors, uvm_major)
+    return dev_style(nodes, minors, mode, gid)
 
 
 def _dev_path(value: str) -> str:
@@ -111,10 +110,14 @@ def _dev_path(value: str) -> str:
     return first.removeprefix("path=")
 
 
-def is_gpu_line(line: ConfLine, majors: Collection[int] = (NVIDIA_MAJOR,)) -> bool:
-    """A line that hands NVIDIA device nodes to the container, in either style."""
+def is_gpu_line(line: ConfLine, nodes: DeviceNodes, majors: Collection[int] | None = None) -> bool:
+    """A line that hands the vendor's device nodes to the container, in either style.
+
+    `majors`: the char majors whose cgroup rules count (default: the fixed one)."""
+    if majors is None:
+        majors = (nodes.major,)
     if line.kind is LineKind.KEY:
-        return bool(_DEV_KEY.match(line.key)) and bool(_NVIDIA_NODE.match(_dev_path(line.value)))
+        return bool(_DEV_KEY.match(line.key)) and bool(nodes.any_node.match(_dev_path(line.value)))
     if line.kind is not LineKind.RAW:
         return False
     if line.key == CGROUP_ALLOW:
@@ -122,7 +125,7 @@ def is_gpu_line(line: ConfLine, majors: Collection[int] = (NVIDIA_MAJOR,)) -> bo
         return rule is not None and int(rule[1]) in majors
     if line.key == MOUNT_ENTRY:
         source = line.value.split(maxsplit=1)
-        return bool(source) and bool(_NVIDIA_NODE.match(source[0]))
+        return bool(source) and bool(nodes.any_node.match(source[0]))
     return False
 
 
@@ -139,59 +142,62 @@ def _allow_rule(line: ConfLine) -> tuple[str, str, str] | None:
     return None if rule is None else (rule[1], rule[2] or "*", rule[3] or "*")
 
 
-def gpu_minor(line: ConfLine) -> int | None:
-    """N of the one `/dev/nvidiaN` a line hands to the container, or None.
+def gpu_minor(line: ConfLine, nodes: DeviceNodes) -> int | None:
+    """The minor of the one GPU node a line hands to the container, or None.
 
-    A `devN` entry or `lxc.mount.entry` of the node, or a `c 195:N` rule: the lines that
-    name one GPU by the minor nvidia gave it.
+    A `devN` entry or `lxc.mount.entry` of the node, or a `c <major>:N` rule: the lines
+    that name one GPU by the minor the driver gave it.
     """
     node = None
     if line.kind is LineKind.KEY and _DEV_KEY.match(line.key):
-        node = _GPU_NODE.match(_dev_path(line.value))
+        node = nodes.gpu_node.match(_dev_path(line.value))
     elif line.kind is LineKind.RAW and line.key == MOUNT_ENTRY:
         source = line.value.split(maxsplit=1)
-        node = _GPU_NODE.match(source[0]) if source else None
+        node = nodes.gpu_node.match(source[0]) if source else None
     elif (rule := _allow_rule(line)) is not None:
         kind, major, minor = rule
-        if kind != "b" and major.isdigit() and int(major) == NVIDIA_MAJOR and minor.isdigit():
-            # 195:255 is nvidiactl and 195:254 nvidia-modeset, shared by every GPU.
-            return int(minor) if int(minor) < _FIRST_SHARED_MINOR else None
+        if kind != "b" and major.isdigit() and int(major) == nodes.major and minor.isdigit():
+            # The top minors of the major are shared nodes (nodes.shared_minors), every GPU's.
+            return int(minor) if int(minor) < nodes.first_shared_minor() else None
     return int(node[1]) if node else None
 
 
-def grants_every_gpu(line: ConfLine) -> bool:
-    """A rule for every minor of major 195 (`c 195:* rwm`, `c *:* rwm`, `a`): it reaches
-    every GPU nvidia holds, whichever guest they are meant for."""
+def grants_every_gpu(line: ConfLine, nodes: DeviceNodes) -> bool:
+    """A rule for every minor of the GPUs' major (`c <major>:* rwm`, `c *:* rwm`, `a`): it
+    reaches every GPU the driver holds, whichever guest they are meant for."""
     rule = _allow_rule(line)
     if rule is None or rule[0] == "b":
         return False
     major, minor = rule[1], rule[2]
-    return minor == "*" and (major == "*" or int(major) == NVIDIA_MAJOR)
+    return minor == "*" and (major == "*" or int(major) == nodes.major)
 
 
 def remove_gpu_nodes(
-    text: str, minors: Collection[int], shared_majors: Collection[int] | None = None
+    text: str,
+    nodes: DeviceNodes,
+    minors: Collection[int],
+    shared_majors: Collection[int] | None = None,
 ) -> str:
-    """The config without the main section's lines for `/dev/nvidiaN`, N in `minors`
+    """The config without the main section's lines for the GPU nodes of `minors`
     (`gpu_minor`); every other line, and the sections after main, keep their bytes.
 
     `shared_majors`: the container keeps no GPU, so its lines for the nodes every GPU
-    shares (nvidiactl, nvidia-uvm, ...; `is_gpu_line` with these majors) go too."""
+    shares (`nodes.shared`, ...; `is_gpu_line` with these majors) go too."""
     main, *others = split_sections(text)
     kept = [
         line
         for line in parse_lines(main.text)
-        if gpu_minor(line) not in minors
-        and not (shared_majors is not None and is_gpu_line(line, shared_majors))
+        if gpu_minor(line, nodes) not in minors
+        and not (shared_majors is not None and is_gpu_line(line, nodes, shared_majors))
     ]
     return join(kept) + "".join(s.text for s in others)
 
 
-def keeps_a_gpu(text: str, minors: Collection[int]) -> bool:
+def keeps_a_gpu(text: str, nodes: DeviceNodes, minors: Collection[int]) -> bool:
     """Does the main section still name a GPU (`gpu_minor`) once `minors` are removed?"""
     main = split_sections(text)[0]
     return any(
-        (minor := gpu_minor(line)) is not None and minor not in minors
+        (minor := gpu_minor(line, nodes)) is not None and minor not in minors
         for line in parse_lines(main.text)
     )
 
@@ -208,14 +214,15 @@ def cpuset(text: str) -> CpuList | None:
         return None
 
 
-def raw_uvm_majors(text: str) -> tuple[int, ...] | None:
-    """The majors of the main section's `c M:...` rules, when it bind-mounts
-    /dev/nvidia-uvm in raw style; None when it does not (devN entries need no major)."""
+def raw_uvm_majors(text: str, nodes: DeviceNodes) -> tuple[int, ...] | None:
+    """The majors of the main section's `c M:...` rules, when it bind-mounts the node of
+    the dynamic major (`nodes.dynamic_node`) in raw style; None when it does not (devN
+    entries need no major)."""
     lines = parse_lines(split_sections(text)[0].text)
     mounted = any(
         line.kind is LineKind.RAW
         and line.key == MOUNT_ENTRY
-        and line.value.split(maxsplit=1)[:1] == ["/dev/nvidia-uvm"]
+        and line.value.split(maxsplit=1)[:1] == [nodes.dynamic_node]
         for line in lines
     )
     if not mounted:
@@ -226,13 +233,13 @@ def raw_uvm_majors(text: str) -> tuple[int, ...] | None:
     )
 
 
-def shared_node_keys(text: str, majors: Collection[int]) -> tuple[str, ...]:
-    """Keys of the main section's lines for the shared NVIDIA nodes (not one GPU's)."""
+def shared_node_keys(text: str, nodes: DeviceNodes, majors: Collection[int]) -> tuple[str, ...]:
+    """Keys of the main section's lines for the shared nodes (not one GPU's)."""
     main = split_sections(text)[0]
     return tuple(
         line.key
         for line in parse_lines(main.text)
-        if is_gpu_line(line, majors) and gpu_minor(line) is None
+        if is_gpu_line(line, nodes, majors) and gpu_minor(line, nodes) is None
     )
 
 
@@ -269,7 +276,7 @@ def _slots_full(needed: int, free: int) -> Problem:
     )
 
 
-def dev_slot_problems(text: str, new: GpuLines) -> tuple[Problem, ...]:
+def dev_slot_problems(text: str, nodes: DeviceNodes, new: GpuLines) -> tuple[Problem, ...]:
     """Whether `patch_gpu_lines` finds devN indices for `new` (`lxc-dev-slots-full`).
 
     The indices it may use are those no other device takes, in the main section (old GPU
@@ -279,7 +286,7 @@ def dev_slot_problems(text: str, new: GpuLines) -> tuple[Problem, ...]:
     taken = used_indices(section_named(text, "pve:pending"), "dev")
     for line in parse_lines(main.text):
         match = _DEV_KEY.match(line.key) if line.kind is LineKind.KEY else None
-        if match and not is_gpu_line(line):
+        if match and not is_gpu_line(line, nodes):
             taken.add(int(match[1]))
     free = sum(1 for i in range(MAX_DEV_INDEX + 1) if i not in taken)
     return (_slots_full(len(new.devices), free),) if free < len(new.devices) else ()
@@ -287,15 +294,16 @@ def dev_slot_problems(text: str, new: GpuLines) -> tuple[Problem, ...]:
 
 def patch_gpu_lines(
     text: str,
+    nodes: DeviceNodes,
     new: GpuLines,
-    nvidia_majors: Collection[int] = (NVIDIA_MAJOR,),
+    majors: Collection[int] = (),
     *,
     cpuset: CpuList | None = None,
 ) -> str:
     """The config with its GPU lines (main section only) replaced by `new`.
 
-    `nvidia_majors`: every char major of the NVIDIA stack on this host (195 and the
-    dynamic nvidia-uvm / nvidia-caps majors), to recognise old cgroup rules.
+    `majors`: every char major of the driver stack on this host (`nodes.major` always
+    counts; the dynamic ones from /proc/devices), to recognise old cgroup rules.
     `cpuset`: also own `lxc.cgroup2.cpuset.cpus`, replacing any such line with this one,
     written first among the raw lines; None leaves existing cpuset lines alone.
     devN entries take the place of the first old GPU devN (else their sorted place),
@@ -306,7 +314,7 @@ def patch_gpu_lines(
     # The majors of the new rules count too, so a second patch recognises the first one's
     # lines even when the caller's majors are incomplete.
     own = (_CGROUP_RULE.match(v) for k, v in new.raw if k == CGROUP_ALLOW)
-    majors = {NVIDIA_MAJOR, *nvidia_majors, *(int(m[1]) for m in own if m)}
+    every_major = {nodes.major, *majors, *(int(m[1]) for m in own if m)}
     main, *others = split_sections(text)
     rest = "".join(s.text for s in others)
     kept: list[ConfLine] = []
@@ -314,7 +322,7 @@ def patch_gpu_lines(
     raw_at: int | None = None
     taken = used_indices(section_named(text, "pve:pending"), "dev")
     for line in parse_lines(main.text):
-        if is_gpu_line(line, majors) or (cpuset is not None and is_cpuset_line(line)):
+        if is_gpu_line(line, nodes, every_major) or (cpuset is not None and is_cpuset_line(line)):
             if line.kind is LineKind.KEY:
                 dev_at = len(kept) if dev_at is None else dev_at
             else:

@@ -15,12 +15,13 @@ from pvegpu.pvefiles.guestconf import split_sections
 from pvegpu.rendering.artifact import Artifact
 from pvegpu.rendering.pmxcfs import PVE_MODE
 from pvegpu.spec.schema import DeviceStyle
+from pvegpu.vendors import CONTAINER_NODES
 from pvegpu.wording import plural
 
 
 def _count_gpu_lines(text: str, majors: frozenset[int]) -> int:
     main = split_sections(text)[0]
-    return sum(lxcconf.is_gpu_line(line, majors) for line in main.lines)
+    return sum(lxcconf.is_gpu_line(line, CONTAINER_NODES, majors) for line in main.lines)
 
 
 def render_lxc_configs(plan: Plan) -> tuple[Artifact, ...]:
@@ -36,7 +37,7 @@ def render_lxc_configs(plan: Plan) -> tuple[Artifact, ...]:
 
 def _losing_gpus(container: ContainerGpusRemoved) -> Artifact:
     content = lxcconf.remove_gpu_nodes(
-        container.config.content, container.minors, container.shared_majors
+        container.config.content, CONTAINER_NODES, container.minors, container.shared_majors
     )
     nodes = ", ".join(f"/dev/nvidia{m}" for m in container.minors)
     reason = (
@@ -57,8 +58,10 @@ def _container_config(facts: HostFacts, pool: Pool, container: LxcContainer) -> 
     numa = container.cpuset
     cpuset = numa.cpus if numa is not None else None
     base = container.config.content
-    majors = container.nvidia_majors
-    content = lxcconf.patch_gpu_lines(base, container.gpu_lines, majors, cpuset=cpuset)
+    majors = frozenset({CONTAINER_NODES.major, *container.gpu_majors})
+    content = lxcconf.patch_gpu_lines(
+        base, CONTAINER_NODES, container.gpu_lines, majors, cpuset=cpuset
+    )
     nodes = ", ".join(f"nvidia{g.nvidia_minor}" for g in pool.gpus)
     if content == base:
         reason = f"LXC {container.vmid} already has exactly these GPU lines ({nodes})"

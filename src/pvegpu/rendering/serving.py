@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from pvegpu.engines import engine_for
 from pvegpu.planning.plan import Plan
 from pvegpu.rendering.artifact import Artifact, container_target
-from pvegpu.serving.unit import unit_content
+from pvegpu.serving.decision import SglangServing
 
 UNIT_MODE = 0o644
 
 __all__ = ["UNIT_MODE", "render_serving", "unit_content"]
+
+
+def unit_content(serving: SglangServing) -> str:
+    """The unit text, written by the engine that decided the server."""
+    engine = engine_for(serving.engine)
+    # plan() decided the server through this registry, so its engine is in it.
+    assert engine is not None, f"no engine {serving.engine!r}"
+    return engine.unit_content(serving)
 
 
 def render_serving(plan: Plan) -> tuple[Artifact, ...]:

@@ -28,6 +28,7 @@ from pvegpu.planning.plan import Plan, Pool
 from pvegpu.planning.split import revert_driver as revert_driver  # docs/split.md names it here
 from pvegpu.rendering.artifact import HOST, Artifact
 from pvegpu.rendering.templating import render_template
+from pvegpu.vendors import VENDORS
 from pvegpu.wording import plural
 
 SCRIPT_PATH = SPLIT_SCRIPT
@@ -36,10 +37,9 @@ MODPROBE_PATH = SPLIT_MODPROBE
 INITRAMFS_HOOK_PATH = SPLIT_INITRAMFS_HOOK
 
 # Driver name -> module name, for the softdep lines. Only drivers whose module is known:
-# a driver's name is not always its module's (xhci_hcd lives in xhci_pci).
-_MODULES = {
-    "nvidia": "nvidia",
-    "nouveau": "nouveau",
+# a driver's name is not always its module's (xhci_hcd lives in xhci_pci). A vendor's
+# drivers are named as their modules; AMD's and Intel's rows move to their vendor modules.
+_MODULES = {d: d for v in VENDORS for d in v.drivers} | {
     "snd_hda_intel": "snd_hda_intel",
     "amdgpu": "amdgpu",
     "radeon": "radeon",
@@ -82,9 +82,10 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
 
     node = _comment(facts.node)
     vm_drivers = sorted({d for g in groups for d in g.host_drivers if d is not None})
-    # nvidia-persistenced loads nvidia, which binds every NVIDIA GPU it finds free: only
-    # worth naming (and ordering the unit against) where the host has an NVIDIA GPU.
-    nvidia = any(gpu.is_nvidia for gpu in facts.gpus)
+    # A service that loads a vendor's driver (which binds every GPU of it it finds free)
+    # is only worth naming, and ordering the unit against, where the host has its GPUs.
+    vendors = [v for v in VENDORS if any(gpu.vendor is v for gpu in facts.gpus)]
+    driver_loaders = [(s, v.host_driver) for v in vendors for s in v.driver_loaders]
     script = render_template(
         "split.sh.j2",
         node=node,
@@ -104,7 +105,12 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
     )
     script_abs = "/" + SCRIPT_PATH
     unit = render_template(
-        "split.service.j2", node=node, script=script_abs, drivers=vm_drivers, nvidia=nvidia
+        "split.service.j2",
+        node=node,
+        script=script_abs,
+        drivers=vm_drivers,
+        loaders=[f"{service} ({driver})" for service, driver in driver_loaders],
+        loader_units=[f"{service}.service" for service, _ in driver_loaders],
     )
     hook = render_template("split-initramfs-hook.j2", node=node, script=script_abs)
     modprobe = render_template(
@@ -124,7 +130,7 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
     n_gpus = sum(p.size for p in plan.vfio_pools)
     n_functions = sum(len(g.members) for g in groups)
     n_pins = sum(len(p.rows) for p in host_pools)
-    loaders = ["modules-load", "udev coldplug", *(["nvidia-persistenced"] if nvidia else [])]
+    loaders = ["modules-load", "udev coldplug", *(service for service, _ in driver_loaders)]
     return (
         Artifact(
             path=SCRIPT_PATH,

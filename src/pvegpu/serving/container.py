@@ -1,5 +1,6 @@
-"""The container side: where its files are, its NVIDIA userspace against the host's module,
-its unit as systemd sees it (drop-ins, other copies)."""
+"""The container side of any engine's server: where its files are, its Python, its NVIDIA
+userspace against the host's module. (The unit systemd runs there now is the engine's:
+`engines/sglang/old_unit.py`.)"""
 
 from __future__ import annotations
 
@@ -10,19 +11,17 @@ from collections.abc import Iterable
 import attrs
 
 from pvegpu.errors import Problem
-from pvegpu.host.facts import ConfigFile, HostFacts
+from pvegpu.host.facts import HostFacts
 from pvegpu.host.paths import (
     CONTAINER_LIBDIRS,
     DPKG_STATUS,
-    NVIDIA_LIBRARY,
     SYSTEM_UNIT_PATH,
-    UNIT_DIR,
 )
 from pvegpu.host.rootfs import STORAGE_CFG, RootfsLocation, locate_rootfs
 from pvegpu.planning.plan import Severity
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.decision import ContainerDriver, DropinChange
-from pvegpu.serving.dropins import Dropin, effective_dropins, judge_dropins
+from pvegpu.serving.decision import ContainerDriver
+from pvegpu.vendors import CONTAINER_USERSPACE
 
 _DRIVER_VERSION = re.compile(r"^\d{3}\.\d+(?:\.\d+)?$")
 _MAJOR_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<major>\d{3})$")
@@ -32,8 +31,9 @@ def container_driver_state(
     library_names: Iterable[str], dpkg_status: str | None
 ) -> ContainerDriver:
     """Driver versions from a libdir listing and the dpkg status database text."""
+    userspace = CONTAINER_USERSPACE
     libraries = sorted(
-        (name, m.group("version")) for name in library_names if (m := NVIDIA_LIBRARY.match(name))
+        (name, m.group("version")) for name in library_names if (m := userspace.library.match(name))
     )
     packages: list[tuple[str, str]] = []
     for stanza in (dpkg_status or "").split("\n\n"):
@@ -47,9 +47,9 @@ def container_driver_state(
             continue
         # 1:590.48.01-0ubuntu0.24.04.1 -> 590.48.01 (epoch and Debian revision dropped).
         upstream = version.split(":", 1)[-1].rsplit("-", 1)[0]
-        # Only the driver's own packages carry a driver version (cuda-toolkit is 12.x,
-        # nvidia-container-toolkit 1.x): that is what keeps unrelated packages out.
-        if ("nvidia" in name or name.startswith("libcuda")) and _DRIVER_VERSION.match(upstream):
+        # A driver package of the right name carrying a driver version: that is what keeps
+        # unrelated packages (toolkits with their own versions) out.
+        if userspace.driver_package(name) and _DRIVER_VERSION.match(upstream):
             packages.append((name, upstream))
     return ContainerDriver(tuple(libraries), tuple(sorted(packages)))
 
@@ -120,21 +120,6 @@ class ContainerRootfs:
     """Root-relative directory the container's files came from; None: none was read."""
     location: RootfsLocation
     """What the container's `rootfs:` line and storage.cfg say."""
-
-
-@attrs.frozen
-class OldUnit:
-    """The server's unit as systemd runs it now, and the drop-ins the bundle switches off."""
-
-    base: ConfigFile | None
-    """/etc/systemd/system/<unit>.service as read: the patch base of the rendered unit."""
-    running: tuple[str, ...]
-    """The unit file systemd loads (first in its search path) and its drop-ins, in order."""
-    dropins: tuple[Dropin, ...]
-    """Every drop-in systemd applies, as read."""
-    changes: tuple[DropinChange, ...]
-    unread: bool
-    """Nothing of the container was read: the unit may exist; it is never taken as new."""
 
 
 def _was_read(facts: HostFacts, rootfs: str) -> bool:
@@ -263,70 +248,3 @@ def container_driver(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> Cont
         container_driver_problems(state, host.version, rootfs=path, vmid=vmid)
     )
     return state
-
-
-def unit_base(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> OldUnit:
-    """The unit as systemd sees it in the container now; other copies and drop-ins."""
-    name = f"{checks.spec.unit}.service"
-    if rootfs.path is None:
-        return OldUnit(None, (), (), (), unread=True)
-    path = rootfs.path
-    authoritative = f"{path}/{UNIT_DIR}/{name}"
-    base = checks.facts.file(authoritative)
-    loaded = next(
-        (f for d in SYSTEM_UNIT_PATH if (f := checks.facts.file(f"{path}/{d}/{name}"))), None
-    )
-    inside = {
-        f.path[len(path) + 1 :]: f for f in checks.facts.files if f.path.startswith(path + "/")
-    }
-    dropins = effective_dropins(checks.facts.files, path, checks.spec.unit)
-    changes, problems = judge_dropins(dropins, inside, checks.spec.unit, vmid, f"ct:{vmid}")
-    checks.plan_problems.extend(problems)
-    copies = []
-    dropin_paths = {f"{path}/{d.path}" for d in dropins}
-    for file in checks.facts.files:
-        if not file.path.startswith(path + "/") or file.path == authoritative:
-            continue
-        if file.path not in dropin_paths and posixpath.basename(file.path) == name:
-            same = base is not None and file.content == base.content
-            copies.append(f"/{file.path[len(path) + 1 :]}" + (" (same)" if same else ""))
-    if copies:
-        checks.finding(
-            Severity.WARNING,
-            "serving-unit-copies",
-            f"other copies of {name} in container {vmid}: "
-            f"{', '.join(copies)}. /{UNIT_DIR}/{name} is the one systemd runs and the one "
-            "pvegpu writes; delete the others so no one edits a copy that drifts",
-        )
-    _report_dropins(checks, vmid, dropins, changes)
-    running = (loaded.content, *(d.text for d in dropins)) if loaded is not None else ()
-    return OldUnit(base, running, dropins, changes, unread=False)
-
-
-def _report_dropins(
-    checks: Checks, vmid: int, dropins: tuple[Dropin, ...], changes: tuple[DropinChange, ...]
-) -> None:
-    switched = {c.source for c in changes}
-    for change in changes:
-        where = (
-            "the bundle comments those lines out (the rest of it stays) and the revert restores it"
-            if change.base is not None
-            else f"the bundle hides it with a copy at /{change.path} without those lines (the "
-            "rest stays) and the revert removes that copy"
-        )
-        checks.finding(
-            Severity.WARNING,
-            "serving-dropin-neutralized",
-            f"drop-in /{change.source} in CT {vmid} overrides what the rendered unit decides: "
-            f"{', '.join(change.settings)}; {where}. Put anything of it you need in the spec "
-            "(serving.extra_args, serving.environment)",
-        )
-    others = [d for d in dropins if d.path not in switched and d.text.strip()]
-    if others:
-        checks.finding(
-            Severity.WARNING,
-            "serving-unit-dropins",
-            "drop-ins still apply on top of the rendered unit: "
-            + ", ".join(f"/{d.path}" for d in others)
-            + "; move what they set into the spec (environment, extra_args) and delete them",
-        )

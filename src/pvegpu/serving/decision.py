@@ -1,6 +1,6 @@
 """The values a pool's server is made of: the decision `plan()` puts on each serving pool.
 
-`serving.build.decide_serving` is the only way to get an `SglangServing`; this module
+`engines.sglang.build.decide_serving` is the only way to get an `SglangServing`; this module
 holds values only, so the plan models can carry them without importing any checks.
 """
 
@@ -104,7 +104,9 @@ DECIDED = object()
 
 def _check_key(instance: SglangServing, attribute: attrs.Attribute[object], value: object) -> None:
     if value is not DECIDED:
-        raise TypeError("SglangServing is built by plan() (serving.build.decide_serving) only")
+        raise TypeError(
+            "SglangServing is built by plan() (engines.sglang.build.decide_serving) only"
+        )
 
 
 def _check_tp(instance: SglangServing, attribute: attrs.Attribute[int], value: int) -> None:

@@ -19,8 +19,6 @@ from pvegpu.serving.model_config import (
     tp_divides,
     valid_tp_sizes,
 )
-from pvegpu.serving.option_check import ParsedCommandLine
-from pvegpu.serving.options import OptionTable
 
 MIB = 1024**2
 GIB = 1024**3
@@ -29,19 +27,6 @@ DEFAULT_MEM_FRACTION = 0.88
 """mem_fraction_static of the fit estimate when the spec sets none. Not rendered: SGLang
 then computes its own from GPU memory and TP, by rules that change between versions, so
 the finding names the value used and the spec can pin it."""
-
-KV_CACHE_DTYPE = ("--kv-cache-dtype",)
-
-# KV cache element size by --kv-cache-dtype, for the fit estimate.
-KV_CACHE_DTYPE_BITS = {
-    "fp8_e4m3": 8,
-    "fp8_e5m2": 8,
-    "mxfp8": 8,
-    "bf16": 16,
-    "bfloat16": 16,
-    "fp4_e2m1": 4,
-    "nvfp4": 4,
-}
 
 
 def _gib(n: float) -> str:
@@ -96,14 +81,6 @@ def checked_model(checks: Checks, tp: int) -> ModelConfig | None:
             "model's rope scaling allows more or SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1",
         )
     return model
-
-
-def kv_cache_bits(table: OptionTable | None, extra: ParsedCommandLine | None) -> int | None:
-    """The element size extra_args' --kv-cache-dtype gives (None: the model's dtype)."""
-    option = extra.of(table.find(*KV_CACHE_DTYPE)) if extra and table else None
-    if option is None or not option.values:
-        return None
-    return KV_CACHE_DTYPE_BITS.get(option.values[0])
 
 
 def _gpu_memory(checks: Checks) -> tuple[int, str] | None:

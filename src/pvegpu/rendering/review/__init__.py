@@ -41,7 +41,6 @@ from pvegpu.rendering.review.commands import (
     driver_check,
     health_url,
     hostpci_lines,
-    nvidia_smi_bus_id,
     qm_set_command,
 )
 from pvegpu.rendering.review.gpu_layout import (
@@ -90,7 +89,6 @@ __all__ = [
     "is_revert",
     "layout",
     "moving_functions",
-    "nvidia_smi_bus_id",
     "pools_by_gpu",
     "purpose",
     "qm_set_command",

@@ -23,6 +23,7 @@ from pvegpu.rendering.revert import ABSENT_SUFFIX, KEPT_SUFFIX
 from pvegpu.rendering.review.changes import BACKUP_DIR, container_vmid
 from pvegpu.rendering.review.commands import SPLIT_SCRIPT, driver_check
 from pvegpu.rendering.shell import word as sh
+from pvegpu.vendors import CONTAINER_TOOL
 
 
 def _sha_line(target: str, path: str, sha256: str) -> str:
@@ -270,17 +271,17 @@ class CheckDrivers:
 
 @attrs.frozen
 class CheckGpus:
-    """`nvidia-smi` inside the container lists exactly these GPUs, in this order."""
+    """The GPU tool inside the container (`vendors.CONTAINER_TOOL`) lists exactly these
+    GPUs, in this order."""
 
     kind: ClassVar[str] = "check-gpus"
     vmid: int
     bus_ids: tuple[str, ...]
 
     def lines(self) -> tuple[str, ...]:
-        return (
-            f"pct exec {self.vmid} -- nvidia-smi -L",
-            f"pct exec {self.vmid} -- nvidia-smi --query-gpu=index,pci.bus_id "
-            "--format=csv,noheader",
+        return tuple(
+            f"pct exec {self.vmid} -- {' '.join(command)}"
+            for command in (CONTAINER_TOOL.list_gpus, CONTAINER_TOOL.query_bus_ids)
         )
 
 

@@ -67,9 +67,9 @@ from pvegpu.rendering.review.commands import (
     SPLIT_UNIT,
     driver_check,
     health_url,
-    nvidia_smi_bus_id,
 )
 from pvegpu.rendering.shell import word as sh
+from pvegpu.vendors import CONTAINER_TOOL
 from pvegpu.wording import plural
 
 
@@ -293,10 +293,10 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
         )
         yield Step.of(
             f"Check the GPUs CT {vmid} sees",
-            (CheckGpus(vmid, tuple(nvidia_smi_bus_id(g.address) for g in pool.gpus)),),
-            f"`nvidia-smi -L` lists exactly {plural(pool.size, 'GPU')} (GPU 0 .. GPU "
-            f"{pool.size - 1}); the query prints exactly:",
-            tuple(f"{i}, {nvidia_smi_bus_id(g.address)}" for i, g in enumerate(pool.gpus)),
+            (CheckGpus(vmid, tuple(CONTAINER_TOOL.bus_id(g.address) for g in pool.gpus)),),
+            f"`{' '.join(CONTAINER_TOOL.list_gpus)}` lists exactly {plural(pool.size, 'GPU')} "
+            f"(GPU 0 .. GPU {pool.size - 1}); the query prints exactly:",
+            tuple(f"{i}, {CONTAINER_TOOL.bus_id(g.address)}" for i, g in enumerate(pool.gpus)),
         )
         if pool.serving is None:
             continue

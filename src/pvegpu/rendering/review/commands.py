@@ -21,11 +21,6 @@ HEALTH_TIMEOUT_S = 600
 was healthy after ~80 s, so ten minutes without health means something is wrong."""
 
 
-def nvidia_smi_bus_id(address: PciAddress) -> str:
-    """The form `nvidia-smi --query-gpu=pci.bus_id` prints: 8-digit domain, uppercase hex."""
-    return f"{address.domain:08X}:{address.bus:02X}:{address.device:02X}.{address.function:X}"
-
-
 def health_url(serving: SglangServing) -> str:
     """The health endpoint as seen from inside the container."""
     # A wildcard listen address is reachable on loopback; a specific one only on itself.

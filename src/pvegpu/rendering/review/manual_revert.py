@@ -22,6 +22,7 @@ from pvegpu.rendering.review.changes import (
 from pvegpu.rendering.review.commands import SPLIT_SCRIPT, SPLIT_UNIT, driver_check, health_url
 from pvegpu.rendering.review.gpu_layout import driver_now
 from pvegpu.rendering.shell import word as sh
+from pvegpu.vendors import VENDORS
 from pvegpu.wording import plural
 
 
@@ -160,14 +161,16 @@ def _revert(
             ),
         )
 
-    # nvidia-smi sees only GPUs on nvidia, so it checks the revert only when a VM GPU goes
-    # back to nvidia; one going back to amdgpu (or staying on vfio-pci, as discovery saw
-    # it) is checked by the sysfs readout of the step above.
-    returning = [g for p in plan.vfio_pools for g in p.gpus if g.driver == "nvidia"]
-    on_nvidia = [g for g in plan.facts.gpus if g.driver == "nvidia"]
-    if returning:
-        yield Step(
-            "Check the host sees its NVIDIA GPUs again",
-            ("nvidia-smi -L",),
-            f"Lists {plural(len(on_nvidia), 'GPU')}, as before the change.",
-        )
+    # A vendor's tool sees only GPUs on its driver, so it checks the revert only when a VM
+    # GPU goes back to that driver; one going back to a driver without a tool (or staying
+    # on vfio-pci, as discovery saw it) is checked by the sysfs readout of the step above.
+    for vendor in VENDORS:
+        driver = vendor.host_driver
+        returning = [g for p in plan.vfio_pools for g in p.gpus if g.driver == driver]
+        on_driver = [g for g in plan.facts.gpus if g.driver == driver]
+        if returning and vendor.tool is not None:
+            yield Step(
+                f"Check the host sees its {vendor.name} GPUs again",
+                (" ".join(vendor.tool.list_gpus),),
+                f"Lists {plural(len(on_driver), 'GPU')}, as before the change.",
+            )

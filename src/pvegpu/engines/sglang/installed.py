@@ -22,16 +22,16 @@ import re
 
 import attrs
 
-from pvegpu.errors import RenderError
-from pvegpu.host.facts import HostFacts
-from pvegpu.serving.checks import Checks
-from pvegpu.serving.options import (
+from pvegpu.engines.sglang.options import (
     OptionTable,
     load_table,
     shipped_versions,
     table_from_sources,
     unknown_version,
 )
+from pvegpu.errors import RenderError
+from pvegpu.host.facts import HostFacts
+from pvegpu.serving.checks import Checks
 
 SITE_NAMES = ("site-packages", "dist-packages")
 """pip's directory in a venv or self-built python; Debian's python3 uses dist-packages."""

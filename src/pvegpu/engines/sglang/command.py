@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from pvegpu.serving import versions
+from pvegpu.engines.sglang import versions
+from pvegpu.engines.sglang.installed import serving_release
+from pvegpu.engines.sglang.option_check import ParsedCommandLine, parse_command_line
+from pvegpu.engines.sglang.options import OptionTable
+from pvegpu.engines.sglang.versions import When
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.decision import P2PDecision
-from pvegpu.serving.installed import serving_release
-from pvegpu.serving.option_check import ParsedCommandLine, parse_command_line
-from pvegpu.serving.options import OptionTable
-from pvegpu.serving.versions import When
 
 # The options pvegpu writes, by every spelling SGLang has used for them (first: the
 # preferred one). The table of the version picks the entry and its canonical name.
@@ -53,6 +53,27 @@ RENAMED: tuple[tuple[str, ...], ...] = (
     *(spellings for spellings, _ in OWNED),
 )
 
+KV_CACHE_DTYPE = ("--kv-cache-dtype",)
+
+# KV cache element size by --kv-cache-dtype, for the fit estimate.
+KV_CACHE_DTYPE_BITS = {
+    "fp8_e4m3": 8,
+    "fp8_e5m2": 8,
+    "mxfp8": 8,
+    "bf16": 16,
+    "bfloat16": 16,
+    "fp4_e2m1": 4,
+    "nvfp4": 4,
+}
+
+
+def kv_cache_bits(table: OptionTable | None, extra: ParsedCommandLine | None) -> int | None:
+    """The element size extra_args' --kv-cache-dtype gives (None: the model's dtype)."""
+    option = extra.of(table.find(*KV_CACHE_DTYPE)) if extra and table else None
+    if option is None or not option.values:
+        return None
+    return KV_CACHE_DTYPE_BITS.get(option.values[0])
+
 
 def option_table(checks: Checks, rootfs: str | None) -> tuple[str, OptionTable | None]:
     """The SGLang release the server runs and its option table (None, with a problem, if none).
@@ -62,13 +83,6 @@ def option_table(checks: Checks, rootfs: str | None) -> tuple[str, OptionTable |
     under the host root, None when it was not read. The release is "" when none could be
     decided.
     """
-    if checks.spec.engine != "sglang":
-        checks.problem(
-            "serving-engine-unknown",
-            f"engine {checks.spec.engine!r}: pvegpu renders SGLang servers only",
-            'set engine = "sglang"',
-        )
-        return checks.spec.version or "", None
     version, table = serving_release(checks, rootfs)
     return version or "", table
 

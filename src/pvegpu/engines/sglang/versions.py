@@ -1,6 +1,6 @@
 """SGLang's version rules as one table: what pvegpu writes for each release where they differ.
 
-The option tables (`data/sglang/tables.json.gz`, one per release) say what a release *accepts*;
+The option tables (`data/tables.json.gz` here, one per release) say what a release *accepts*;
 this table says what pvegpu *writes* for it: which spelling of a flag, which environment
 variable a release needs, which variable a release retired. Code asks the table
 (`RULES.options_for(version, ...)`) and never compares versions itself, so a new release

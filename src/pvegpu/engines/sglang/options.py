@@ -7,7 +7,7 @@ offline (`option_check`), so a flag the release lacks is an error and not a
 crash-looping unit. What pvegpu writes for a release where releases differ is in
 `versions` instead.
 
-The shipped tables are one file, `pvegpu/data/sglang/tables.json.gz`, written by
+The shipped tables are one file, `pvegpu/engines/sglang/data/tables.json.gz`, written by
 `tools/sglang_tables.py`: every distinct option entry once (`entries`), and per release
 the list of its entries by index (`releases`); consecutive releases share most entries,
 so 42 releases take about what two loose tables did. A release installed in a container
@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-import pvegpu.data.sglang
+import pvegpu.engines.sglang.data
+from pvegpu.engines.sglang.versions import version_key
 from pvegpu.errors import Problem, RenderError
-from pvegpu.serving.versions import version_key
 
 if TYPE_CHECKING:
-    from pvegpu.serving.option_source import SourceFiles
+    from pvegpu.engines.sglang.option_source import SourceFiles
 
-TABLE_PACKAGE = "pvegpu.data.sglang"
+TABLE_PACKAGE = "pvegpu.engines.sglang.data"
 BUNDLE = "tables.json.gz"
 BUNDLE_FORMAT = 1
 _NARGS_WORDS = ("?", "*", "+")
@@ -183,10 +183,10 @@ def _bundle() -> Mapping[str, Any]:
 
 
 def _read_shipped(name: str) -> bytes:
-    """A data file of pvegpu.data.sglang: from the package directory when it is one (every
+    """A data file of pvegpu.engines.sglang.data: from the package directory when it is one (every
     install but a zip), else through importlib.resources, whose import (zipfile, tempfile)
     costs more than reading the file."""
-    found = Path(pvegpu.data.sglang.__file__ or "").parent / name
+    found = Path(pvegpu.engines.sglang.data.__file__ or "").parent / name
     if found.is_file():
         return found.read_bytes()
     from importlib import resources  # zip installs only
@@ -246,7 +246,7 @@ def table_from_sources(files: SourceFiles, version: str) -> OptionTable:
     the reader is the one the maintainer tool uses on the published wheels.
     """
     # The ast-based reader is needed only for a release pvegpu ships no table for.
-    from pvegpu.serving.option_reader import (
+    from pvegpu.engines.sglang.option_reader import (
         SourcesMissingError,
         read_option_table,
     )

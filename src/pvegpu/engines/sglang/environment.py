@@ -1,16 +1,16 @@
-"""The service's environment: the CUDA ordinals of the pool's GPUs, P2P, version quirks."""
+"""The SGLang service's environment: CUDA_VISIBLE_DEVICES (the ordinals are decided in
+`serving/visible.py`), P2P, version quirks."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 
-from pvegpu.host.facts import GPU
+from pvegpu.engines.sglang import versions
+from pvegpu.engines.sglang.versions import When
 from pvegpu.planning.plan import Severity
-from pvegpu.serving import versions
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.decision import P2PDecision
-from pvegpu.serving.versions import When
 from pvegpu.spec.rules import ENV_NAME
 
 P2P_ENV = "NCCL_P2P_DISABLE"
@@ -21,28 +21,6 @@ FORBIDDEN_ENV = {
 
 # `$NAME` / `${NAME}`: what a shell would expand and Environment= does not.
 _VARIABLE_REFERENCE = re.compile(r"\$\{?[A-Za-z_]")
-
-
-def visible_indices(container_gpus: Iterable[GPU], pool_gpus: Iterable[GPU]) -> tuple[int, ...]:
-    """CUDA ordinals of `pool_gpus` with CUDA_DEVICE_ORDER=PCI_BUS_ID in the container.
-
-    CUDA numbers the GPUs a process can open in PCI bus order, so an ordinal is a GPU's
-    position among the container's GPUs sorted by address.
-    """
-    order = sorted({g.address for g in container_gpus})
-    missing = [g.address for g in pool_gpus if g.address not in order]
-    if missing:
-        raise ValueError(f"{', '.join(map(str, missing))} not among the container's GPUs")
-    return tuple(order.index(g.address) for g in sorted(pool_gpus, key=lambda g: g.address))
-
-
-def container_indices(checks: Checks, vmid: int) -> tuple[int, ...]:
-    """`visible_indices` of the pool's GPUs among all the GPUs container `vmid` gets."""
-    # What the container gets: the GPUs of every pool that hands GPUs to this vmid.
-    container = [
-        g for p in checks.pools if p.lxc is not None and p.lxc.vmid == vmid for g in p.gpus
-    ]
-    return visible_indices([*container, *checks.pool.gpus], checks.pool.gpus)
 
 
 def service_environment(

@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from pvegpu.serving.option_source import (
+from pvegpu.engines.sglang.option_source import (
     ClassRef,
     Module,
     SourceFiles,

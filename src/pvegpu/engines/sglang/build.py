@@ -1,44 +1,43 @@
-"""Deciding each pool's server from the spec and the facts: the planner's last step.
+"""Deciding one pool's SGLang server from the spec and the facts.
 
-`decided_servings(plan)` puts every serving pool's `SglangServing` on `Pool.serving`
-and its findings on the plan, or raises listing every pool's problems; renderers only
-read what it decided. `decide_serving` is the one factory of `SglangServing`.
+`decide_serving` is the one factory of `SglangServing`; the engine-neutral
+`serving.decide.decided_servings` calls it through the engine registry (`pvegpu.engines`)
+for every pool whose spec names `engine = "sglang"`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import attrs
-
-from pvegpu.errors import PlanError, Problem, PvegpuError, SpecError
-from pvegpu.host.facts import HostFacts
-from pvegpu.host.paths import UNIT_DIR
-from pvegpu.planning.plan import Finding, Plan, Pool, Severity
-from pvegpu.serving import versions
-from pvegpu.serving.checks import Checks
-from pvegpu.serving.command import extra_args, launch_options, option_table
-from pvegpu.serving.container import (
-    OldUnit,
-    container_driver,
-    container_rootfs,
-    python_finding,
-    unit_base,
+from pvegpu.engines.sglang import versions
+from pvegpu.engines.sglang.command import (
+    extra_args,
+    kv_cache_bits,
+    launch_options,
+    option_table,
 )
-from pvegpu.serving.decision import DECIDED, P2PDecision, P2PSource, SglangServing
-from pvegpu.serving.drops import compare_services, drops_message
-from pvegpu.serving.environment import P2P_ENV, container_indices, service_environment
-from pvegpu.serving.fit import checked_model, kv_cache_bits, memory_fit
-from pvegpu.serving.numa import numa_pinning
-from pvegpu.serving.option_check import parse_command_line
-from pvegpu.serving.options import OptionTable
-from pvegpu.serving.p2p import decide_p2p
-from pvegpu.serving.unit import unit_content
-from pvegpu.serving.unit_secrets import (
+from pvegpu.engines.sglang.drops import compare_services, drops_message
+from pvegpu.engines.sglang.environment import P2P_ENV, service_environment
+from pvegpu.engines.sglang.old_unit import OldUnit, unit_base
+from pvegpu.engines.sglang.option_check import parse_command_line
+from pvegpu.engines.sglang.options import OptionTable
+from pvegpu.engines.sglang.unit import unit_content
+from pvegpu.engines.sglang.unit_secrets import (
     default_environment_file,
     secrets_moved_message,
     unit_secrets,
 )
+from pvegpu.errors import PlanError, PvegpuError, SpecError
+from pvegpu.host.facts import HostFacts
+from pvegpu.host.paths import UNIT_DIR
+from pvegpu.planning.plan import Finding, Pool, Severity
+from pvegpu.serving.checks import Checks
+from pvegpu.serving.container import container_driver, container_rootfs, python_finding
+from pvegpu.serving.decision import DECIDED, P2PDecision, P2PSource, SglangServing
+from pvegpu.serving.fit import checked_model, memory_fit
+from pvegpu.serving.numa import numa_pinning
+from pvegpu.serving.p2p import decide_p2p
+from pvegpu.serving.visible import container_indices
 from pvegpu.spec.rules import rule_problems
 from pvegpu.spec.schema import ServingSpec
 
@@ -209,57 +208,3 @@ def _check_scalars(checks: Checks) -> None:
         )
     if spec.working_directory is not None:
         checks.printable("working_directory", spec.working_directory)
-
-
-def decided_servings(plan: Plan) -> Plan:
-    """`plan` with every serving pool's server on `Pool.serving` and their findings added.
-
-    The planner's last step. Raises PlanError listing every pool's problems (SpecError
-    when only the SGLang option tables object), like plan() itself.
-    """
-    specs = {p.name: (i, p) for i, p in enumerate(plan.spec.pools)}
-    pools: list[Pool] = []
-    findings: list[Finding] = []
-    built: list[SglangServing] = []
-    plan_problems: list[Problem] = []
-    render_problems: list[Problem] = []
-    for pool in plan.pools:
-        index, pool_spec = specs[pool.name]
-        spec = pool_spec.lxc.serving if pool_spec.lxc is not None else None
-        if spec is None:
-            pools.append(pool)
-            continue
-        result = decide_serving(plan.facts, plan.pools, pool, spec, f"pools[{index}].lxc.serving")
-        if isinstance(result, PlanError):
-            plan_problems.extend(result.problems)
-        elif isinstance(result, PvegpuError):
-            render_problems.extend(result.problems)
-        else:
-            serving, found = result
-            built.append(serving)
-            findings.extend(found)
-            pools.append(attrs.evolve(pool, serving=serving))
-    plan_problems.extend(_unit_clashes(built))
-    if plan_problems:
-        raise PlanError([*plan_problems, *render_problems])
-    if render_problems:
-        raise SpecError(render_problems)
-    return attrs.evolve(plan, pools=tuple(pools), findings=(*plan.findings, *findings))
-
-
-def _unit_clashes(built: Sequence[SglangServing]) -> list[Problem]:
-    clashes: list[Problem] = []
-    seen: dict[tuple[int, str], str] = {}
-    for serving in built:
-        key = (serving.vmid, serving.unit)
-        if key in seen:
-            clashes.append(
-                Problem(
-                    "serving-unit-clash",
-                    f"ct:{serving.vmid}/{serving.unit_path}",
-                    f"pools {seen[key]} and {serving.pool} both render this unit",
-                    "give each server its own unit name",
-                )
-            )
-        seen[key] = serving.pool
-    return clashes

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 
 import attrs
 
+from pvegpu.engines.sglang.command import DERIVED, OWNED, RENAMED
+from pvegpu.engines.sglang.environment import retired_variable
+from pvegpu.engines.sglang.option_check import ParsedOption, parse_command_line
+from pvegpu.engines.sglang.options import OptionSpec, OptionTable, load_table, shipped_versions
 from pvegpu.redact import MARK, is_secret_name, redact_argv, redact_line
-from pvegpu.serving.command import DERIVED, OWNED, RENAMED
-from pvegpu.serving.environment import retired_variable
-from pvegpu.serving.option_check import ParsedOption, parse_command_line
-from pvegpu.serving.options import OptionSpec, OptionTable, load_table, shipped_versions
 from pvegpu.serving.unitfile import (
     ENVIRONMENT,
     ENVIRONMENT_FILE,

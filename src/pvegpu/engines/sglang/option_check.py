@@ -15,9 +15,9 @@ from typing import Any
 
 import attrs
 
+from pvegpu.engines.sglang.options import OptionSpec, OptionTable, load_table, shipped_versions
 from pvegpu.errors import Problem, SpecError
 from pvegpu.jsontext import load_json
-from pvegpu.serving.options import OptionSpec, OptionTable, load_table, shipped_versions
 
 # argparse only takes `-5` or `-.5` as a value when no option looks like a negative
 # number (true for SGLang); everything else starting with `-` is an option string.

@@ -1,0 +1,38 @@
+"""SGLang behind the `Engine` protocol: what the registry hands the planner and renderers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from pvegpu.engines.sglang.build import decide_serving
+from pvegpu.engines.sglang.unit import unit_content
+from pvegpu.errors import PvegpuError
+from pvegpu.host.facts import HostFacts
+from pvegpu.planning.plan import Finding, Pool
+from pvegpu.serving.decision import SglangServing
+from pvegpu.spec.schema import ServingSpec
+
+
+@attrs.frozen
+class SglangEngine:
+    """SGLang: `python -m sglang.launch_server` in a systemd unit of the container."""
+
+    name: str = "sglang"
+
+    def decide(
+        self,
+        facts: HostFacts,
+        pools: Sequence[Pool],
+        pool: Pool,
+        spec: ServingSpec,
+        where: str,
+    ) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
+        return decide_serving(facts, pools, pool, spec, where)
+
+    def unit_content(self, serving: SglangServing) -> str:
+        return unit_content(serving)
+
+
+SGLANG = SglangEngine()

@@ -1,0 +1,94 @@
+"""Deciding every serving pool's server: the planner's last step, for any engine.
+
+`decided_servings(plan)` asks the engine registry (`pvegpu.engines.engine_for`) for the
+engine each pool's spec names and puts the server it decides on `Pool.serving` and its
+findings on the plan, or raises listing every pool's problems; renderers only read what
+it decided. What no engine may decide differently (two servers in one unit) is checked
+here, across pools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from pvegpu.engines import ENGINE_NAMES, engine_for
+from pvegpu.errors import PlanError, Problem, PvegpuError, SpecError
+from pvegpu.host.facts import HostFacts
+from pvegpu.planning.plan import Finding, Plan, Pool
+from pvegpu.serving.decision import SglangServing
+from pvegpu.spec.schema import ServingSpec
+
+
+def decide_serving(
+    facts: HostFacts, pools: Sequence[Pool], pool: Pool, spec: ServingSpec, where: str
+) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
+    """The server `spec` asks of `pool`, decided by the engine it names, or an error."""
+    engine = engine_for(spec.engine)
+    if engine is None:
+        # The loader accepts only known engines (spec/rules.py); a spec built in code
+        # may name any, and nothing else about its server can be judged without one.
+        return PlanError.one(
+            "serving-engine-unknown",
+            where,
+            f"engine {spec.engine!r}: pvegpu renders "
+            + ", ".join(f'"{name}"' for name in ENGINE_NAMES)
+            + " servers only",
+            'set engine = "sglang"',
+        )
+    return engine.decide(facts, pools, pool, spec, where)
+
+
+def decided_servings(plan: Plan) -> Plan:
+    """`plan` with every serving pool's server on `Pool.serving` and their findings added.
+
+    The planner's last step. Raises PlanError listing every pool's problems (SpecError
+    when only an engine's option tables object), like plan() itself.
+    """
+    specs = {p.name: (i, p) for i, p in enumerate(plan.spec.pools)}
+    pools: list[Pool] = []
+    findings: list[Finding] = []
+    built: list[SglangServing] = []
+    plan_problems: list[Problem] = []
+    render_problems: list[Problem] = []
+    for pool in plan.pools:
+        index, pool_spec = specs[pool.name]
+        spec = pool_spec.lxc.serving if pool_spec.lxc is not None else None
+        if spec is None:
+            pools.append(pool)
+            continue
+        result = decide_serving(plan.facts, plan.pools, pool, spec, f"pools[{index}].lxc.serving")
+        if isinstance(result, PlanError):
+            plan_problems.extend(result.problems)
+        elif isinstance(result, PvegpuError):
+            render_problems.extend(result.problems)
+        else:
+            serving, found = result
+            built.append(serving)
+            findings.extend(found)
+            pools.append(attrs.evolve(pool, serving=serving))
+    plan_problems.extend(_unit_clashes(built))
+    if plan_problems:
+        raise PlanError([*plan_problems, *render_problems])
+    if render_problems:
+        raise SpecError(render_problems)
+    return attrs.evolve(plan, pools=tuple(pools), findings=(*plan.findings, *findings))
+
+
+def _unit_clashes(built: Sequence[SglangServing]) -> list[Problem]:
+    clashes: list[Problem] = []
+    seen: dict[tuple[int, str], str] = {}
+    for serving in built:
+        key = (serving.vmid, serving.unit)
+        if key in seen:
+            clashes.append(
+                Problem(
+                    "serving-unit-clash",
+                    f"ct:{serving.vmid}/{serving.unit_path}",
+                    f"pools {seen[key]} and {serving.pool} both render this unit",
+                    "give each server its own unit name",
+                )
+            )
+        seen[key] = serving.pool
+    return clashes

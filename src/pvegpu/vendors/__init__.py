@@ -1,0 +1,61 @@
+"""GPU vendors: everything pvegpu knows about one vendor's GPUs lives in its module here.
+
+A `Vendor` is a value, not a class hierarchy: what a GPU of it is (its PCI vendor id),
+its host driver and the kernel modules that bind its GPUs, the services that load that
+driver at boot, the device nodes a container needs and how a node maps to a GPU, and the
+command that shows the host sees its GPUs. The rest of pvegpu asks `vendor_of(...)` and
+never names a vendor; a vendor without a field (None, `()`) is one pvegpu cannot yet do
+that thing for (a container pool needs `nodes`).
+
+Only attrs, the standard library and `pci` are imported here, so `host/` may ask a vendor.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pvegpu.vendors.nvidia import NODES as NVIDIA_NODES
+from pvegpu.vendors.nvidia import NVIDIA
+from pvegpu.vendors.nvidia import SMI as NVIDIA_SMI
+from pvegpu.vendors.nvidia import USERSPACE as NVIDIA_USERSPACE
+from pvegpu.vendors.vendor import DeviceNodes, GpuTool, Userspace, Vendor
+
+if TYPE_CHECKING:
+    from pvegpu.host.facts import PciFunction
+
+__all__ = [
+    "CONTAINER_NODES",
+    "CONTAINER_TOOL",
+    "CONTAINER_USERSPACE",
+    "VENDORS",
+    "DeviceNodes",
+    "GpuTool",
+    "Userspace",
+    "Vendor",
+    "vendor_by_driver",
+    "vendor_of",
+]
+
+VENDORS: tuple[Vendor, ...] = (NVIDIA,)
+"""Every vendor with a module here; a new vendor is one module and one entry."""
+_BY_ID = {v.pci_vendor: v for v in VENDORS}
+
+CONTAINER_NODES: DeviceNodes = NVIDIA_NODES
+"""The device nodes container configs are read and written with: those of the one vendor
+whose GPUs pvegpu hands to containers so far. A config line names a node, not a vendor;
+once a second vendor has `nodes`, the readers of other guests' configs ask each one."""
+CONTAINER_TOOL: GpuTool = NVIDIA_SMI
+"""The tool that lists a container's GPUs, that same vendor's: the runbook's `check-gpus`
+action (MANIFEST.json names no vendor) and apply's server check run it."""
+CONTAINER_USERSPACE: Userspace = NVIDIA_USERSPACE
+"""The userspace a GPU container's files are read and checked for, that same vendor's."""
+
+
+def vendor_of(function: PciFunction) -> Vendor | None:
+    """The vendor of a GPU's function, when pvegpu knows it."""
+    return _BY_ID.get(function.vendor)
+
+
+def vendor_by_driver(driver: str | None) -> Vendor | None:
+    """The vendor whose host driver this is."""
+    return next((v for v in VENDORS if v.host_driver == driver), None)

@@ -1,0 +1,111 @@
+"""The shape of a GPU vendor's facts (`Vendor`, `DeviceNodes`); the values are in its module."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+import attrs
+
+from pvegpu.pci import PciAddress
+
+
+@attrs.frozen
+class DeviceNodes:
+    """The /dev nodes a vendor's driver creates for its GPUs, as a container config names them.
+
+    Each GPU has one node named by its minor, all on one fixed char major; the nodes the
+    GPUs share (control, unified memory, ...) are handed to every container that has a
+    GPU. Some shared nodes have majors the kernel hands out when their module loads:
+    `/proc/devices` names them, and raw cgroup rules need the number.
+    """
+
+    gpu_path: str
+    """`str.format` pattern of one GPU's node by its minor: `/dev/nvidia{minor}`."""
+    gpu_node: re.Pattern[str]
+    """A path that is one GPU's node; group 1 is its minor."""
+    any_node: re.Pattern[str]
+    """Every node the driver stack creates under /dev (GPUs and shared ones)."""
+    shared: tuple[str, ...]
+    """What the userspace opens besides the GPU nodes, in the order lines are written."""
+    major: int
+    """The fixed char major of the GPU nodes (and of the fixed shared ones)."""
+    shared_minors: tuple[int, ...]
+    """Minors on `major` that are shared nodes, not a GPU's; GPUs have the ones below."""
+    control_minor: int
+    """The shared node on `major` a container needs besides its GPUs."""
+    dynamic_major_prefix: str
+    """The `/proc/devices` names of the stack's modules with a dynamic major start so."""
+    dynamic_module: str
+    """The module whose dynamic major raw lines need (its `/proc/devices` name)."""
+    dynamic_node: str
+    """Its node, bind-mounted in raw style; minors 0 and 1 of its major."""
+    dynamic_minors: tuple[int, ...]
+    """The minors of the dynamic major a container is allowed."""
+
+    def path(self, minor: int) -> str:
+        return self.gpu_path.format(minor=minor)
+
+    def first_shared_minor(self) -> int:
+        return min(self.shared_minors)
+
+    def majors(self, proc_devices: Iterable[tuple[int, str]]) -> frozenset[int]:
+        """The fixed major plus every major of the stack in /proc/devices (major, name)."""
+        named = {
+            major for major, name in proc_devices if name.startswith(self.dynamic_major_prefix)
+        }
+        return frozenset({self.major, *named})
+
+
+@attrs.frozen
+class GpuTool:
+    """The vendor's command-line tool that lists the GPUs its driver holds (on the host,
+    or inside a container that has them): the runbook's and apply's health checks."""
+
+    list_gpus: tuple[str, ...]
+    """Prints one line per GPU, each starting with `listed_prefix`."""
+    listed_prefix: str
+    query_bus_ids: tuple[str, ...]
+    """Prints `<index>, <bus id>` per GPU, in the order the userspace numbers them."""
+    bus_id: Callable[[PciAddress], str]
+    """A PCI address as `query_bus_ids` prints it."""
+
+    @property
+    def name(self) -> str:
+        return self.list_gpus[0]
+
+
+@attrs.frozen
+class Userspace:
+    """How the vendor's userspace in a container shows its version, which must be the
+    host kernel module's exactly (the container's driver check)."""
+
+    library: re.Pattern[str]
+    """A userspace library's file name, its driver version in group `version`; `.match`
+    takes only a whole name."""
+    driver_package: Callable[[str], bool]
+    """Is this dpkg package name one of the driver's own (its version is the driver's)?"""
+
+
+@attrs.frozen
+class Vendor:
+    name: str
+    """How messages name it: `NVIDIA`."""
+    pci_vendor: int
+    """The PCI vendor id of its GPUs."""
+    host_driver: str
+    """The driver its GPUs return to when they leave vfio-pci."""
+    driver_modules: frozenset[str]
+    """Modules (kmod names, `_` not `-`) whose loading binds its GPUs: its drivers, and the
+    modules that load the driver as a dependency."""
+    drivers: tuple[str, ...] = ()
+    """The host drivers that bind its GPUs, each named as its module (softdep lines)."""
+    driver_loaders: tuple[str, ...] = ()
+    """Services (without `.service`) that load the host driver at boot besides
+    systemd-modules-load and udev: the split unit must run before them."""
+    nodes: DeviceNodes | None = None
+    """Its device nodes, when pvegpu can hand its GPUs to a container."""
+    userspace: Userspace | None = None
+    """Its userspace in a container, when pvegpu can check it against the host's module."""
+    tool: GpuTool | None = None
+    """Its GPU listing tool, when it has one pvegpu can read."""

@@ -1,0 +1,162 @@
+"""The GPU vendor plug-in point: a vendor is one module under vendors/, and the rest of
+pvegpu asks it instead of naming the vendor."""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from pathlib import Path
+
+import attrs
+
+from pvegpu.hardware import GPU_DRIVER_MODULES, HOST_GPU_DRIVERS, binding_modules, host_driver
+from pvegpu.pvefiles import lxcconf
+from pvegpu.pvefiles.guestconf import ConfLine
+from pvegpu.spec.schema import DeviceStyle
+from pvegpu.vendors import CONTAINER_NODES, VENDORS, DeviceNodes, vendor_by_driver, vendor_of
+from pvegpu.vendors.nvidia import NVIDIA
+from strategies import kpro6
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "pvegpu"
+
+STILL_NAMING_NVIDIA = {
+    # The facts' shape: `HostFacts.nvidia` (NvidiaDriver), `GPU.nvidia_minor` and
+    # `GPU.is_nvidia` are field names of the facts JSON and snapshots (goldens); they go
+    # with a facts codec that maps names (vendor-neutral fields, the JSON kept).
+    "host/facts.py",
+    # Discovery reads /proc/driver/nvidia and /sys/module/nvidia into those fields; its
+    # parsers move into the vendor with them.
+    "host/discover.py",
+    "host/sysfs.py",
+    "cli/discover.py",
+    # Wording: messages, fixes and help text that name NVIDIA's modules and tools
+    # (nvidia-uvm, nvidia-modprobe, nvidia-smi, libnvidia-compute-N). Their bytes are in
+    # goldens; they move into the vendor as message parts in a later step.
+    "cli/arguments.py",
+    "planning/guests.py",
+    "planning/host_guests.py",
+    "planning/findings.py",
+    "rendering/lxc.py",
+    "rendering/review/apply_steps.py",
+    "rendering/review/gpu_layout.py",
+    "rendering/review/picture.py",
+    "apply/host_checks.py",
+    "serving/container.py",
+    "serving/fit.py",
+    # SGLang runs on CUDA: an engine's own requirement, not a fact of the GPU.
+    "engines/sglang/build.py",
+    # The fake host builder writes an NVIDIA host's /proc and /sys (tests' fixtures).
+    "testing/__init__.py",
+    "testing/hostspec.py",
+    "testing/synthetic.py",
+    "testing/writer.py",
+}
+"""Modules outside vendors/ that still name NVIDIA in code (comments and docstrings do
+not count), each with why. The set only shrinks: a module that stops naming it must
+leave the set, and a new one fails the test."""
+
+
+def _docstring_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Expr):
+            continue
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return lines
+
+
+def names_nvidia(text: str) -> bool:
+    """Does the code (names, strings; not comments or docstrings) say `nvidia`, any case?"""
+    docstrings = _docstring_lines(ast.parse(text))
+    kinds = {tokenize.NAME, tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+    return any(
+        tok.type in kinds and "nvidia" in tok.string.lower() and tok.start[0] not in docstrings
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+    )
+
+
+def test_names_nvidia_skips_comments_and_docstrings() -> None:
+    assert not names_nvidia('"""NVIDIA."""\nx = 1  # nvidia\n')
+    assert names_nvidia('x = "nvidia-smi"\n')
+    assert names_nvidia("x = gpu.nvidia_minor\n")
+    assert names_nvidia('x = f"/dev/nvidia{m}"\n')
+
+
+def test_only_vendor_modules_name_nvidia() -> None:
+    """Outside vendors/, only the pinned modules name NVIDIA, and each of them still does."""
+    naming = {
+        path.relative_to(SRC).as_posix()
+        for path in SRC.rglob("*.py")
+        if "vendors" not in path.relative_to(SRC).parts
+        and names_nvidia(path.read_text(encoding="utf-8"))
+    }
+    assert naming - STILL_NAMING_NVIDIA == set(), "name the vendor through vendors/ instead"
+    gone = {p for p in STILL_NAMING_NVIDIA - naming if (SRC / p).exists()}
+    assert gone == set(), "these no longer name NVIDIA: take them out of STILL_NAMING_NVIDIA"
+
+
+def test_a_gpu_finds_its_vendor() -> None:
+    gpu = kpro6().gpus[0]
+    assert vendor_of(gpu.function) is NVIDIA is gpu.vendor
+    assert vendor_by_driver("nvidia") is NVIDIA
+    amd = attrs.evolve(gpu.function, vendor=0x1002)
+    assert vendor_of(amd) is None
+
+
+def test_driver_tables_come_from_the_vendors() -> None:
+    """hardware.py's tables hold every vendor module's driver and modules."""
+    for vendor in VENDORS:
+        assert HOST_GPU_DRIVERS[vendor.pci_vendor] == vendor.host_driver
+        assert GPU_DRIVER_MODULES[vendor.pci_vendor] == vendor.driver_modules
+    function = attrs.evolve(kpro6().gpus[0].function, driver="vfio-pci")
+    assert host_driver(function) == NVIDIA.host_driver
+    assert NVIDIA.driver_modules <= binding_modules(function)
+
+
+def test_majors_are_the_fixed_one_and_the_stack_s_dynamic_ones() -> None:
+    proc_devices = [(195, "nvidia-frontend"), (509, "nvidia-uvm"), (510, "nvidia-caps"), (4, "tty")]
+    assert CONTAINER_NODES.majors(proc_devices) == {195, 509, 510}
+    assert CONTAINER_NODES.majors([]) == {195}
+
+
+# A vendor pvegpu has no module of: the container config codec must handle its nodes from
+# its `DeviceNodes` alone.
+OTHER = DeviceNodes(
+    gpu_path="/dev/accel{minor}",
+    gpu_node=re.compile(r"^/dev/accel(\d+)$"),
+    any_node=re.compile(r"^/dev/accel(?:\d+|ctl|-mem)$"),
+    shared=("/dev/accelctl", "/dev/accel-mem"),
+    major=240,
+    shared_minors=(255,),
+    control_minor=255,
+    dynamic_major_prefix="accel",
+    dynamic_module="accel-mem",
+    dynamic_node="/dev/accel-mem",
+    dynamic_minors=(0,),
+)
+
+
+def test_the_container_codec_knows_no_vendor() -> None:
+    """Lines are written, recognised and removed by the nodes passed in, not NVIDIA's."""
+    raw = lxcconf.raw_style(OTHER, [2], 300)
+    assert [v for _, v in raw.raw[:3]] == ["c 240:2 rwm", "c 240:255 rwm", "c 300:0 rwm"]
+    dev = lxcconf.gpu_lines(OTHER, kpro6().gpus[:1], DeviceStyle.DEV)
+    assert dev.devices == (
+        "/dev/accel0,mode=0666",
+        "/dev/accelctl,mode=0666",
+        "/dev/accel-mem,mode=0666",
+    )
+    text = "arch: amd64\ndev0: /dev/nvidia0\n"
+    patched = lxcconf.patch_gpu_lines(text, OTHER, raw)
+    assert "dev0: /dev/nvidia0\n" in patched  # another vendor's node is not OTHER's line
+    assert "lxc.mount.entry: /dev/accel2 dev/accel2 none bind,optional,create=file\n" in patched
+    line = ConfLine.parse("lxc.cgroup2.devices.allow: c 240:2 rwm\n")
+    assert lxcconf.gpu_minor(line, OTHER) == 2
+    assert lxcconf.gpu_minor(line, CONTAINER_NODES) is None
+    assert lxcconf.grants_every_gpu(
+        ConfLine.parse("lxc.cgroup2.devices.allow: c 240:* rwm\n"), OTHER
+    )
+    assert lxcconf.remove_gpu_nodes(patched, OTHER, [2], {240, 300}) == text
