@@ -26,7 +26,7 @@ from pathlib import Path
 import attrs
 
 from pvegpu.host.discover import discover
-from pvegpu.host.facts import ConfigFile, HostFacts
+from pvegpu.model.facts import ConfigFile, HostFacts
 from pvegpu.planning.cluster import plan_cluster
 from pvegpu.pvefiles import pcicfg
 from pvegpu.rendering.cluster import cluster_files, render_cluster

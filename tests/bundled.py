@@ -14,12 +14,12 @@ from functools import cache
 from pathlib import Path
 
 from pvegpu.host.discover import discover
-from pvegpu.host.facts import HostFacts
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Plan
+from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_for
-from pvegpu.planning.plan import Plan
 from pvegpu.planning.planner import plan
 from pvegpu.spec.load import load_spec, parse_spec
-from pvegpu.spec.schema import Spec
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures" / "sysfs"

@@ -17,7 +17,7 @@ from syrupy.assertion import SnapshotAssertion
 import bundled
 import depth
 from golden_ext import golden_extension
-from pvegpu.planning.plan import Plan
+from pvegpu.model.plan import Plan
 
 # tmp_path on tmpfs where there is one: many tests copy a fixture host (~1500 entries),
 # and a copy on disk costs ten times the CPU (0.6 s against 0.07 s). pytest's numbered

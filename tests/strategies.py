@@ -11,7 +11,7 @@ import operator
 import attrs
 from hypothesis import strategies as st
 
-from pvegpu.host.facts import (
+from pvegpu.model.facts import (
     GPU,
     CharMajor,
     ConfigFile,
@@ -24,8 +24,8 @@ from pvegpu.host.facts import (
     NvidiaDriver,
     PciFunction,
 )
+from pvegpu.model.plan import PciMap, PciMapping
 from pvegpu.pci import CpuList, PciAddress
-from pvegpu.planning.plan import PciMap, PciMapping
 
 # --- pci.cfg ---------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from pvegpu.host.facts import (
+from pvegpu.model.facts import (
     GPU,
     HostFacts,
     IommuGroup,
@@ -15,8 +15,8 @@ from pvegpu.host.facts import (
     NumaNode,
     PciFunction,
 )
+from pvegpu.model.schema import LxcSpec, MappingSpec, PoolSpec, Spec, VfioSpec
 from pvegpu.pci import CpuList, PciAddress
-from pvegpu.spec.schema import LxcSpec, MappingSpec, PoolSpec, Spec, VfioSpec
 
 
 def _function(address: PciAddress, vendor: int, device: int, cls: int, **kw: object) -> PciFunction:

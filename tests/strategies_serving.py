@@ -13,7 +13,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from pvegpu.host.facts import (
+from pvegpu.model.facts import (
     GPU,
     ConfigFile,
     FileStat,
@@ -26,9 +26,9 @@ from pvegpu.host.facts import (
     NvidiaDriver,
     PciFunction,
 )
+from pvegpu.model.plan import LxcContainer, Plan, Pool, PoolKind
+from pvegpu.model.schema import DeviceStyle, LxcSpec, PoolSpec, ServingSpec, Spec
 from pvegpu.pci import CpuList, PciAddress
-from pvegpu.planning.plan import LxcContainer, Plan, Pool, PoolKind
-from pvegpu.spec.schema import DeviceStyle, LxcSpec, PoolSpec, ServingSpec, Spec
 
 KPRO6_BUSES = (0x01, 0x11, 0x61, 0x71, 0x81, 0x91, 0xE1, 0xF1)
 KPRO6_CPUS = ("0-31,64-95", "32-63,96-127")

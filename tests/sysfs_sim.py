@@ -42,7 +42,7 @@ import attrs
 from bundled import FIXTURES, KPRO6_SPEC, copy_tree, spec_plan
 from pvegpu.hardware import host_driver
 from pvegpu.host.discover import discover
-from pvegpu.planning.plan import Plan
+from pvegpu.model.plan import Plan
 from pvegpu.planning.planner import plan
 from pvegpu.spec.load import parse_spec
 

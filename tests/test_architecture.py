@@ -57,11 +57,27 @@ def _runtime_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFr
             yield from _runtime_imports(node.body)
 
 
-def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The package's modules that importing `name` (the file at `path`) imports first."""
+def _imports_anywhere(nodes: list[ast.AST]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run: at module level and inside functions, classes
+    and `except` blocks, not under `if TYPE_CHECKING:` (an expression holds none)."""
+    for node in nodes:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            yield from _imports_anywhere(list(node.orelse))
+        else:
+            children = ast.iter_child_nodes(node)
+            yield from _imports_anywhere([c for c in children if not isinstance(c, ast.expr)])
+
+
+def imports_of(name: str, path: Path, known: set[str], *, lazy: bool = False) -> set[str]:
+    """The package's modules that importing `name` (the file at `path`) imports first;
+    with `lazy`, also those its functions import when they run."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8")).body):
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    statements = _imports_anywhere(list(body)) if lazy else _runtime_imports(body)
+    for node in statements:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
             continue
@@ -75,9 +91,9 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     return {module for module in found if module in known and module != name}
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(*, lazy: bool = False) -> dict[str, set[str]]:
     files = modules()
-    return {name: imports_of(name, path, set(files)) for name, path in files.items()}
+    return {name: imports_of(name, path, set(files), lazy=lazy) for name, path in files.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -203,3 +219,116 @@ def test_help_imports_no_planning_rendering_or_jinja2() -> None:
     assert "pvegpu.cli" in loaded  # the report is read right
     heavy = [m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY)]
     assert not heavy, f"pvegpu --help imports {heavy}"
+
+
+LAYERS: tuple[frozenset[str], ...] = (
+    # The bottom: small top-level modules every stage may use.
+    frozenset({"errors", "pci", "wording", "redact", "jsontext", "gcpause"}),
+    # What pvegpu knows of each GPU vendor and GPU model: tables that import only `pci`.
+    # Below the values because a GPU's facts ask `vendor_of` which vendor it is.
+    frozenset({"vendors", "hardware"}),
+    # File formats as pure codecs: Proxmox's files, shell quoting, the templates.
+    frozenset({"pvefiles", "formats"}),
+    # The immutable values one stage hands the next: facts, spec, plan, artifacts.
+    frozenset({"model"}),
+    # Reading: a host root into facts, a spec file into a Spec.
+    frozenset({"host", "spec"}),
+    # What every engine's server needs decided the same way, then the engines.
+    frozenset({"serving"}),
+    frozenset({"engines"}),
+    frozenset({"planning"}),
+    frozenset({"rendering"}),
+    frozenset({"pipeline", "apply"}),
+    # The front ends: the CLI, the package's lazy API, the fake-host builder for tests.
+    frozenset({"cli", "__main__", "pvegpu", "testing"}),
+)
+"""src/pvegpu's packages and top-level modules, lowest first: a module imports only from
+its own layer or one below (`pvegpu.host.reader` is in `host`)."""
+
+UPWARD_EXCEPTIONS: dict[tuple[str, str], str] = {
+    # The decided unit's path is UNIT_DIR from host/paths.py, where every host location
+    # is; the constants go below the values (or the path into the unit's renderer).
+    ("pvegpu.model.decision", "pvegpu.host.paths"): "SglangServing.unit_path",
+    # The LXC codec takes the spec's DeviceStyle; a codec-level style value would end it.
+    ("pvegpu.pvefiles.lxcconf", "pvegpu.model.schema"): "gpu_lines(style=...)",
+    # Discovery reads the SGLang release installed in a container with the engine's own
+    # reader and option tables; the reader goes up into engines/sglang/ once snapshot and
+    # pipeline ask the engine for its files instead of host/serving_files.py.
+    ("pvegpu.host.container_python", "pvegpu.engines.sglang.installed"): "release reader",
+    ("pvegpu.host.container_python", "pvegpu.engines.sglang.options"): "shipped versions",
+    ("pvegpu.host.container_python", "pvegpu.engines.sglang.option_reader"): "lazy reader",
+}
+"""The upward imports still left, each with why and what ends it. The list only shrinks:
+an entry whose import is gone fails `test_upward_exceptions_still_exist`."""
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of a module's package (or top-level module)."""
+    parts = module.split(".")
+    key = parts[1] if len(parts) > 1 else parts[0]
+    found = [index for index, layer in enumerate(LAYERS) if key in layer]
+    assert len(found) == 1, f"{key}: in {len(found)} layers of LAYERS, not one"
+    return found[0]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(importer, imported) for every import of a module in a higher layer."""
+    return {
+        (module, imported)
+        for module, targets in graph.items()
+        for imported in targets
+        if layer_of(imported) > layer_of(module)
+    }
+
+
+def test_imports_point_down_the_layers() -> None:
+    """No module imports one of a higher layer, at module level or lazily in a function
+    (a lazy import is still a dependency). `if TYPE_CHECKING:` imports are exempt: the
+    type checker follows them, Python never runs them."""
+    upward = upward_imports(import_graph(lazy=True)) - UPWARD_EXCEPTIONS.keys()
+    assert not upward, "imports of a higher layer:\n" + "\n".join(
+        f"{a} -> {b}" for a, b in sorted(upward)
+    )
+
+
+def test_upward_exceptions_still_exist() -> None:
+    """An exception whose import has gone leaves UPWARD_EXCEPTIONS, so the list only shrinks."""
+    gone = UPWARD_EXCEPTIONS.keys() - upward_imports(import_graph(lazy=True))
+    assert not gone, f"no longer imported upward, remove from UPWARD_EXCEPTIONS: {sorted(gone)}"
+
+
+def test_every_package_has_a_layer() -> None:
+    """A new package or top-level module must be placed in LAYERS."""
+    for module in modules():
+        layer_of(module)
+
+
+def test_layer_check_finds_an_upward_import() -> None:
+    """Control: a host module importing planning is reported; one importing the values
+    below it, and one importing planning only for the type checker, are not."""
+    graph = {
+        "pvegpu.host.discover": {"pvegpu.model.facts", "pvegpu.planning.planner"},
+        "pvegpu.host.snapshot": {"pvegpu.model.facts"},
+        "pvegpu.model.facts": set(),
+        "pvegpu.planning.planner": {"pvegpu.host.discover"},
+    }
+    assert upward_imports(graph) == {("pvegpu.host.discover", "pvegpu.planning.planner")}
+
+
+def test_lazy_imports_count_type_checking_ones_do_not(tmp_path: Path) -> None:
+    """Control: with `lazy`, a function's import is an edge; TYPE_CHECKING's is not."""
+    path = tmp_path / "pvegpu" / "x" / "m.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from pvegpu import typed_only\n"
+        "def f():\n"
+        "    try:\n"
+        "        pass\n"
+        "    except ImportError:\n"
+        "        from pvegpu import lazy\n"
+    )
+    known = {"pvegpu.typed_only", "pvegpu.lazy"}
+    assert imports_of("pvegpu.x.m", path, known, lazy=True) == {"pvegpu.lazy"}
+    assert imports_of("pvegpu.x.m", path, known) == set()

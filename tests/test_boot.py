@@ -15,14 +15,14 @@ import fixture_hosts
 from bundled import KPRO6_LXC_ONLY, KPRO6_SPEC, WORKSTATION_VM, host_facts
 from pvegpu.errors import PlanError, Problem
 from pvegpu.host import sysfs
-from pvegpu.host.bootconfig import BootLoader, BootModule, KernelCmdline, ModuleStage
 from pvegpu.host.discover import discover
-from pvegpu.host.facts import HostFacts
 from pvegpu.host.facts_json import facts_from_json, facts_to_json
 from pvegpu.host.snapshot import snapshot, unpack
-from pvegpu.planning.plan import Finding, Plan
+from pvegpu.model.artifact import Artifact
+from pvegpu.model.bootconfig import BootLoader, BootModule, KernelCmdline, ModuleStage
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Finding, Plan
 from pvegpu.planning.planner import plan
-from pvegpu.rendering.artifact import Artifact
 from pvegpu.rendering.registry import RENDERERS
 from pvegpu.rendering.revert import render_revert
 from pvegpu.rendering.review import Step, revert_steps, runbook

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pvegpu.errors import RenderError
-from pvegpu.rendering.artifact import REVIEW, Artifact
+from pvegpu.model.artifact import REVIEW, Artifact
 from pvegpu.rendering.bundle import write_bundle
 
 

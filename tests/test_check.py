@@ -11,8 +11,8 @@ import pytest
 from bundled import FIXTURES, copy_tree, example_plan
 from pvegpu.apply.check import EXIT_ERRORS, EXIT_WARNINGS, CheckReport, check
 from pvegpu.cli import main
-from pvegpu.planning.plan import Finding, Severity
-from pvegpu.rendering.artifact import REVERT_BUNDLE
+from pvegpu.model.artifact import REVERT_BUNDLE
+from pvegpu.model.plan import Finding, Severity
 from pvegpu.rendering.registry import render
 from test_apply import CT, ROOTFS, Setup
 

@@ -23,7 +23,7 @@ from bundled import FIXTURES, copy_tree, spec_path
 from pvegpu.cli import main
 from pvegpu.errors import PlanError, SpecError
 from pvegpu.host.discover import discover
-from pvegpu.host.facts import HostFacts
+from pvegpu.model.facts import HostFacts
 from pvegpu.pipeline import discover_cluster, plan_and_render_cluster
 from pvegpu.planning.cluster import ClusterPlan
 from pvegpu.planning.planner import plan

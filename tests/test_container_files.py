@@ -21,9 +21,9 @@ import fixture_hosts
 from bundled import EXAMPLES
 from pvegpu.errors import PlanError
 from pvegpu.host.paths import SPLIT_SCRIPT
+from pvegpu.model.artifact import HOST, REVERT_BUNDLE, Artifact
+from pvegpu.model.plan import Plan, Severity
 from pvegpu.pipeline import discover_for, plan_and_render
-from pvegpu.planning.plan import Plan, Severity
-from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, Artifact
 from pvegpu.rendering.bundle import write_bundle
 from pvegpu.rendering.review.apply_steps import runbook
 from pvegpu.rendering.review.manual_revert import revert_steps

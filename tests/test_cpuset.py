@@ -12,12 +12,12 @@ import pytest
 
 from bundled import EXAMPLES, FIXTURES
 from pvegpu.errors import SpecError
-from pvegpu.host.facts import ConfigFile, HostFacts
+from pvegpu.model.artifact import REVERT_BUNDLE
+from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.model.plan import Plan
 from pvegpu.pipeline import discover_for
-from pvegpu.planning.plan import Plan
 from pvegpu.planning.planner import plan
 from pvegpu.pvefiles import lxcconf
-from pvegpu.rendering.artifact import REVERT_BUNDLE
 from pvegpu.rendering.registry import render
 from pvegpu.spec.load import parse_spec
 

@@ -22,9 +22,9 @@ from depth import examples
 from fixture_hosts import HOSTS
 from pvegpu.errors import DiscoveryError
 from pvegpu.host.discover import discover
-from pvegpu.host.facts import HostFacts, IommuMode, KernelModuleFlavor
 from pvegpu.host.facts_json import facts_to_json
 from pvegpu.host.reader import Trace
+from pvegpu.model.facts import HostFacts, IommuMode, KernelModuleFlavor
 from pvegpu.pci import CpuList, PciAddress
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"

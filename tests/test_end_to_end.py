@@ -28,16 +28,16 @@ from syrupy.assertion import SnapshotAssertion
 
 from bundled import FIXTURES, REPO, copy_tree, example_spec, spec_path
 from linters import SYSTEM_UNITS, needs_shellcheck, needs_systemd, shellcheck, verify
-from pvegpu.host.facts import HostFacts
+from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Plan
+from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_for, plan_and_render
-from pvegpu.planning.plan import Plan
-from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.rendering.bundle import bundle_files as bundle_contents
 from pvegpu.rendering.bundle import write_bundle
 from pvegpu.rendering.registry import render
 from pvegpu.rendering.split import UNIT_PATH
 from pvegpu.spec.load import load_spec
-from pvegpu.spec.schema import Spec
 from script_data import join_script, script_parts
 from test_discover import _Shuffled
 from test_split_unit import install_root

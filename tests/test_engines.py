@@ -15,13 +15,13 @@ from pvegpu import engines
 from pvegpu.engines import ENGINE_NAMES, Engine, engine_for
 from pvegpu.engines.sglang.engine import SGLANG
 from pvegpu.errors import PlanError, PvegpuError
-from pvegpu.host.facts import HostFacts
-from pvegpu.planning.plan import Finding, Pool
+from pvegpu.model.decision import SglangServing
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Finding, Pool
+from pvegpu.model.schema import ServingSpec
+from pvegpu.planning import decide
+from pvegpu.planning.decide import decided_servings
 from pvegpu.rendering.serving import render_serving
-from pvegpu.serving import decide
-from pvegpu.serving.decide import decided_servings
-from pvegpu.serving.decision import SglangServing
-from pvegpu.spec.schema import ServingSpec
 from strategies_serving import kpro6_plan, qwen_serving
 
 
@@ -85,7 +85,7 @@ def test_planner_and_renderer_reach_the_engine_through_the_registry(
 
 
 def test_the_registry_is_the_only_way_the_planner_finds_an_engine() -> None:
-    """serving/decide.py names no engine's package: a new engine is a registry line."""
+    """planning/decide.py names no engine's package: a new engine is a registry line."""
     assert decide.__file__ is not None
     assert "engines.sglang" not in Path(decide.__file__).read_text(encoding="utf-8")
 
@@ -96,7 +96,7 @@ def test_reading_an_engines_tables_does_not_load_its_decisions() -> None:
     code = (
         "import sys, pvegpu.engines.sglang.options, pvegpu.engines.sglang.installed; "
         "print(sorted(m for m in sys.modules if m.startswith(("
-        "'pvegpu.serving.decide', 'pvegpu.engines.sglang.build', "
+        "'pvegpu.planning.decide', 'pvegpu.engines.sglang.build', "
         "'pvegpu.engines.sglang.engine'))))"
     )
     out = subprocess.run(

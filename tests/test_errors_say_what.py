@@ -33,8 +33,8 @@ from pvegpu.errors import (
     RenderError,
     SpecError,
 )
+from pvegpu.model.artifact import ArtifactRole
 from pvegpu.pipeline import discover_for, plan_and_render
-from pvegpu.rendering.artifact import ArtifactRole
 from pvegpu.spec.lines import key_lines, line_of
 from pvegpu.spec.load import parse_spec
 

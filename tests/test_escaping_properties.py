@@ -48,19 +48,19 @@ from linters import (
     verify_files,
 )
 from pvegpu.errors import PlanError, RenderError, SpecError
-from pvegpu.host.facts import HostFacts
 from pvegpu.host.paths import SPLIT_SCRIPT
+from pvegpu.model.artifact import APPLY_BUNDLE, HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.model.decision import SglangServing
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Plan
+from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_for, plan_and_render
-from pvegpu.planning.plan import Plan
 from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.guestconf import parse_lines
-from pvegpu.rendering.artifact import APPLY_BUNDLE, HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.rendering.review import runbook
 from pvegpu.rendering.review.manual_revert import revert_steps
-from pvegpu.serving.decision import SglangServing
 from pvegpu.serving.unitfile import SERVICE, environment_pairs, exec_words, parse_unit
 from pvegpu.spec.load import parse_spec
-from pvegpu.spec.schema import Spec
 from spec_toml import toml_text
 from stubbed_sh import run_stubbed, stub
 

@@ -15,9 +15,7 @@ from depth import examples
 from fixture_hosts import HOSTS
 from pvegpu.errors import DiscoveryError
 from pvegpu.host import facts_dump
-from pvegpu.host.bootconfig import BootConfig, BootLoader, BootModule, KernelCmdline
 from pvegpu.host.discover import discover
-from pvegpu.host.facts import FileStat, HostFacts, PcieLink
 from pvegpu.host.facts_json import (
     SCHEMA,
     converter,
@@ -25,6 +23,8 @@ from pvegpu.host.facts_json import (
     facts_to_json,
     unstructure_facts,
 )
+from pvegpu.model.bootconfig import BootConfig, BootLoader, BootModule, KernelCmdline
+from pvegpu.model.facts import FileStat, HostFacts, PcieLink
 from strategies_host import hosts
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
@@ -89,7 +89,7 @@ def _mutations() -> dict[str, tuple[Callable[[dict[str, Any]], None], str]]:
         return apply
 
     return {
-        "wrong schema": (set_(["schema"], "pvegpu.host.facts/0"), "schema"),
+        "wrong schema": (set_(["schema"], "pvegpu.model.facts/0"), "schema"),
         "uppercase hex": (set_(["functions", 0, "vendor"], "10DE"), "hex digits"),
         "trailing newline": (set_(["functions", 0, "device"], "2bb5\n"), "hex digits"),
         "0x prefix": (set_(["functions", 0, "class"], "0x060000"), "hex digits"),

@@ -26,13 +26,13 @@ import pytest
 from deadline import HangError, deadline
 from depth import THOROUGH
 from pvegpu.errors import PvegpuError
-from pvegpu.host.facts import ConfigFile, HostFacts
+from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.model.model_config import LINEAR_LAYER_TYPES
+from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_for
 from pvegpu.planning.planner import plan
 from pvegpu.rendering.registry import render
-from pvegpu.serving.model_config import LINEAR_LAYER_TYPES
 from pvegpu.spec.load import load_spec, parse_spec
-from pvegpu.spec.schema import Spec
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = int(os.environ.get("PVEGPU_FUZZ_EXAMPLES", "100" if THOROUGH else "12"))

@@ -18,14 +18,14 @@ from pvegpu.host import container_units
 from pvegpu.host.discover import read_host
 from pvegpu.host.reader import RootReader
 from pvegpu.host.snapshot import snapshot, unpack
+from pvegpu.model.decision import ServingFiles
+from pvegpu.model.plan import Plan
+from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_for
-from pvegpu.planning.plan import Plan
 from pvegpu.planning.planner import plan
 from pvegpu.planning.unit_gpus import unit_demand, visible_count
-from pvegpu.serving.decision import ServingFiles
 from pvegpu.serving.unitfile import parse_unit
 from pvegpu.spec.load import parse_spec
-from pvegpu.spec.schema import Spec
 
 CT = "rpool/data/subvol-129-disk-0"
 UNITS = f"{CT}/etc/systemd/system"

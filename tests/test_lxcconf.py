@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pvegpu.errors import RenderError
+from pvegpu.model.schema import DeviceStyle
 from pvegpu.pci import CpuList
 from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import ConfLine, split_sections
-from pvegpu.spec.schema import DeviceStyle
 from pvegpu.vendors import CONTAINER_NODES as NODES
 from strategies import LXC_MAJORS, NVIDIA_UVM_MAJOR, GuestConf, cpusets, kpro6, lxc_configs
 

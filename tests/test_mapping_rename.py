@@ -21,13 +21,13 @@ from syrupy.assertion import SnapshotAssertion
 import fixture_hosts
 from bundled import FIXTURES, copy_tree, spec_path
 from pvegpu.cli import main
-from pvegpu.host.facts import HostFacts
+from pvegpu.model.artifact import REVERT_BUNDLE
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Plan
 from pvegpu.pci import CpuList
-from pvegpu.planning.plan import Plan
 from pvegpu.planning.planner import plan
 from pvegpu.pvefiles import pcicfg, qemuconf
 from pvegpu.pvefiles.guestconf import split_sections
-from pvegpu.rendering.artifact import REVERT_BUNDLE
 from pvegpu.rendering.registry import render
 from pvegpu.spec.load import parse_spec
 from strategies import MAPPED_PATHS, MAPPING, GuestConf, vm_configs

@@ -21,10 +21,7 @@ from bundled import FIXTURES, copy_tree, spec_path
 from deadline import deadline
 from pvegpu.cli import main
 from pvegpu.errors import PlanError, RenderError
-from pvegpu.pci import CpuList
-from pvegpu.pvefiles import lxcconf, qemuconf
-from pvegpu.pvefiles.guestconf import config_integer
-from pvegpu.serving.model_config import (
+from pvegpu.model.model_config import (
     MAX_TP_SIZE,
     ModelConfig,
     checkpoint_bytes_from_index,
@@ -32,6 +29,9 @@ from pvegpu.serving.model_config import (
     problem_tp,
     valid_tp_sizes,
 )
+from pvegpu.pci import CpuList
+from pvegpu.pvefiles import lxcconf, qemuconf
+from pvegpu.pvefiles.guestconf import config_integer
 from strategies_serving import MODEL_DIR, qwen35_config
 
 DEADLINE_S = 10

@@ -10,8 +10,8 @@ import pytest
 
 from pvegpu.cli import main
 from pvegpu.errors import RenderError
+from pvegpu.model.artifact import REVIEW, Artifact
 from pvegpu.rendering import outdir
-from pvegpu.rendering.artifact import REVIEW, Artifact
 from pvegpu.rendering.bundle import MANIFEST, MANIFEST_SCHEMA, write_bundle
 
 SUMMARY = Artifact("SUMMARY.md", "# summary\n", "summary", target=REVIEW)

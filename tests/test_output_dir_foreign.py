@@ -19,8 +19,8 @@ import pytest
 from bundled import REPO
 from pvegpu.cli import main
 from pvegpu.errors import RenderError
+from pvegpu.model.artifact import REVIEW, Artifact
 from pvegpu.rendering import cluster, outdir
-from pvegpu.rendering.artifact import REVIEW, Artifact
 from pvegpu.rendering.bundle import MANIFEST, MANIFEST_SCHEMA, write_bundle
 
 SUMMARY = Artifact("SUMMARY.md", "# summary\n", "summary", target=REVIEW)

@@ -8,12 +8,9 @@ import pytest
 
 from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
-from pvegpu.host.facts import ConfigFile, HostFacts, VfioIdsSetting
-from pvegpu.pipeline import discover_for
-from pvegpu.planning.plan import PoolKind
-from pvegpu.planning.planner import plan
-from pvegpu.spec.load import load_spec, parse_spec
-from pvegpu.spec.schema import (
+from pvegpu.model.facts import ConfigFile, HostFacts, VfioIdsSetting
+from pvegpu.model.plan import PoolKind
+from pvegpu.model.schema import (
     DeviceStyle,
     LxcSpec,
     MappingSpec,
@@ -22,6 +19,9 @@ from pvegpu.spec.schema import (
     VfioSpec,
     VmSpec,
 )
+from pvegpu.pipeline import discover_for
+from pvegpu.planning.planner import plan
+from pvegpu.spec.load import load_spec, parse_spec
 from strategies import KPRO6_LXC_129, KPRO6_PCI_CFG, KPRO6_VM_140
 from strategies import kpro6 as kpro6_facts
 

@@ -6,12 +6,12 @@ import attrs
 import pytest
 
 from pvegpu.errors import PlanError
-from pvegpu.host.facts import PciFunction
+from pvegpu.model.facts import PciFunction
+from pvegpu.model.schema import MappingSpec
 from pvegpu.planning.mapping import pool_mapping
 from pvegpu.planning.planner import plan
 from pvegpu.pvefiles import pcicfg
 from pvegpu.spec.load import parse_spec
-from pvegpu.spec.schema import MappingSpec
 from strategies import kpro6
 
 

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 from depth import examples
 from pvegpu.errors import PlanError
-from pvegpu.host.facts import ConfigFile, HostFacts
+from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.model.plan import Plan, PoolKind
+from pvegpu.model.schema import Spec
 from pvegpu.pci import PciAddress
-from pvegpu.planning.plan import Plan, PoolKind
 from pvegpu.planning.planner import plan
 from pvegpu.rendering.registry import render
-from pvegpu.spec.schema import Spec
 from strategies_host import hosts, specs
 
 MIN_ACCEPTED = 0.6

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pvegpu.planning.plan import Plan
+from pvegpu.model.plan import Plan
 from pvegpu.rendering.split import SCRIPT_PATH, UNIT_PATH, render_split
 from qemu import guest, kernel
 

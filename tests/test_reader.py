@@ -21,8 +21,8 @@ from pvegpu.cli.diffs import current as _current
 from pvegpu.errors import DiscoveryError
 from pvegpu.host.reader import RootReader, Trace
 from pvegpu.host.serving_files import read_serving_files
-from pvegpu.rendering.artifact import Artifact
-from pvegpu.spec.schema import LxcSpec, PoolSpec, ServingSpec, Spec
+from pvegpu.model.artifact import Artifact
+from pvegpu.model.schema import LxcSpec, PoolSpec, ServingSpec, Spec
 
 SECRET = "outside the root\n"
 

@@ -10,15 +10,10 @@ from syrupy.assertion import SnapshotAssertion
 
 from depth import examples
 from pvegpu.errors import PlanError
-from pvegpu.host.facts import HostFacts
-from pvegpu.planning import planner
-from pvegpu.planning.plan import Plan, Severity
-from pvegpu.pvefiles import pcicfg
-from pvegpu.rendering.artifact import HOST, REVIEW, Artifact
-from pvegpu.rendering.lxc import render_lxc_configs
-from pvegpu.rendering.pci_cfg import render_pci_cfg
-from pvegpu.rendering.vm import render_vm_configs
-from pvegpu.spec.schema import (
+from pvegpu.model.artifact import HOST, REVIEW, Artifact
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Plan, Severity
+from pvegpu.model.schema import (
     DeviceStyle,
     LxcSpec,
     MappingSpec,
@@ -28,6 +23,11 @@ from pvegpu.spec.schema import (
     VfioSpec,
     VmSpec,
 )
+from pvegpu.planning import planner
+from pvegpu.pvefiles import pcicfg
+from pvegpu.rendering.lxc import render_lxc_configs
+from pvegpu.rendering.pci_cfg import render_pci_cfg
+from pvegpu.rendering.vm import render_vm_configs
 from strategies import (
     KPRO6_LXC_129,
     KPRO6_PCI_CFG,

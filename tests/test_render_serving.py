@@ -15,14 +15,14 @@ from pvegpu.engines.sglang.options import load_table
 from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
 from pvegpu.host.serving_files import with_serving_files
-from pvegpu.planning.plan import Plan
+from pvegpu.model.artifact import Artifact
+from pvegpu.model.plan import Plan
+from pvegpu.planning import decide
+from pvegpu.planning.decide import decided_servings
 from pvegpu.planning.planner import plan
-from pvegpu.rendering.artifact import Artifact
 from pvegpu.rendering.registry import render
 from pvegpu.rendering.serving import render_serving
-from pvegpu.serving import decide
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.decide import decided_servings
 from pvegpu.serving.systemd import environment_assignment, exec_word
 from pvegpu.spec.load import load_spec
 from strategies_serving import ROOTFS, kpro6_plan, qwen_serving

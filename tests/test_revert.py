@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from bundled import FIXTURES, copy_tree, example_plan
-from pvegpu.planning.plan import Plan
-from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE
+from pvegpu.model.artifact import HOST, REVERT_BUNDLE
+from pvegpu.model.plan import Plan
 from pvegpu.rendering.bundle import write_bundle
 from pvegpu.rendering.registry import render
 from sysfs_sim import copy_host

@@ -12,12 +12,12 @@ import attrs
 import pytest
 
 from bundled import example_plan, spec_plan
-from pvegpu.host.facts import ConfigFile
+from pvegpu.model.artifact import HOST, REVIEW, Artifact
+from pvegpu.model.facts import ConfigFile
+from pvegpu.model.plan import Plan
 from pvegpu.pci import PciAddress
 from pvegpu.pipeline import discover_for
-from pvegpu.planning.plan import Plan
 from pvegpu.planning.planner import plan
-from pvegpu.rendering.artifact import HOST, REVIEW, Artifact
 from pvegpu.rendering.bundle import write_bundle
 from pvegpu.rendering.registry import RENDERERS
 from pvegpu.rendering.revert import render_revert

@@ -12,10 +12,10 @@ import pytest
 from bundled import example_facts, example_spec, fixture_root, spec_path
 from pvegpu.cli import main
 from pvegpu.errors import SpecError
-from pvegpu.host.facts import ConfigFile, HostFacts
-from pvegpu.planning.plan import Plan
+from pvegpu.model.artifact import REVERT_BUNDLE, Artifact
+from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.model.plan import Plan
 from pvegpu.planning.planner import plan
-from pvegpu.rendering.artifact import REVERT_BUNDLE, Artifact
 from pvegpu.rendering.registry import render
 from pvegpu.spec.load import parse_spec
 

@@ -18,13 +18,10 @@ from pvegpu.engines.sglang.unit import unit_content
 from pvegpu.engines.sglang.versions import EnvironmentRule, Versions, When
 from pvegpu.errors import PlanError, PvegpuError, SpecError
 from pvegpu.hardware import GPU_MEMORY
-from pvegpu.host.facts import ConfigFile, FileStat, IommuGroupType
 from pvegpu.host.serving_files import read_serving_files, with_serving_files
-from pvegpu.planning.plan import Finding, Plan, Pool, Severity
-from pvegpu.serving.container import container_driver_problems, container_driver_state
-from pvegpu.serving.decide import decided_servings
-from pvegpu.serving.decision import P2PSource, SglangServing
-from pvegpu.serving.model_config import (
+from pvegpu.model.decision import P2PSource, SglangServing
+from pvegpu.model.facts import ConfigFile, FileStat, IommuGroupType
+from pvegpu.model.model_config import (
     ModelConfig,
     checkpoint_bytes_from_index,
     checkpoint_bytes_from_shards,
@@ -33,6 +30,10 @@ from pvegpu.serving.model_config import (
     tp_divides,
     valid_tp_sizes,
 )
+from pvegpu.model.plan import Finding, Plan, Pool, Severity
+from pvegpu.model.schema import LxcSpec, P2PSetting, PoolSpec, Spec
+from pvegpu.planning.decide import decided_servings
+from pvegpu.serving.container import container_driver_problems, container_driver_state
 from pvegpu.serving.unitfile import (
     environment_pairs,
     exec_words,
@@ -42,7 +43,6 @@ from pvegpu.serving.unitfile import (
 )
 from pvegpu.serving.visible import visible_indices
 from pvegpu.spec.load import parse_spec
-from pvegpu.spec.schema import LxcSpec, P2PSetting, PoolSpec, Spec
 from strategies_serving import (
     HOST_DRIVER,
     MODEL_DIR,

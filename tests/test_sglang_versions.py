@@ -18,13 +18,13 @@ from pvegpu.engines.sglang.option_check import parse_command_line
 from pvegpu.engines.sglang.options import load_table, shipped_versions
 from pvegpu.engines.sglang.versions import When
 from pvegpu.errors import PlanError, PvegpuError, SpecError
+from pvegpu.model.artifact import Artifact
+from pvegpu.model.plan import Plan
+from pvegpu.model.schema import ServingSpec, Spec
 from pvegpu.pipeline import discover_for
-from pvegpu.planning.plan import Plan
+from pvegpu.planning.decide import decided_servings
 from pvegpu.planning.planner import plan
-from pvegpu.rendering.artifact import Artifact
 from pvegpu.rendering.serving import render_serving
-from pvegpu.serving.decide import decided_servings
-from pvegpu.spec.schema import ServingSpec, Spec
 from strategies_serving import ROOTFS, kpro6_plan, qwen_serving
 from test_sglang_tables import source_files
 

@@ -19,7 +19,7 @@ import pytest
 
 from pvegpu.cli import main
 from pvegpu.host.discover import discover
-from pvegpu.planning.plan import Plan
+from pvegpu.model.plan import Plan
 from pvegpu.planning.planner import plan
 from pvegpu.rendering.split import MODPROBE_PATH, SCRIPT_PATH, UNIT_PATH, render_split
 from pvegpu.spec.load import parse_spec

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from pvegpu.errors import SpecError
+from pvegpu.model.schema import DeviceStyle, P2PSetting
 from pvegpu.spec.load import load_spec, parse_spec
-from pvegpu.spec.schema import DeviceStyle, P2PSetting
 
 REPO = Path(__file__).resolve().parent.parent
 

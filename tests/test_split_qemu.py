@@ -30,9 +30,9 @@ import pytest
 from pvegpu.errors import PlanError
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.host.discover import discover
-from pvegpu.host.facts import HostFacts
+from pvegpu.model.artifact import APPLY_BUNDLE, HOST
+from pvegpu.model.facts import HostFacts
 from pvegpu.planning.planner import plan
-from pvegpu.rendering.artifact import APPLY_BUNDLE, HOST
 from pvegpu.rendering.registry import render
 from pvegpu.rendering.split import MODPROBE_PATH, SCRIPT_PATH, UNIT_PATH
 from pvegpu.spec.load import parse_spec

@@ -19,7 +19,7 @@ import pytest
 
 from bundled import example_plan
 from linters import needs_shellcheck, shellcheck
-from pvegpu.planning.plan import Plan
+from pvegpu.model.plan import Plan
 from pvegpu.rendering.split import SCRIPT_PATH, render_split
 from sysfs_sim import (
     NAP_S,

@@ -17,12 +17,13 @@ import pvegpu.rendering.split as rendering_split
 from bundled import FIXTURES, KPRO6_LXC_ONLY, REPO, copy_tree, example_plan
 from linters import SYSTEM_UNITS, SYSTEMCTL, needs_systemd, verify
 from pvegpu.errors import PlanError, Problem
-from pvegpu.host.facts import ConfigFile, HostFacts, PciFunction, VfioIdsSetting
+from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.model.facts import ConfigFile, HostFacts, PciFunction, VfioIdsSetting
+from pvegpu.model.plan import Plan
+from pvegpu.model.schema import Spec
 from pvegpu.pci import PciAddress
 from pvegpu.planning import planner
-from pvegpu.planning.plan import Plan
 from pvegpu.planning.split import revert_driver
-from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.rendering.registry import render
 from pvegpu.rendering.split import (
     INITRAMFS_HOOK_PATH,
@@ -31,7 +32,6 @@ from pvegpu.rendering.split import (
     UNIT_PATH,
     render_split,
 )
-from pvegpu.spec.schema import Spec
 from sysfs_sim import (
     KernelSim,
     copy_host,

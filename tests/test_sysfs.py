@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from pvegpu.host import sysfs
-from pvegpu.host.facts import CharMajor, IommuGroupType, KernelModuleFlavor, NvidiaDriver
+from pvegpu.model.facts import CharMajor, IommuGroupType, KernelModuleFlavor, NvidiaDriver
 from pvegpu.vendors.nvidia import USERSPACE
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import jinja2
 import pytest
 
-from pvegpu.rendering.templating import bytecode_cache, default_cache_dir, make_environment
+from pvegpu.formats.templating import bytecode_cache, default_cache_dir, make_environment
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 

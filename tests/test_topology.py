@@ -11,10 +11,10 @@ import attrs
 import pytest
 
 from bundled import spec_plan
+from pvegpu.model.artifact import REVIEW
+from pvegpu.model.plan import Plan
 from pvegpu.pipeline import discover_for
-from pvegpu.planning.plan import Plan
 from pvegpu.planning.planner import plan
-from pvegpu.rendering.artifact import REVIEW
 from pvegpu.rendering.review.render import render_topology_svg
 from pvegpu.rendering.review.topology import topology_mermaid, topology_svg, topology_table
 from pvegpu.spec.load import load_spec

@@ -12,9 +12,9 @@ from pathlib import Path
 import attrs
 
 from pvegpu.hardware import GPU_DRIVER_MODULES, HOST_GPU_DRIVERS, binding_modules, host_driver
+from pvegpu.model.schema import DeviceStyle
 from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import ConfLine
-from pvegpu.spec.schema import DeviceStyle
 from pvegpu.vendors import CONTAINER_NODES, VENDORS, DeviceNodes, vendor_by_driver, vendor_of
 from pvegpu.vendors.nvidia import NVIDIA
 from strategies import kpro6
@@ -25,7 +25,7 @@ STILL_NAMING_NVIDIA = {
     # The facts' shape: `HostFacts.nvidia` (NvidiaDriver), `GPU.nvidia_minor` and
     # `GPU.is_nvidia` are field names of the facts JSON and snapshots (goldens); they go
     # with a facts codec that maps names (vendor-neutral fields, the JSON kept).
-    "host/facts.py",
+    "model/facts.py",
     # Discovery reads /proc/driver/nvidia and /sys/module/nvidia into those fields; its
     # parsers move into the vendor with them.
     "host/discover.py",

@@ -21,12 +21,12 @@ import fixture_hosts
 from bundled import host_facts
 from pvegpu.errors import PlanError, Problem
 from pvegpu.host.discover import discover
-from pvegpu.host.facts import HostFacts
-from pvegpu.planning.plan import Finding, Plan
+from pvegpu.model.artifact import REVERT_BUNDLE, Artifact
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Finding, Plan
 from pvegpu.planning.planner import plan
 from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import ConfLine, split_sections
-from pvegpu.rendering.artifact import REVERT_BUNDLE, Artifact
 from pvegpu.rendering.registry import render
 from pvegpu.spec.load import parse_spec
 from pvegpu.testing import HostSpec, write_host

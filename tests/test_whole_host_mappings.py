@@ -16,11 +16,11 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 
 from bundled import KPRO6_SPEC, host_facts
-from pvegpu.host.facts import HostFacts
+from pvegpu.model.artifact import REVERT_BUNDLE
+from pvegpu.model.facts import HostFacts
 from pvegpu.planning.planner import plan
 from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.qemuconf import host_ids
-from pvegpu.rendering.artifact import REVERT_BUNDLE
 from pvegpu.rendering.registry import render
 from pvegpu.spec.load import parse_spec
 from test_whole_host_guests import ISSUE, SPLIT, VM140, VM140_BASE, artifact, of, refused, variant

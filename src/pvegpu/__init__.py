@@ -33,10 +33,10 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from pvegpu.host.discover import discover
-    from pvegpu.host.facts import GPU, HostFacts, IommuGroup, NumaNode, PciFunction
-    from pvegpu.pci import CpuList, PciAddress
-    from pvegpu.pipeline import discover_for, plan_and_render
-    from pvegpu.planning.plan import (
+    from pvegpu.model.artifact import Artifact, ArtifactRole
+    from pvegpu.model.decision import SglangServing
+    from pvegpu.model.facts import GPU, HostFacts, IommuGroup, NumaNode, PciFunction
+    from pvegpu.model.plan import (
         Finding,
         LxcContainer,
         PciMap,
@@ -45,20 +45,20 @@ if TYPE_CHECKING:
         Pool,
         VmGuest,
     )
+    from pvegpu.model.schema import Spec
+    from pvegpu.pci import CpuList, PciAddress
+    from pvegpu.pipeline import discover_for, plan_and_render
     from pvegpu.planning.planner import plan
-    from pvegpu.rendering.artifact import Artifact, ArtifactRole
     from pvegpu.rendering.bundle import write_bundle
     from pvegpu.rendering.registry import render
-    from pvegpu.serving.decision import SglangServing
     from pvegpu.spec.load import load_spec, parse_spec
-    from pvegpu.spec.schema import Spec
 
 _HOMES = {
     "pvegpu.host.discover": ("discover",),
-    "pvegpu.host.facts": ("GPU", "HostFacts", "IommuGroup", "NumaNode", "PciFunction"),
+    "pvegpu.model.facts": ("GPU", "HostFacts", "IommuGroup", "NumaNode", "PciFunction"),
     "pvegpu.pci": ("CpuList", "PciAddress"),
     "pvegpu.pipeline": ("discover_for", "plan_and_render"),
-    "pvegpu.planning.plan": (
+    "pvegpu.model.plan": (
         "Finding",
         "LxcContainer",
         "PciMap",
@@ -68,12 +68,12 @@ _HOMES = {
         "VmGuest",
     ),
     "pvegpu.planning.planner": ("plan",),
-    "pvegpu.rendering.artifact": ("Artifact", "ArtifactRole"),
+    "pvegpu.model.artifact": ("Artifact", "ArtifactRole"),
     "pvegpu.rendering.bundle": ("write_bundle",),
     "pvegpu.rendering.registry": ("render",),
-    "pvegpu.serving.decision": ("SglangServing",),
+    "pvegpu.model.decision": ("SglangServing",),
     "pvegpu.spec.load": ("load_spec", "parse_spec"),
-    "pvegpu.spec.schema": ("Spec",),
+    "pvegpu.model.schema": ("Spec",),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 

@@ -6,8 +6,13 @@ its module in `vendors/`; the tables here take them from there.
 
 from __future__ import annotations
 
-from pvegpu.host.facts import PciFunction
+from typing import TYPE_CHECKING
+
 from pvegpu.vendors import VENDORS
+
+if TYPE_CHECKING:
+    # Only a type: the tables sit with the vendors, below the facts that name them.
+    from pvegpu.model.facts import PciFunction
 
 MIB = 1024**2
 

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 
 from pvegpu.host.container_units import read_container_units
 from pvegpu.host.discover import read_host
-from pvegpu.host.facts import HostFacts
 from pvegpu.host.reader import RootReader
 from pvegpu.host.serving_files import add_serving_files, read_serving
-from pvegpu.planning.plan import Plan
+from pvegpu.model.artifact import Artifact
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Plan
+from pvegpu.model.schema import Spec
 from pvegpu.planning.planner import plan
-from pvegpu.rendering.artifact import Artifact
 from pvegpu.rendering.registry import render
-from pvegpu.spec.schema import Spec
 
 if TYPE_CHECKING:
     from pvegpu.planning.cluster import ClusterPlan

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from pvegpu.errors import BundleError, Problem
-from pvegpu.rendering.artifact import REVERT_BUNDLE, REVIEW
+from pvegpu.model.artifact import REVERT_BUNDLE, REVIEW
 from pvegpu.rendering.bundle import MANIFEST, MANIFEST_SCHEMA
 from pvegpu.rendering.outdir import relative_path
 from pvegpu.rendering.review.contract import (

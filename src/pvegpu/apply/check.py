@@ -3,10 +3,11 @@
 Made to run from a timer after upgrades: the reference deployment broke when the host
 driver went to 590.48.01 while the container kept 565.57.01, and nothing noticed.
 
-Always, for the host as it is (host_checks.py): each container with GPU device nodes
-against the host's NVIDIA module, P2P left on under IOMMU translation for a multi-GPU
-server, mappings whose ids, groups or subsystem ids no longer match sysfs, `vfio-pci.ids`
-catching identical GPUs. With a bundle (or a spec, rendered in memory), also: every
+Always, for the host as it is (host_checks.py, by the planner's own functions): each
+container with GPU device nodes against the host's NVIDIA module, P2P left on for a
+multi-GPU server where the plan would turn it off, mappings whose ids, groups or
+subsystem ids no longer match sysfs, and the planner's host findings (`vfio-pci.ids`
+catching identical GPUs). With a bundle (or a spec, rendered in memory), also: every
 planned function on its planned driver (and override), the split unit installed and
 enabled, installed files equal to the bundle's, the server's unit (with its drop-ins)
 running the planned TP, GPUs and P2P setting, and the plan's own findings.
@@ -23,9 +24,9 @@ import attrs
 from pvegpu.apply.bundle import Bundle
 from pvegpu.apply.host_checks import container_rootfs, host_checks, serving_unit
 from pvegpu.host.discover import read_host
-from pvegpu.host.facts import HostFacts
 from pvegpu.host.reader import RootReader
-from pvegpu.planning.plan import Finding, Severity
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Finding, Severity
 from pvegpu.rendering.review.changes import container_vmid
 
 EXIT_WARNINGS = 8

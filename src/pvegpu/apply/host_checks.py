@@ -1,7 +1,10 @@
 """`pvegpu check` without a plan: what can be wrong with a GPU host as it is.
 
 Read through the root reader like discovery, so a snapshot can be checked as well as
-the live host; nothing here runs a command.
+the live host; nothing here runs a command. No rule here is check's own: each decision
+the planner also makes is the planner's function (the unit systemd runs and its
+drop-ins, `effective_dropins`; its TP, `unit_demand`; P2P on the container's GPUs,
+`facts_p2p`; a pci.cfg path, `HostId`), so check and plan cannot disagree on a host.
 """
 
 from __future__ import annotations
@@ -11,26 +14,25 @@ from collections.abc import Iterator
 
 import attrs
 
+from pvegpu.engines.sglang.dropins import effective_dropins
+from pvegpu.engines.sglang.environment import P2P_ENV
 from pvegpu.errors import PvegpuError
-from pvegpu.host.facts import HostFacts
-from pvegpu.host.paths import CONTAINER_LIBDIRS, DPKG_STATUS, dropin_dirs
+from pvegpu.host.paths import CONTAINER_LIBDIRS, DPKG_STATUS, SYSTEM_UNIT_PATH, dropin_dirs
 from pvegpu.host.reader import RootReader
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
-from pvegpu.planning.plan import Finding, Severity
+from pvegpu.model.facts import GPU, ConfigFile, HostFacts, PciFunction
+from pvegpu.model.plan import Finding, Severity
+from pvegpu.planning.findings import host_findings
+from pvegpu.planning.unit_gpus import VISIBLE, unit_demand
 from pvegpu.pvefiles.guestconf import parse_lines, split_sections
-from pvegpu.pvefiles.lxcconf import is_gpu_line, raw_uvm_majors
-from pvegpu.pvefiles.pcicfg import parse_mappings
+from pvegpu.pvefiles.hostpci import host_ids
+from pvegpu.pvefiles.lxcconf import gpu_minor, is_gpu_line, raw_uvm_majors
+from pvegpu.pvefiles.pcicfg import PciMap, parse_mappings
 from pvegpu.serving.container import container_driver_state
-from pvegpu.serving.unitfile import (
-    UnitFile,
-    environment_pairs,
-    exec_words,
-    launch_options,
-    merge_units,
-)
+from pvegpu.serving.p2p import facts_p2p
+from pvegpu.serving.unitfile import ENVIRONMENT, SERVICE, UnitFile, environment_pairs, merge_units
 from pvegpu.vendors import CONTAINER_NODES, CONTAINER_USERSPACE
 
-_TP_FLAGS = ("--tp", "--tp-size", "--tensor-parallel-size")
 _CONF = re.compile(r"(\d+)\.conf")
 
 
@@ -58,6 +60,13 @@ def _gpu_containers(reader: RootReader) -> list[int]:
     return found
 
 
+def _container_gpus(reader: RootReader, facts: HostFacts, vmid: int) -> tuple[GPU, ...]:
+    """The host's GPUs whose device nodes the container's config hands it: its pool."""
+    main = split_sections(reader.read(f"etc/pve/lxc/{vmid}.conf") or "")[0]
+    minors = {gpu_minor(line, CONTAINER_NODES) for line in parse_lines(main.text)}
+    return tuple(g for g in facts.gpus if g.node_minor is not None and g.node_minor in minors)
+
+
 def container_rootfs(reader: RootReader, vmid: int) -> str | None:
     """The container's root file system under the root, if it is a directory there."""
     location = locate_rootfs(
@@ -69,36 +78,38 @@ def container_rootfs(reader: RootReader, vmid: int) -> str | None:
 
 
 def serving_unit(reader: RootReader, vmid: int, unit: str) -> RunningUnit | None:
+    """The server `<unit>.service` runs in the container, as the planner reads a unit:
+    the first file of systemd's search path with the drop-ins it applies."""
     rootfs = container_rootfs(reader, vmid)
     if rootfs is None:
         return None
-    text = reader.read(f"{rootfs}/etc/systemd/system/{unit}.service")
+    name = f"{unit}.service"
+    loaded = (reader.read(f"{rootfs}/{d}/{name}") for d in SYSTEM_UNIT_PATH)
+    text = next((t for t in loaded if t is not None), None)
     if text is None:
         return None
-    dropins = []
-    for directory in dropin_dirs(unit):
-        path = f"{rootfs}/{directory}"
-        if reader.is_dir(path):
-            dropins += [
-                reader.read(f"{path}/{n}") or ""
-                for n in sorted(reader.listdir(path, lambda n: n.endswith(".conf")))
-            ]
-    return _running(merge_units((text, *dropins)))
+    files = [
+        ConfigFile(f"{path}/{n}", reader.read(f"{path}/{n}") or "")
+        for directory in dropin_dirs(unit)
+        if reader.is_dir(path := f"{rootfs}/{directory}")
+        for n in reader.listdir(path, lambda n: n.endswith(".conf"))
+    ]
+    dropins = effective_dropins(files, rootfs, unit)
+    return _running(merge_units((text, *(d.text for d in dropins))))
 
 
 def _running(merged: UnitFile) -> RunningUnit | None:
-    starts = merged.values("Service", "ExecStart")
-    options = launch_options(exec_words(starts[-1])) if starts else None
-    if options is None:
+    servers = unit_demand(merged).servers
+    if not servers:
         return None
-    tp = 1
-    for i, word in enumerate(options):
-        flag, eq, value = word.partition("=")
-        if flag in _TP_FLAGS:
-            raw = value if eq else (options[i + 1] if i + 1 < len(options) else "1")
-            tp = int(raw) if raw.isdigit() else tp
-    env = dict(environment_pairs(merged.values("Service", "Environment")))
-    return RunningUnit(tp, env.get("CUDA_VISIBLE_DEVICES"), env.get("NCCL_P2P_DISABLE") == "1")
+    # A size that is no number (`${TP}` from an EnvironmentFile=) is not guessed: TP 1.
+    tp = servers[-1].option("tp")
+    env = dict(environment_pairs(merged.values(SERVICE, ENVIRONMENT)))
+    return RunningUnit(
+        tp.value if tp is not None and tp.value is not None else 1,
+        env.get(VISIBLE),
+        env.get(P2P_ENV) == "1",
+    )
 
 
 def _units(reader: RootReader, rootfs: str) -> list[str]:
@@ -113,7 +124,6 @@ def _units(reader: RootReader, rootfs: str) -> list[str]:
 
 def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
     host_version = facts.nvidia.version if facts.nvidia else None
-    translated = any(g.type is not None and g.type.translates for g in facts.iommu_groups)
     for vmid in _gpu_containers(reader):
         rootfs = container_rootfs(reader, vmid)
         if rootfs is None:
@@ -136,9 +146,11 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
                 f"NVIDIA userspace {', '.join(versions)} in the container, {host_version} on the "
                 "host: CUDA and NCCL fail or hang; install the host's version in the container",
             )
+        # The plan's P2P judgement on the plan's groups: those of the container's GPUs.
+        p2p_on, _ = facts_p2p(facts, _container_gpus(reader, facts, vmid))
         for unit in _units(reader, rootfs):
             running = serving_unit(reader, vmid, unit)
-            if running is not None and running.tp > 1 and translated and not running.p2p_disabled:
+            if running is not None and running.tp > 1 and not p2p_on and not running.p2p_disabled:
                 yield Finding(
                     Severity.ERROR,
                     "p2p-under-translation",
@@ -148,7 +160,7 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
                 )
     yield from _uvm_majors(reader, facts)
     yield from _mappings(reader, facts)
-    yield from _vfio_ids(facts)
+    yield from host_findings(facts)
 
 
 def _uvm_majors(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
@@ -181,25 +193,23 @@ def _mappings(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
         for p in err.problems:
             yield Finding(Severity.ERROR, p.code, p.subject, p.message)
         return
-    functions = {str(f.address): f for f in facts.functions}
+    functions = {
+        (f.address.domain, f.address.bus, f.address.device, f.address.function): f
+        for f in facts.functions
+    }
     for mapping in mappings:
         for m in mapping.maps:
             if m.node != facts.node:
                 continue
-            path = m.path if m.path.count(":") == 2 else f"0000:{m.path}"
-            f = functions.get(path if "." in path else f"{path}.0")
+            # A path as pci.cfg and hostpci spell it (domain optional, `;` lists); a slot
+            # is judged by its function 0, whose ids Proxmox checks.
+            hosts = host_ids([m.path])
+            found = [functions.get((h.domain, h.bus, h.device, h.function or 0)) for h in hosts]
             subject = f"/etc/pve/mapping/pci.cfg [{mapping.id}] {m.path}"
-            if f is None:
+            if not found or None in found:
                 yield Finding(Severity.ERROR, "mapping-stale", subject, "no such device on the bus")
                 continue
-            wrong = []
-            if m.id != f"{f.vendor:04x}:{f.device:04x}":
-                wrong.append(f"id {m.id} is {f.vendor:04x}:{f.device:04x}")
-            if m.iommugroup is not None and m.iommugroup != f.iommu_group:
-                wrong.append(f"iommugroup {m.iommugroup} is {f.iommu_group}")
-            sub = f"{f.subsystem_vendor:04x}:{f.subsystem_device:04x}"
-            if m.subsystem_id is not None and m.subsystem_id != sub:
-                wrong.append(f"subsystem-id {m.subsystem_id} is {sub}")
+            wrong = list(dict.fromkeys(w for f in found if f is not None for w in _stale(m, f)))
             if wrong:
                 yield Finding(
                     Severity.ERROR, "mapping-stale", subject,
@@ -207,17 +217,12 @@ def _mappings(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
                 )  # fmt: skip
 
 
-def _vfio_ids(facts: HostFacts) -> Iterator[Finding]:
-    for setting in facts.vfio_ids:
-        claimed: dict[str, int] = {}
-        for gpu in facts.gpus:
-            if setting.claimed(gpu.function):
-                key = f"{gpu.function.vendor:04x}:{gpu.function.device:04x}"
-                claimed[key] = claimed.get(key, 0) + 1
-        for ids, count in claimed.items():
-            if count > 1:
-                yield Finding(
-                    Severity.WARNING, "vfio-ids-identical", setting.source,
-                    f"vfio-pci ids={','.join(setting.ids)} takes all {count} GPUs {ids}, "
-                    "not only the VM's: bind by address instead (pvegpu's split)",
-                )  # fmt: skip
+def _stale(m: PciMap, f: PciFunction) -> Iterator[str]:
+    """What of map line `m` no longer matches the function it names."""
+    if m.id != f"{f.vendor:04x}:{f.device:04x}":
+        yield f"id {m.id} is {f.vendor:04x}:{f.device:04x}"
+    if m.iommugroup is not None and m.iommugroup != f.iommu_group:
+        yield f"iommugroup {m.iommugroup} is {f.iommu_group}"
+    sub = f"{f.subsystem_vendor:04x}:{f.subsystem_device:04x}"
+    if m.subsystem_id is not None and m.subsystem_id != sub:
+        yield f"subsystem-id {m.subsystem_id} is {sub}"

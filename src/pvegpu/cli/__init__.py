@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command in _RENDERING_COMMANDS:
         # The process keeps compiled templates, not render() (a pure stage writes nothing).
-        from pvegpu.rendering.templating import default_cache_dir, use_bytecode_cache
+        from pvegpu.formats.templating import default_cache_dir, use_bytecode_cache
 
         use_bytecode_cache(default_cache_dir())
     paused = command_paused() if args.command not in _WAITING_COMMANDS else nullcontext()

@@ -11,7 +11,7 @@ from pathlib import Path
 from pvegpu.apply.bundle import Bundle, bundle_from_files, read_bundle_dir
 from pvegpu.apply.check import CheckReport, check
 from pvegpu.errors import PlanError, SpecError
-from pvegpu.planning.plan import Finding, Severity
+from pvegpu.model.plan import Finding, Severity
 
 CHECK_SCHEMA = "pvegpu.check/1"
 

@@ -17,13 +17,13 @@ from typing import Any
 
 from pvegpu.cli.diffs import diff
 from pvegpu.errors import PlanError, Problem
+from pvegpu.model.artifact import REVERT_BUNDLE, REVIEW
+from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_cluster, plan_and_render_cluster
 from pvegpu.planning.cluster import ClusterPlan, root_problems
-from pvegpu.rendering.artifact import REVERT_BUNDLE, REVIEW
 from pvegpu.rendering.bundle import manifest_entry
 from pvegpu.rendering.cluster import NodeArtifacts, write_cluster
 from pvegpu.spec.load import load_spec
-from pvegpu.spec.schema import Spec
 
 Roots = Sequence[tuple[str | None, Path]] | None
 """`--root` as argparse gathered it: (node or None, directory) per flag; None: none given.

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pvegpu.host.reader import RootReader
+from pvegpu.model.artifact import HOST, Artifact
 from pvegpu.redact import redact_text
-from pvegpu.rendering.artifact import HOST, Artifact
 
 
 def current(root: Path, artifact: Artifact) -> str | None:

@@ -10,8 +10,8 @@ import argparse
 import sys
 
 from pvegpu.host.discover import discover
-from pvegpu.host.facts import HostFacts
 from pvegpu.host.facts_dump import facts_to_json
+from pvegpu.model.facts import HostFacts
 
 
 def run_discover(args: argparse.Namespace) -> int:

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pvegpu.cli.diffs import diff
+from pvegpu.model.artifact import REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.model.plan import Plan
+from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_for, plan_and_render
-from pvegpu.planning.plan import Plan
-from pvegpu.rendering.artifact import REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.rendering.bundle import manifest_entry, write_bundle
 from pvegpu.rendering.review.topology import topology_table
 from pvegpu.spec.load import load_spec
-from pvegpu.spec.schema import Spec
 
 if TYPE_CHECKING:
     from pvegpu.cli.cluster import Roots

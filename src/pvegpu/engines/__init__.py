@@ -3,9 +3,9 @@
 An engine is one package here (`sglang/`) behind the `Engine` protocol; the spec's
 `engine` value picks it through `engine_for`, the only place an engine name is compared.
 What any engine's server needs decided the same way (the GPUs, P2P, NUMA pinning, memory
-fit, the model's config.json, the container's files and NVIDIA userspace, the decided
-values) is engine-neutral and lives in `pvegpu.serving`; an engine reads its own release
-in the container, checks its own command line, and writes its own unit.
+fit, the container's files and NVIDIA userspace) is engine-neutral and lives in
+`pvegpu.serving`, the decided values in `pvegpu.model.decision`; an engine reads its own
+release in the container, checks its own command line, and writes its own unit.
 
 Importing this package is light on purpose: `host/` imports `engines.sglang.options`
 and `installed` (which initialises this package first), so an engine's deciding modules
@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from pvegpu.errors import PvegpuError
-    from pvegpu.host.facts import HostFacts
-    from pvegpu.planning.plan import Finding, Pool
-    from pvegpu.serving.decision import SglangServing
-    from pvegpu.spec.schema import ServingSpec
+    from pvegpu.model.decision import SglangServing
+    from pvegpu.model.facts import HostFacts
+    from pvegpu.model.plan import Finding, Pool
+    from pvegpu.model.schema import ServingSpec
 
 
 class Engine(Protocol):

@@ -7,7 +7,8 @@ Every file is optional: a host (or a fixture, or a snapshot) without them has an
 from __future__ import annotations
 
 from pvegpu.host import sysfs
-from pvegpu.host.bootconfig import (
+from pvegpu.host.reader import RootReader, fail
+from pvegpu.model.bootconfig import (
     BOOT_UUIDS,
     ETC_MODULES,
     GRUB_DEFAULT,
@@ -20,7 +21,6 @@ from pvegpu.host.bootconfig import (
     BootModule,
     KernelCmdline,
 )
-from pvegpu.host.reader import RootReader, fail
 
 GRUB_VARIABLES = ("GRUB_CMDLINE_LINUX", "GRUB_CMDLINE_LINUX_DEFAULT")
 """grub-mkconfig puts both on the normal entry's `linux` line."""

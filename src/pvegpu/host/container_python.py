@@ -23,8 +23,8 @@ from pvegpu.engines.sglang.installed import (
 )
 from pvegpu.engines.sglang.options import shipped_versions
 from pvegpu.errors import DiscoveryError
-from pvegpu.host.facts import ConfigFile
 from pvegpu.host.reader import RootReader
+from pvegpu.model.facts import ConfigFile
 
 
 def _is_python_dir(name: str) -> bool:

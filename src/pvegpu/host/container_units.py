@@ -31,14 +31,14 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterator
 
-from pvegpu.host.facts import ConfigFile, HostFacts
 from pvegpu.host.paths import UNIT_DIR, dropin_dirs
 from pvegpu.host.reader import RootReader
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
+from pvegpu.model.decision import ServingFiles
+from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.model.schema import Spec
 from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import split_sections
-from pvegpu.serving.decision import ServingFiles
-from pvegpu.spec.schema import Spec
 from pvegpu.vendors import CONTAINER_NODES
 
 LXC_DIR = "etc/pve/lxc"

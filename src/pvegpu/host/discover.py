@@ -22,7 +22,10 @@ from typing import TypeVar
 
 from pvegpu.host import sysfs
 from pvegpu.host.boot import read_boot
-from pvegpu.host.facts import (
+from pvegpu.host.listing import Listing
+from pvegpu.host.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT
+from pvegpu.host.reader import RECAPTURE, RootReader, Trace, fail
+from pvegpu.model.facts import (
     GPU,
     ConfigFile,
     HostFacts,
@@ -34,9 +37,6 @@ from pvegpu.host.facts import (
     PciFunction,
     VfioIdsSetting,
 )
-from pvegpu.host.listing import Listing
-from pvegpu.host.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT
-from pvegpu.host.reader import RECAPTURE, RootReader, Trace, fail
 from pvegpu.pci import CpuList, PciAddress
 
 T = TypeVar("T")

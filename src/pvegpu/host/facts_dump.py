@@ -18,8 +18,8 @@ from typing import Any
 
 import attrs
 
-from pvegpu.host.bootconfig import BootConfig
-from pvegpu.host.facts import GPU, HostFacts, IommuGroup, PciFunction
+from pvegpu.model.bootconfig import BootConfig
+from pvegpu.model.facts import GPU, HostFacts, IommuGroup, PciFunction
 from pvegpu.pci import CpuList, PciAddress
 
 SCHEMA = "pvegpu.facts/1"

@@ -20,7 +20,6 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from cattrs.v import format_exception
 
 from pvegpu.errors import DiscoveryError
-from pvegpu.host.facts import HostFacts, PciFunction
 
 # Writing the document needs no converter (pvegpu.host.facts_dump, what `discover --json`
 # imports); the converter below reads it, and serves types that embed HostFacts parts.
@@ -28,6 +27,7 @@ from pvegpu.host.facts_dump import SCHEMA as SCHEMA
 from pvegpu.host.facts_dump import facts_to_json as facts_to_json
 from pvegpu.host.facts_dump import unstructure_facts as unstructure_facts
 from pvegpu.jsontext import load_json
+from pvegpu.model.facts import HostFacts, PciFunction
 from pvegpu.pci import CpuList, PciAddress
 
 

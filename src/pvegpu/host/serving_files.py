@@ -18,7 +18,6 @@ from pathlib import Path
 import attrs
 
 from pvegpu.host.container_python import read_installed_sglang
-from pvegpu.host.facts import ConfigFile, FileStat, HostFacts
 from pvegpu.host.paths import (
     CONTAINER_LIBDIRS,
     DPKG_STATUS,
@@ -31,8 +30,9 @@ from pvegpu.host.paths import (
 )
 from pvegpu.host.reader import RootReader, Trace
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
-from pvegpu.serving.decision import ServingFiles
-from pvegpu.spec.schema import Spec
+from pvegpu.model.decision import ServingFiles
+from pvegpu.model.facts import ConfigFile, FileStat, HostFacts
+from pvegpu.model.schema import Spec
 from pvegpu.vendors import CONTAINER_USERSPACE
 
 MASKED = "/dev/null"

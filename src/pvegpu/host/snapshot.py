@@ -22,11 +22,11 @@ import attrs
 from pvegpu.errors import DiscoveryError
 from pvegpu.host.container_units import read_container_units
 from pvegpu.host.discover import discover
-from pvegpu.host.facts import HostFacts
 from pvegpu.host.reader import RootReader, Trace
 from pvegpu.host.serving_files import add_serving_files, read_serving_files
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.schema import Spec
 from pvegpu.redact import redact_text
-from pvegpu.spec.schema import Spec
 
 
 @attrs.frozen

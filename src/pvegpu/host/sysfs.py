@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from pvegpu.host.facts import CharMajor, IommuGroupType, KernelModuleFlavor, NvidiaDriver
+from pvegpu.model.facts import CharMajor, IommuGroupType, KernelModuleFlavor, NvidiaDriver
 from pvegpu.pci import CpuList
 
 # Patterns are used with fullmatch: `$` also matches before a trailing newline. Digits

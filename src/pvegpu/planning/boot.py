@@ -13,10 +13,10 @@ from collections.abc import Iterator, Sequence
 from pvegpu.errors import Problem
 from pvegpu.hardware import binding_modules
 from pvegpu.host import sysfs
-from pvegpu.host.bootconfig import BootConfig, KernelCmdline, ModuleStage
-from pvegpu.host.facts import HostFacts, VfioIdsSetting
 from pvegpu.host.paths import SPLIT_UNIT_NAME
-from pvegpu.planning.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.model.bootconfig import BootConfig, KernelCmdline, ModuleStage
+from pvegpu.model.facts import HostFacts, VfioIdsSetting
+from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 
 BY_ADDRESS = "pvegpu binds vfio GPUs by address (driver_override) instead"
 

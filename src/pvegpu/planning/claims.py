@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from pvegpu.host.facts import GPU, PciFunction
-from pvegpu.planning.plan import Pool, PoolKind
+from pvegpu.model.facts import GPU, PciFunction
+from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.pvefiles.qemuconf import HostId
 
 

@@ -16,12 +16,12 @@ from collections.abc import Collection, Iterator, Mapping
 import attrs
 
 from pvegpu.errors import PlanError, Problem
-from pvegpu.host.facts import HostFacts
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Finding, Plan, SharedPciCfg
+from pvegpu.model.schema import Spec
 from pvegpu.planning.cluster_mapping import shared_pci_cfg
-from pvegpu.planning.plan import Finding, Plan, SharedPciCfg
 from pvegpu.planning.planner import plan
 from pvegpu.pvefiles import pcicfg
-from pvegpu.spec.schema import Spec
 
 _POOL_PATH = re.compile(r"^pools\[(\d+)\]")
 

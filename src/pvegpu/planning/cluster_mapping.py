@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Sequence
 
 from pvegpu.errors import Problem, RenderError
 from pvegpu.hardware import GPU_MEMORY
-from pvegpu.planning.plan import Finding, Plan, Severity, SharedPciCfg
+from pvegpu.model.plan import Finding, Plan, Severity, SharedPciCfg
+from pvegpu.model.schema import PoolSpec
 from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.pcicfg import PciMap, PciMapping
-from pvegpu.spec.schema import PoolSpec
 
 GIB = 1024**3
 

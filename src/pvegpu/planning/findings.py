@@ -6,9 +6,9 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
 from pvegpu.hardware import VFIO_DRIVER, host_driver
-from pvegpu.host.facts import HostFacts
 from pvegpu.host.paths import SPLIT_MODPROBE, SPLIT_UNIT
-from pvegpu.planning.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 
 
 def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
@@ -57,6 +57,26 @@ def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
             "SEV-SNP is on: the IOMMU must stay in translated mode (iommu=pt is refused by "
             "SNP), so GPU peer-to-peer DMA is unreliable on this host",
         )
+    yield from host_findings(facts)
+
+
+def host_findings(facts: HostFacts) -> Iterator[Finding]:
+    """What is wrong with the host whatever the split: every plan reports it, and
+    `pvegpu check` reports it of the host as it is (one rule, not two)."""
+    for setting in facts.vfio_ids:
+        claimed: dict[str, int] = {}
+        for gpu in facts.gpus:
+            if setting.claimed(gpu.function):
+                claimed[gpu.vendor_device] = claimed.get(gpu.vendor_device, 0) + 1
+        for ids, count in claimed.items():
+            if count > 1:
+                yield Finding(
+                    Severity.WARNING,
+                    "vfio-ids-identical",
+                    setting.source,
+                    f"vfio-pci ids={','.join(setting.ids)} takes all {count} GPUs {ids}, "
+                    "not only the VM's: bind by address instead (pvegpu's split)",
+                )
 
 
 def _minors_after_reboot(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:

@@ -14,12 +14,12 @@ from collections.abc import Collection, Sequence
 import attrs
 
 from pvegpu.errors import Problem
-from pvegpu.host.facts import GPU, HostFacts
+from pvegpu.model.facts import GPU, HostFacts
+from pvegpu.model.plan import Finding, LxcContainer, Plan, Pool, Severity, VmGuest
+from pvegpu.model.schema import CpusetPolicy, DeviceStyle, PoolSpec
 from pvegpu.planning.mapping_moves import old_mappings
-from pvegpu.planning.plan import Finding, LxcContainer, Plan, Pool, Severity, VmGuest
 from pvegpu.pvefiles import lxcconf, qemuconf
 from pvegpu.pvefiles.pcicfg import PciMapping
-from pvegpu.spec.schema import CpusetPolicy, DeviceStyle, PoolSpec
 from pvegpu.vendors import CONTAINER_NODES
 
 

@@ -24,12 +24,12 @@ from collections.abc import Iterator, Sequence
 import attrs
 
 from pvegpu.errors import Problem
-from pvegpu.host.facts import GPU, ConfigFile, HostFacts
+from pvegpu.model.facts import GPU, ConfigFile, HostFacts
+from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.model.released import ContainerGpusRemoved
 from pvegpu.planning.claims import Claims, by_destination, container_may_hold, vm_may_hold
 from pvegpu.planning.guests import gpu_majors
 from pvegpu.planning.mapping_moves import VM_DIR, MappingOutcome, mapping_outcome
-from pvegpu.planning.plan import Finding, Pool, PoolKind, Severity
-from pvegpu.planning.released import ContainerGpusRemoved
 from pvegpu.pvefiles import lxcconf, qemuconf
 from pvegpu.pvefiles.guestconf import ConfLine, Section, is_pending, is_snapshot, split_sections
 from pvegpu.vendors import CONTAINER_NODES

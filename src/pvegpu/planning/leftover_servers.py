@@ -40,11 +40,12 @@ from pvegpu.host.container_units import (
     template_of,
     unit_dropin_dirs,
 )
-from pvegpu.host.facts import ConfigFile, HostFacts
 from pvegpu.host.paths import UNIT_DIR
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
-from pvegpu.planning.plan import Finding, Pool, PoolKind, Severity
-from pvegpu.planning.released import ContainerGpusRemoved
+from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.model.released import ContainerGpusRemoved
+from pvegpu.model.schema import Spec
 from pvegpu.planning.unit_gpus import (
     SGLANG,
     VISIBLE,
@@ -61,7 +62,6 @@ from pvegpu.serving.unitfile import (
     merge_units,
     parse_unit,
 )
-from pvegpu.spec.schema import Spec
 from pvegpu.wording import plural
 
 

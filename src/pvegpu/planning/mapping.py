@@ -11,11 +11,11 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 
 from pvegpu.errors import Problem
-from pvegpu.host.facts import GPU, HostFacts
-from pvegpu.planning.plan import Finding, Pool, Severity
+from pvegpu.model.facts import GPU, HostFacts
+from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.model.schema import MappingSpec
 from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.pcicfg import PciMap, PciMapping
-from pvegpu.spec.schema import MappingSpec
 from pvegpu.wording import plural
 
 

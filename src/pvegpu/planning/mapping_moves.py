@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from pvegpu.errors import Problem, RenderError
-from pvegpu.host.facts import HostFacts
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Finding, Pool, Severity, VmGuest
+from pvegpu.model.released import MapLinesMoved
 from pvegpu.planning.claims import Claims
-from pvegpu.planning.plan import Finding, Pool, Severity, VmGuest
-from pvegpu.planning.released import MapLinesMoved
 from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.guestconf import is_pending, split_sections
 from pvegpu.pvefiles.pcicfg import MapLine, PciCfgSection

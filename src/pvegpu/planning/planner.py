@@ -11,18 +11,18 @@ from collections.abc import Iterable, Iterator
 
 from pvegpu.errors import PlanError, Problem
 from pvegpu.hardware import VFIO_DRIVER, host_driver
-from pvegpu.host.facts import GPU, HostFacts, PciFunction
+from pvegpu.model.facts import GPU, HostFacts, PciFunction
+from pvegpu.model.plan import Finding, Plan, Pool, PoolKind
+from pvegpu.model.schema import PoolSpec, Spec
 from pvegpu.pci import PciAddress
 from pvegpu.planning.boot import boot_findings, boot_problems, vfio_ids_settings
+from pvegpu.planning.decide import decided_servings
 from pvegpu.planning.findings import plan_findings
 from pvegpu.planning.guests import lxc_container, pin_containers, vm_guest
 from pvegpu.planning.host_guests import judge_host
 from pvegpu.planning.leftover_servers import leftover_servers
 from pvegpu.planning.mapping import pci_cfg_findings, pci_cfg_problems, pool_mapping
-from pvegpu.planning.plan import Finding, Plan, Pool, PoolKind
 from pvegpu.planning.split import split_problems
-from pvegpu.serving.decide import decided_servings
-from pvegpu.spec.schema import PoolSpec, Spec
 
 
 def plan(facts: HostFacts, spec: Spec) -> Plan:

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Iterator
 
 from pvegpu.errors import Problem
 from pvegpu.hardware import VFIO_DRIVER, host_driver
-from pvegpu.host.facts import HostFacts, PciFunction
-from pvegpu.planning.plan import Pool, PoolKind
+from pvegpu.model.facts import HostFacts, PciFunction
+from pvegpu.model.plan import Pool, PoolKind
 
 _DRIVER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
 from pvegpu.errors import PlanError, Problem, RenderError
-from pvegpu.host.facts import GPU
+from pvegpu.model.schema import DeviceStyle
 from pvegpu.pci import CpuList
 from pvegpu.pvefiles.guestconf import (
     ConfLine,
@@ -30,8 +31,11 @@ from pvegpu.pvefiles.guestconf import (
     split_sections,
     used_indices,
 )
-from pvegpu.spec.schema import DeviceStyle
 from pvegpu.vendors import DeviceNodes
+
+if TYPE_CHECKING:
+    # Only a type: the codec reads a GPU's minor, it needs no facts module to run.
+    from pvegpu.model.facts import GPU
 
 MAX_DEV_INDEX = 255
 """pve-container knows dev0 .. dev255."""

@@ -13,11 +13,11 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from pvegpu.errors import RenderError
-from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.rendering.outdir import check_replaceable, previous_files, replace_directory
 
 if TYPE_CHECKING:
-    from pvegpu.planning.plan import Plan
+    from pvegpu.model.plan import Plan
 
 MANIFEST = "MANIFEST.json"
 MANIFEST_SCHEMA = "pvegpu.manifest/1"

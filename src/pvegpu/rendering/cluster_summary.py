@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pvegpu.model.artifact import APPLY_BUNDLE, REVIEW, Artifact
+from pvegpu.model.plan import Finding, Plan, PoolKind
 from pvegpu.planning.cluster import ClusterPlan
-from pvegpu.planning.plan import Finding, Plan, PoolKind
 from pvegpu.pvefiles import pcicfg
-from pvegpu.rendering.artifact import APPLY_BUNDLE, REVIEW, Artifact
 from pvegpu.rendering.review.render import SEVERITY_HEADINGS, cell
 from pvegpu.wording import plural
 

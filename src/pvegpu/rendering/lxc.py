@@ -7,14 +7,14 @@ found every problem of the existing file, and its warnings are findings.
 
 from __future__ import annotations
 
-from pvegpu.host.facts import HostFacts
-from pvegpu.planning.plan import LxcContainer, Plan, Pool
-from pvegpu.planning.released import ContainerGpusRemoved
+from pvegpu.model.artifact import Artifact
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import LxcContainer, Plan, Pool
+from pvegpu.model.released import ContainerGpusRemoved
+from pvegpu.model.schema import DeviceStyle
 from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import split_sections
-from pvegpu.rendering.artifact import Artifact
 from pvegpu.rendering.pmxcfs import PVE_MODE
-from pvegpu.spec.schema import DeviceStyle
 from pvegpu.vendors import CONTAINER_NODES
 from pvegpu.wording import plural
 

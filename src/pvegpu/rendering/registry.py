@@ -9,8 +9,8 @@ from collections import Counter
 from collections.abc import Callable
 
 from pvegpu.errors import Problem, RenderError
-from pvegpu.planning.plan import Plan
-from pvegpu.rendering.artifact import Artifact
+from pvegpu.model.artifact import Artifact
+from pvegpu.model.plan import Plan
 from pvegpu.rendering.lxc import render_lxc_configs
 from pvegpu.rendering.pci_cfg import render_pci_cfg
 from pvegpu.rendering.revert import render_revert

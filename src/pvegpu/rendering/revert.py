@@ -12,13 +12,13 @@ from collections.abc import Sequence
 
 import attrs
 
-from pvegpu.host.facts import ConfigFile
+from pvegpu.formats.templating import render_template
 from pvegpu.host.paths import SPLIT_SCRIPT, SPLIT_UNIT_NAME
-from pvegpu.planning.plan import Plan
+from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact, container_target
+from pvegpu.model.facts import ConfigFile
+from pvegpu.model.plan import Plan
 from pvegpu.redact import holds_secret, redact_text
-from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact, container_target
 from pvegpu.rendering.bundle import bundle_path
-from pvegpu.rendering.templating import render_template
 
 SPLIT_UNIT = SPLIT_UNIT_NAME
 

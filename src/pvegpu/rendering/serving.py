@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pvegpu.engines import engine_for
-from pvegpu.planning.plan import Plan
-from pvegpu.rendering.artifact import Artifact, container_target
-from pvegpu.serving.decision import SglangServing
+from pvegpu.model.artifact import Artifact, container_target
+from pvegpu.model.decision import SglangServing
+from pvegpu.model.plan import Plan
 
 UNIT_MODE = 0o644
 

@@ -20,14 +20,14 @@ import re
 
 import attrs
 
+from pvegpu.formats.templating import render_template
 from pvegpu.hardware import host_driver
-from pvegpu.host.facts import PciFunction
 from pvegpu.host.paths import SPLIT_INITRAMFS_HOOK, SPLIT_MODPROBE, SPLIT_SCRIPT, SPLIT_UNIT
+from pvegpu.model.artifact import HOST, Artifact
+from pvegpu.model.facts import PciFunction
+from pvegpu.model.plan import Plan, Pool
 from pvegpu.pci import PciAddress
-from pvegpu.planning.plan import Plan, Pool
 from pvegpu.planning.split import revert_driver as revert_driver  # docs/split.md names it here
-from pvegpu.rendering.artifact import HOST, Artifact
-from pvegpu.rendering.templating import render_template
 from pvegpu.vendors import VENDORS
 from pvegpu.wording import plural
 

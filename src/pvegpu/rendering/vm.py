@@ -7,9 +7,9 @@ the machine is not q35 is a finding of the plan.
 
 from __future__ import annotations
 
-from pvegpu.planning.plan import Plan, VmGuest
+from pvegpu.model.artifact import REVIEW, Artifact
+from pvegpu.model.plan import Plan, VmGuest
 from pvegpu.pvefiles import qemuconf
-from pvegpu.rendering.artifact import REVIEW, Artifact
 from pvegpu.rendering.pmxcfs import PVE_MODE
 
 SNIPPET_DIR = "snippets/qemu-server"

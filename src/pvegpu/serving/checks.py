@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pvegpu.errors import Problem
-from pvegpu.host.facts import HostFacts
 from pvegpu.host.paths import root_relative
-from pvegpu.planning.plan import Finding, Pool, Severity
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.model.schema import ServingSpec
 from pvegpu.spec.rules import CONTROL
-from pvegpu.spec.schema import ServingSpec
 
 
 class Checks:

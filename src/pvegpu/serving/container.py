@@ -11,16 +11,16 @@ from collections.abc import Iterable
 import attrs
 
 from pvegpu.errors import Problem
-from pvegpu.host.facts import HostFacts
 from pvegpu.host.paths import (
     CONTAINER_LIBDIRS,
     DPKG_STATUS,
     SYSTEM_UNIT_PATH,
 )
 from pvegpu.host.rootfs import STORAGE_CFG, RootfsLocation, locate_rootfs
-from pvegpu.planning.plan import Severity
+from pvegpu.model.decision import ContainerDriver
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.decision import ContainerDriver
 from pvegpu.vendors import CONTAINER_USERSPACE
 
 _DRIVER_VERSION = re.compile(r"^\d{3}\.\d+(?:\.\d+)?$")

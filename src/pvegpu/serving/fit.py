@@ -6,10 +6,8 @@ import posixpath
 
 from pvegpu.errors import PlanError
 from pvegpu.hardware import GPU_MEMORY
-from pvegpu.planning.plan import Severity
-from pvegpu.serving.checks import Checks
-from pvegpu.serving.decision import MemoryFit
-from pvegpu.serving.model_config import (
+from pvegpu.model.decision import MemoryFit
+from pvegpu.model.model_config import (
     ModelConfig,
     checkpoint_bytes_from_index,
     checkpoint_bytes_from_shards,
@@ -19,6 +17,8 @@ from pvegpu.serving.model_config import (
     tp_divides,
     valid_tp_sizes,
 )
+from pvegpu.model.plan import Severity
+from pvegpu.serving.checks import Checks
 
 MIB = 1024**2
 GIB = 1024**3

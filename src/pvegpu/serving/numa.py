@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pvegpu.planning.plan import Severity
+from pvegpu.model.decision import NumaPinning
+from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.decision import NumaPinning
 
 
 def numa_pinning(checks: Checks) -> NumaPinning | None:

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from pvegpu.planning.plan import Severity
+from collections.abc import Sequence
+
+from pvegpu.model.decision import P2PDecision, P2PSource
+from pvegpu.model.facts import GPU, HostFacts
+from pvegpu.model.plan import Severity
+from pvegpu.model.schema import P2PSetting
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.decision import P2PDecision, P2PSource
-from pvegpu.spec.schema import P2PSetting
 
 
-def decide_p2p(checks: Checks) -> P2PDecision:
-    """P2P as the facts say, unless the spec overrides them (which needs a reason)."""
-    facts, spec = checks.facts, checks.spec
+def facts_p2p(facts: HostFacts, gpus: Sequence[GPU]) -> tuple[bool, str]:
+    """Whether the facts let these GPUs DMA to each other, and why: the one judgement
+    the plan makes for a pool and `pvegpu check` for a container's GPUs."""
     reasons: list[str] = []
     if facts.sev_snp:
         reasons.append("SEV-SNP is on (the IOMMU must translate; P2P DMA is unreliable)")
     if facts.iommu.enabled:
         translating, unknown = [], []
-        for gpu in checks.pool.gpus:
+        for gpu in gpus:
             group = facts.group(gpu.iommu_group) if gpu.iommu_group is not None else None
             if group is None or group.type is None:
                 unknown.append(str(gpu.address))
@@ -34,16 +37,17 @@ def decide_p2p(checks: Checks) -> P2PDecision:
                 "the IOMMU is on but the domain type of " + ", ".join(unknown) + " is "
                 "unknown, so P2P is not trusted"
             )
-    facts_on = not reasons
-    facts_reason = (
-        "; ".join(reasons)
-        if reasons
-        else (
-            "every GPU's IOMMU group is in passthrough (identity)"
-            if facts.iommu.enabled
-            else "no IOMMU: GPU DMA is not translated"
-        )
-    )
+    if reasons:
+        return False, "; ".join(reasons)
+    if facts.iommu.enabled:
+        return True, "every GPU's IOMMU group is in passthrough (identity)"
+    return True, "no IOMMU: GPU DMA is not translated"
+
+
+def decide_p2p(checks: Checks) -> P2PDecision:
+    """P2P as the facts say, unless the spec overrides them (which needs a reason)."""
+    spec = checks.spec
+    facts_on, facts_reason = facts_p2p(checks.facts, checks.pool.gpus)
     if spec.p2p is P2PSetting.AUTO or (spec.p2p is P2PSetting.ON) == facts_on:
         return P2PDecision(facts_on, facts_reason, P2PSource.FACTS, facts_on)
     wanted = spec.p2p is P2PSetting.ON

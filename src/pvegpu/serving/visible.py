@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pvegpu.host.facts import GPU
+from pvegpu.model.facts import GPU
 from pvegpu.serving.checks import Checks
 
 

@@ -26,11 +26,11 @@ from cattrs.errors import (
 )
 
 from pvegpu.errors import Problem, SpecError
+from pvegpu.model.schema import CpusetPolicy, DeviceStyle, P2PSetting, PoolSpec, Spec
 from pvegpu.pci import PciAddress
 from pvegpu.spec.lines import locate
 from pvegpu.spec.nodes import node_problems
 from pvegpu.spec.rules import secret_problems, value_problems
-from pvegpu.spec.schema import CpusetPolicy, DeviceStyle, P2PSetting, PoolSpec, Spec
 
 MAX_SPEC_BYTES = 1024 * 1024
 """A spec is a few KiB; anything near this is not a spec."""

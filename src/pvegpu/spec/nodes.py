@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pvegpu.errors import Problem
-from pvegpu.spec.schema import Spec
+from pvegpu.model.schema import Spec
 
 
 def node_problems(spec: Spec) -> Iterator[Problem]:

@@ -13,7 +13,7 @@ from typing import Any, get_type_hints
 
 import attrs
 
-from pvegpu.spec import schema
+from pvegpu.model import schema
 from pvegpu.spec.rules import RULES
 
 _SCALARS = {int: "integer", str: "string", bool: "boolean", float: "number"}

@@ -21,8 +21,8 @@ from typing import Any
 import attrs
 
 from pvegpu.errors import Problem
+from pvegpu.model import schema as s
 from pvegpu.redact import is_secret_name, is_secret_option
-from pvegpu.spec import schema as s
 
 MAX_TEXT = 4096
 """Longest free-text value (descriptions, paths, arguments): far above any real one."""

@@ -21,7 +21,7 @@ from pvegpu.vendors.nvidia import USERSPACE as NVIDIA_USERSPACE
 from pvegpu.vendors.vendor import DeviceNodes, GpuTool, Userspace, Vendor
 
 if TYPE_CHECKING:
-    from pvegpu.host.facts import PciFunction
+    from pvegpu.model.facts import PciFunction
 
 __all__ = [
     "CONTAINER_NODES",

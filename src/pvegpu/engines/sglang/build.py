@@ -28,18 +28,18 @@ from pvegpu.engines.sglang.unit_secrets import (
     unit_secrets,
 )
 from pvegpu.errors import PlanError, PvegpuError, SpecError
-from pvegpu.host.facts import HostFacts
 from pvegpu.host.paths import UNIT_DIR
-from pvegpu.planning.plan import Finding, Pool, Severity
+from pvegpu.model.decision import DECIDED, P2PDecision, P2PSource, SglangServing
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.model.schema import ServingSpec
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.container import container_driver, container_rootfs, python_finding
-from pvegpu.serving.decision import DECIDED, P2PDecision, P2PSource, SglangServing
 from pvegpu.serving.fit import checked_model, memory_fit
 from pvegpu.serving.numa import numa_pinning
 from pvegpu.serving.p2p import decide_p2p
 from pvegpu.serving.visible import container_indices
 from pvegpu.spec.rules import rule_problems
-from pvegpu.spec.schema import ServingSpec
 
 
 def decide_serving(

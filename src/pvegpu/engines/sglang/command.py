@@ -9,8 +9,8 @@ from pvegpu.engines.sglang.installed import serving_release
 from pvegpu.engines.sglang.option_check import ParsedCommandLine, parse_command_line
 from pvegpu.engines.sglang.options import OptionTable
 from pvegpu.engines.sglang.versions import When
+from pvegpu.model.decision import P2PDecision
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.decision import P2PDecision
 
 # The options pvegpu writes, by every spelling SGLang has used for them (first: the
 # preferred one). The table of the version picks the entry and its canonical name.

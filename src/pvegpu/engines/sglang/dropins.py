@@ -24,10 +24,10 @@ import attrs
 
 from pvegpu.engines.sglang.environment import FORBIDDEN_ENV, P2P_ENV
 from pvegpu.errors import Problem
-from pvegpu.host.facts import ConfigFile
 from pvegpu.host.paths import UNIT_DIR, dropin_dirs
+from pvegpu.model.decision import DropinChange
+from pvegpu.model.facts import ConfigFile
 from pvegpu.redact import holds_secret, redact_argv, redact_line
-from pvegpu.serving.decision import DropinChange
 from pvegpu.serving.systemd import environment_assignment
 from pvegpu.serving.unitfile import (
     ENVIRONMENT,

@@ -9,10 +9,10 @@ import attrs
 from pvegpu.engines.sglang.build import decide_serving
 from pvegpu.engines.sglang.unit import unit_content
 from pvegpu.errors import PvegpuError
-from pvegpu.host.facts import HostFacts
-from pvegpu.planning.plan import Finding, Pool
-from pvegpu.serving.decision import SglangServing
-from pvegpu.spec.schema import ServingSpec
+from pvegpu.model.decision import SglangServing
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Finding, Pool
+from pvegpu.model.schema import ServingSpec
 
 
 @attrs.frozen

@@ -8,9 +8,9 @@ from collections.abc import Collection
 
 from pvegpu.engines.sglang import versions
 from pvegpu.engines.sglang.versions import When
-from pvegpu.planning.plan import Severity
+from pvegpu.model.decision import P2PDecision
+from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.decision import P2PDecision
 from pvegpu.spec.rules import ENV_NAME
 
 P2P_ENV = "NCCL_P2P_DISABLE"

@@ -30,7 +30,7 @@ from pvegpu.engines.sglang.options import (
     unknown_version,
 )
 from pvegpu.errors import RenderError
-from pvegpu.host.facts import HostFacts
+from pvegpu.model.facts import HostFacts
 from pvegpu.serving.checks import Checks
 
 SITE_NAMES = ("site-packages", "dist-packages")

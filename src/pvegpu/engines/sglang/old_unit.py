@@ -11,12 +11,12 @@ import posixpath
 import attrs
 
 from pvegpu.engines.sglang.dropins import Dropin, effective_dropins, judge_dropins
-from pvegpu.host.facts import ConfigFile
 from pvegpu.host.paths import SYSTEM_UNIT_PATH, UNIT_DIR
-from pvegpu.planning.plan import Severity
+from pvegpu.model.decision import DropinChange
+from pvegpu.model.facts import ConfigFile
+from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.container import ContainerRootfs
-from pvegpu.serving.decision import DropinChange
 
 
 @attrs.frozen

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
-from pvegpu.rendering.templating import render_template
-from pvegpu.serving.decision import P2PSource, SglangServing
+from pvegpu.formats.templating import render_template
+from pvegpu.model.decision import P2PSource, SglangServing
 from pvegpu.serving.systemd import environment_assignment, exec_option, exec_word, unit_text
 
 COMMENT_WIDTH = 86

@@ -18,7 +18,7 @@ first surprise and use the revert steps instead of improvising.
 
 from __future__ import annotations
 
-from pvegpu.planning.plan import Severity
+from pvegpu.model.plan import Severity
 from pvegpu.rendering.review.apply_steps import Step, runbook
 from pvegpu.rendering.review.changes import (
     BACKUP_DIR,

@@ -19,10 +19,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from pvegpu.host.facts import PciFunction
 from pvegpu.host.paths import SPLIT_UNIT_NAME
-from pvegpu.planning.plan import Plan
-from pvegpu.rendering.artifact import Artifact
+from pvegpu.model.artifact import Artifact
+from pvegpu.model.facts import PciFunction
+from pvegpu.model.plan import Plan
 from pvegpu.rendering.review.apply_steps import Step, runbook
 from pvegpu.rendering.review.commands import health_url
 from pvegpu.rendering.review.contract import ApplyContract, ContractStep, contract_to_json

@@ -13,10 +13,11 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
+from pvegpu.formats.shell import word as sh
 from pvegpu.hardware import VFIO_DRIVER
-from pvegpu.host.facts import PciFunction
-from pvegpu.planning.plan import Finding, Plan, Pool
-from pvegpu.rendering.artifact import HOST, Artifact
+from pvegpu.model.artifact import HOST, Artifact
+from pvegpu.model.facts import PciFunction
+from pvegpu.model.plan import Finding, Plan, Pool
 from pvegpu.rendering.revert import (
     ABSENT_SUFFIX,
     kept_in_container,
@@ -68,7 +69,6 @@ from pvegpu.rendering.review.commands import (
     driver_check,
     health_url,
 )
-from pvegpu.rendering.shell import word as sh
 from pvegpu.vendors import CONTAINER_TOOL
 from pvegpu.wording import plural
 

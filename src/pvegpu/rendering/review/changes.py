@@ -11,9 +11,9 @@ from enum import StrEnum
 
 import attrs
 
-from pvegpu.host.facts import HostFacts
-from pvegpu.planning.plan import Plan
-from pvegpu.rendering.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Plan
 from pvegpu.rendering.bundle import bundle_path
 from pvegpu.rendering.revert import pulled_units
 

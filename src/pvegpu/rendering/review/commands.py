@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pvegpu.host import paths
+from pvegpu.model.decision import SglangServing
+from pvegpu.model.plan import Pool
 from pvegpu.pci import PciAddress
-from pvegpu.planning.plan import Pool
 from pvegpu.pvefiles.qemuconf import hostpci_value
-from pvegpu.serving.decision import SglangServing
 
 SPLIT_SCRIPT = f"/{paths.SPLIT_SCRIPT}"
 SPLIT_UNIT = paths.SPLIT_UNIT_NAME

@@ -9,9 +9,9 @@ from __future__ import annotations
 import attrs
 
 from pvegpu.hardware import VFIO_DRIVER, host_driver
-from pvegpu.host.facts import GPU, HostFacts, PciFunction
+from pvegpu.model.facts import GPU, HostFacts, PciFunction
+from pvegpu.model.plan import Plan, Pool, PoolKind
 from pvegpu.pci import PciAddress
-from pvegpu.planning.plan import Plan, Pool, PoolKind
 from pvegpu.wording import plural
 
 UNBOUND = "unbound"

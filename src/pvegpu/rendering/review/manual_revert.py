@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from pvegpu.planning.plan import Plan
-from pvegpu.rendering.artifact import HOST, Artifact
+from pvegpu.formats.shell import word as sh
+from pvegpu.model.artifact import HOST, Artifact
+from pvegpu.model.plan import Plan
 from pvegpu.rendering.revert import ABSENT_SUFFIX, KEPT_SUFFIX, kept_in_container, pulled_copy
 from pvegpu.rendering.review.apply_steps import Step, container_pools, vfio_functions
 from pvegpu.rendering.review.changes import (
@@ -21,7 +22,6 @@ from pvegpu.rendering.review.changes import (
 )
 from pvegpu.rendering.review.commands import SPLIT_SCRIPT, SPLIT_UNIT, driver_check, health_url
 from pvegpu.rendering.review.gpu_layout import driver_now
-from pvegpu.rendering.shell import word as sh
 from pvegpu.vendors import VENDORS
 from pvegpu.wording import plural
 

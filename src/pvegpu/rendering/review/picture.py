@@ -11,8 +11,8 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
-from pvegpu.host.facts import GPU
-from pvegpu.planning.plan import Plan, Pool, PoolKind
+from pvegpu.model.facts import GPU
+from pvegpu.model.plan import Plan, Pool, PoolKind
 from pvegpu.rendering.review import LayoutRow, host_facts_line, layout
 from pvegpu.wording import plural
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pvegpu.planning.plan import Plan, Pool, PoolKind, Severity
-from pvegpu.rendering.artifact import REVIEW, Artifact
+from pvegpu.formats.templating import render_template
+from pvegpu.model.artifact import REVIEW, Artifact
+from pvegpu.model.plan import Plan, Pool, PoolKind, Severity
+from pvegpu.model.schema import DeviceStyle
 from pvegpu.rendering.review import (
     SEVERITY_ORDER,
     ChangeKind,
@@ -29,8 +31,6 @@ from pvegpu.rendering.review import (
     runbook,
 )
 from pvegpu.rendering.review.topology import topology_mermaid, topology_svg
-from pvegpu.rendering.templating import render_template
-from pvegpu.spec.schema import DeviceStyle
 from pvegpu.wording import plural
 
 SUMMARY = "SUMMARY.md"

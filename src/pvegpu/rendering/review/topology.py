@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from pvegpu.planning.plan import Plan
+from pvegpu.model.plan import Plan
 from pvegpu.rendering.review import host_facts_line, layout
 from pvegpu.rendering.review.picture import Box, Picture, all_boxes, driver_colours, picture_of
 

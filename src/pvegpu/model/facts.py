@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import attrs
 
-from pvegpu.host.bootconfig import BootConfig
+from pvegpu.model.bootconfig import BootConfig
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import Vendor, vendor_of
 from pvegpu.vendors.nvidia import NVIDIA

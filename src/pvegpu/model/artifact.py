@@ -7,7 +7,7 @@ from enum import StrEnum
 
 import attrs
 
-from pvegpu.host.facts import ConfigFile
+from pvegpu.model.facts import ConfigFile
 
 HOST = "host"
 REVIEW = "review"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import attrs
 
-from pvegpu.host.facts import ConfigFile
+from pvegpu.model.facts import ConfigFile
 
 
 @attrs.frozen

@@ -6,14 +6,14 @@ from enum import StrEnum
 
 import attrs
 
-from pvegpu.host.facts import GPU, ConfigFile, HostFacts, NumaNode, PciFunction
-from pvegpu.planning.released import ContainerGpusRemoved, MapLinesMoved
+from pvegpu.model.decision import SglangServing
+from pvegpu.model.facts import GPU, ConfigFile, HostFacts, NumaNode, PciFunction
+from pvegpu.model.released import ContainerGpusRemoved, MapLinesMoved
+from pvegpu.model.schema import CpusetPolicy, DeviceStyle, Spec
 from pvegpu.pvefiles.lxcconf import GpuLines
 from pvegpu.pvefiles.pcicfg import PciMap as PciMap
 from pvegpu.pvefiles.pcicfg import PciMapping as PciMapping
 from pvegpu.pvefiles.qemuconf import NumaPin
-from pvegpu.serving.decision import SglangServing
-from pvegpu.spec.schema import CpusetPolicy, DeviceStyle, Spec
 
 
 class PoolKind(StrEnum):

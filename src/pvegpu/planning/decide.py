@@ -15,10 +15,10 @@ import attrs
 
 from pvegpu.engines import ENGINE_NAMES, engine_for
 from pvegpu.errors import PlanError, Problem, PvegpuError, SpecError
-from pvegpu.host.facts import HostFacts
-from pvegpu.planning.plan import Finding, Plan, Pool
-from pvegpu.serving.decision import SglangServing
-from pvegpu.spec.schema import ServingSpec
+from pvegpu.model.decision import SglangServing
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import Finding, Plan, Pool
+from pvegpu.model.schema import ServingSpec
 
 
 def decide_serving(

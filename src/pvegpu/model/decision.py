@@ -10,10 +10,10 @@ from enum import StrEnum
 
 import attrs
 
-from pvegpu.host.facts import GPU, ConfigFile, FileStat
 from pvegpu.host.paths import UNIT_DIR
+from pvegpu.model.facts import GPU, ConfigFile, FileStat
+from pvegpu.model.model_config import ModelConfig
 from pvegpu.pci import CpuList
-from pvegpu.serving.model_config import ModelConfig
 
 
 class P2PSource(StrEnum):

@@ -23,7 +23,7 @@ from typing import Any
 
 import jinja2
 
-from pvegpu.rendering import shell
+from pvegpu.formats import shell
 
 # StrictUndefined: a typo in a template is an error, never an empty string in a config
 # file. Autoescape off: these are shell, systemd and Proxmox files, not HTML.
@@ -80,7 +80,7 @@ def make_environment(
     loader: jinja2.BaseLoader, cache: jinja2.BytecodeCache | None
 ) -> jinja2.Environment:
     env = jinja2.Environment(loader=loader, bytecode_cache=cache, **_OPTIONS)
-    # Shell quoting for the scripts (rendering/shell.py): `{{ x | sh }}`, `"{{ x | dq }}"`.
+    # Shell quoting for the scripts (formats/shell.py): `{{ x | sh }}`, `"{{ x | dq }}"`.
     env.filters["sh"] = shell.word
     env.filters["dq"] = shell.in_double_quotes
     return env
