@@ -246,11 +246,6 @@ LAYERS: tuple[frozenset[str], ...] = (
 its own layer or one below (`pvegpu.host.reader` is in `host`)."""
 
 UPWARD_EXCEPTIONS: dict[tuple[str, str], str] = {
-    # The decided unit's path is UNIT_DIR from host/paths.py, where every host location
-    # is; the constants go below the values (or the path into the unit's renderer).
-    ("pvegpu.model.decision", "pvegpu.host.paths"): "SglangServing.unit_path",
-    # The LXC codec takes the spec's DeviceStyle; a codec-level style value would end it.
-    ("pvegpu.pvefiles.lxcconf", "pvegpu.model.schema"): "gpu_lines(style=...)",
     # Discovery reads the SGLang release installed in a container with the engine's own
     # reader and option tables; the reader goes up into engines/sglang/ once snapshot and
     # pipeline ask the engine for its files instead of host/serving_files.py.

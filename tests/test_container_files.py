@@ -20,8 +20,8 @@ from syrupy.assertion import SnapshotAssertion
 import fixture_hosts
 from bundled import EXAMPLES
 from pvegpu.errors import PlanError
-from pvegpu.host.paths import SPLIT_SCRIPT
 from pvegpu.model.artifact import HOST, REVERT_BUNDLE, Artifact
+from pvegpu.model.paths import SPLIT_SCRIPT
 from pvegpu.model.plan import Plan, Severity
 from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.rendering.bundle import write_bundle

@@ -48,10 +48,10 @@ from linters import (
     verify_files,
 )
 from pvegpu.errors import PlanError, RenderError, SpecError
-from pvegpu.host.paths import SPLIT_SCRIPT
 from pvegpu.model.artifact import APPLY_BUNDLE, HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.model.decision import SglangServing
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.paths import SPLIT_SCRIPT
 from pvegpu.model.plan import Plan
 from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_for, plan_and_render

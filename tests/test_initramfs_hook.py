@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bundled import example_plan
-from pvegpu.host.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT
+from pvegpu.model.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT
 from pvegpu.rendering.split import render_split
 from sysfs_sim import KernelSim, copy_host, natural_drivers, unload_driver
 

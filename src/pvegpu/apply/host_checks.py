@@ -17,10 +17,10 @@ import attrs
 from pvegpu.engines.sglang.dropins import effective_dropins
 from pvegpu.engines.sglang.environment import P2P_ENV
 from pvegpu.errors import PvegpuError
-from pvegpu.host.paths import CONTAINER_LIBDIRS, DPKG_STATUS, SYSTEM_UNIT_PATH, dropin_dirs
 from pvegpu.host.reader import RootReader
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts, PciFunction
+from pvegpu.model.paths import CONTAINER_LIBDIRS, DPKG_STATUS, SYSTEM_UNIT_PATH, dropin_dirs
 from pvegpu.model.plan import Finding, Severity
 from pvegpu.planning.findings import host_findings
 from pvegpu.planning.unit_gpus import VISIBLE, unit_demand

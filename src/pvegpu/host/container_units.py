@@ -31,11 +31,11 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterator
 
-from pvegpu.host.paths import UNIT_DIR, dropin_dirs
 from pvegpu.host.reader import RootReader
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.model.decision import ServingFiles
 from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.model.paths import UNIT_DIR, dropin_dirs
 from pvegpu.model.schema import Spec
 from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import split_sections

@@ -23,7 +23,6 @@ from typing import TypeVar
 from pvegpu.host import sysfs
 from pvegpu.host.boot import read_boot
 from pvegpu.host.listing import Listing
-from pvegpu.host.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT
 from pvegpu.host.reader import RECAPTURE, RootReader, Trace, fail
 from pvegpu.model.facts import (
     GPU,
@@ -37,6 +36,7 @@ from pvegpu.model.facts import (
     PciFunction,
     VfioIdsSetting,
 )
+from pvegpu.model.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT
 from pvegpu.pci import CpuList, PciAddress
 
 T = TypeVar("T")

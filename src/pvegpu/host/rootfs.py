@@ -20,7 +20,7 @@ import posixpath
 
 import attrs
 
-from pvegpu.host.paths import root_relative
+from pvegpu.model.paths import root_relative
 from pvegpu.pvefiles.guestconf import LineKind, split_sections
 from pvegpu.pvefiles.storagecfg import parse_storage_cfg
 

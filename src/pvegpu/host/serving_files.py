@@ -18,7 +18,11 @@ from pathlib import Path
 import attrs
 
 from pvegpu.host.container_python import read_installed_sglang
-from pvegpu.host.paths import (
+from pvegpu.host.reader import RootReader, Trace
+from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
+from pvegpu.model.decision import ServingFiles
+from pvegpu.model.facts import ConfigFile, FileStat, HostFacts
+from pvegpu.model.paths import (
     CONTAINER_LIBDIRS,
     DPKG_STATUS,
     HOME_DEPTH,
@@ -28,10 +32,6 @@ from pvegpu.host.paths import (
     dropin_dirs,
     root_relative,
 )
-from pvegpu.host.reader import RootReader, Trace
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
-from pvegpu.model.decision import ServingFiles
-from pvegpu.model.facts import ConfigFile, FileStat, HostFacts
 from pvegpu.model.schema import Spec
 from pvegpu.vendors import CONTAINER_USERSPACE
 

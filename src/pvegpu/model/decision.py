@@ -10,9 +10,9 @@ from enum import StrEnum
 
 import attrs
 
-from pvegpu.host.paths import UNIT_DIR
 from pvegpu.model.facts import GPU, ConfigFile, FileStat
 from pvegpu.model.model_config import ModelConfig
+from pvegpu.model.paths import UNIT_DIR
 from pvegpu.pci import CpuList
 
 

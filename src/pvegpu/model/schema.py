@@ -6,14 +6,9 @@ from enum import StrEnum
 
 import attrs
 
-
-class DeviceStyle(StrEnum):
-    """How GPU device nodes reach an LXC container."""
-
-    DEV = "dev"
-    """`devN: /dev/nvidiaN,...` entries; Proxmox writes the cgroup rules (PVE >= 8.1)."""
-    RAW = "raw"
-    """`lxc.cgroup2.devices.allow` + `lxc.mount.entry` lines (any PVE)."""
+# The two ways the LXC file format hands device nodes to a container: the codec's own
+# value, which the spec's `lxc.devices` key takes as it is.
+from pvegpu.pvefiles.lxcconf import DeviceStyle as DeviceStyle
 
 
 class CpusetPolicy(StrEnum):

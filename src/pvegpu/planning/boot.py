@@ -13,9 +13,9 @@ from collections.abc import Iterator, Sequence
 from pvegpu.errors import Problem
 from pvegpu.hardware import binding_modules
 from pvegpu.host import sysfs
-from pvegpu.host.paths import SPLIT_UNIT_NAME
 from pvegpu.model.bootconfig import BootConfig, KernelCmdline, ModuleStage
 from pvegpu.model.facts import HostFacts, VfioIdsSetting
+from pvegpu.model.paths import SPLIT_UNIT_NAME
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 
 BY_ADDRESS = "pvegpu binds vfio GPUs by address (driver_override) instead"

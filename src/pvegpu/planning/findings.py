@@ -6,8 +6,8 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
 from pvegpu.hardware import VFIO_DRIVER, host_driver
-from pvegpu.host.paths import SPLIT_MODPROBE, SPLIT_UNIT
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.paths import SPLIT_MODPROBE, SPLIT_UNIT
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 
 

@@ -40,9 +40,9 @@ from pvegpu.host.container_units import (
     template_of,
     unit_dropin_dirs,
 )
-from pvegpu.host.paths import UNIT_DIR
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.model.paths import UNIT_DIR
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.model.released import ContainerGpusRemoved
 from pvegpu.model.schema import Spec

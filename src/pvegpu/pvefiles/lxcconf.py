@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Sequence
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 import attrs
 
 from pvegpu.errors import PlanError, Problem, RenderError
-from pvegpu.model.schema import DeviceStyle
 from pvegpu.pci import CpuList
 from pvegpu.pvefiles.guestconf import (
     ConfLine,
@@ -50,6 +50,15 @@ _CGROUP_RULE = re.compile(r"^c\s+(\d+):")
 # for any) and access; a bare `a` allows everything.
 _ALLOW_RULE = re.compile(r"^([abc])(?:\s+(\*|\d+):(\*|\d+))?(?:\s+[rwm]+)?\s*$")
 _MODE = re.compile(r"^[0-7]{3,4}$")
+
+
+class DeviceStyle(StrEnum):
+    """How GPU device nodes reach an LXC container (the spec's `lxc.devices`)."""
+
+    DEV = "dev"
+    """`devN: /dev/nvidiaN,...` entries; Proxmox writes the cgroup rules (PVE >= 8.1)."""
+    RAW = "raw"
+    """`lxc.cgroup2.devices.allow` + `lxc.mount.entry` lines (any PVE)."""
 
 
 @attrs.frozen

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import attrs
 
 from pvegpu.formats.templating import render_template
-from pvegpu.host.paths import SPLIT_SCRIPT, SPLIT_UNIT_NAME
 from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact, container_target
 from pvegpu.model.facts import ConfigFile
+from pvegpu.model.paths import SPLIT_SCRIPT, SPLIT_UNIT_NAME
 from pvegpu.model.plan import Plan
 from pvegpu.redact import holds_secret, redact_text
 from pvegpu.rendering.bundle import bundle_path

@@ -22,9 +22,9 @@ import attrs
 
 from pvegpu.formats.templating import render_template
 from pvegpu.hardware import host_driver
-from pvegpu.host.paths import SPLIT_INITRAMFS_HOOK, SPLIT_MODPROBE, SPLIT_SCRIPT, SPLIT_UNIT
 from pvegpu.model.artifact import HOST, Artifact
 from pvegpu.model.facts import PciFunction
+from pvegpu.model.paths import SPLIT_INITRAMFS_HOOK, SPLIT_MODPROBE, SPLIT_SCRIPT, SPLIT_UNIT
 from pvegpu.model.plan import Plan, Pool
 from pvegpu.pci import PciAddress
 from pvegpu.planning.split import revert_driver as revert_driver  # docs/split.md names it here

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pvegpu.errors import Problem
-from pvegpu.host.paths import root_relative
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.paths import root_relative
 from pvegpu.model.plan import Finding, Pool, Severity
 from pvegpu.model.schema import ServingSpec
 from pvegpu.spec.rules import CONTROL

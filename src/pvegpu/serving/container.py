@@ -11,14 +11,14 @@ from collections.abc import Iterable
 import attrs
 
 from pvegpu.errors import Problem
-from pvegpu.host.paths import (
+from pvegpu.host.rootfs import STORAGE_CFG, RootfsLocation, locate_rootfs
+from pvegpu.model.decision import ContainerDriver
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.paths import (
     CONTAINER_LIBDIRS,
     DPKG_STATUS,
     SYSTEM_UNIT_PATH,
 )
-from pvegpu.host.rootfs import STORAGE_CFG, RootfsLocation, locate_rootfs
-from pvegpu.model.decision import ContainerDriver
-from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
 from pvegpu.vendors import CONTAINER_USERSPACE

@@ -28,9 +28,9 @@ from pvegpu.engines.sglang.unit_secrets import (
     unit_secrets,
 )
 from pvegpu.errors import PlanError, PvegpuError, SpecError
-from pvegpu.host.paths import UNIT_DIR
 from pvegpu.model.decision import DECIDED, P2PDecision, P2PSource, SglangServing
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.paths import UNIT_DIR
 from pvegpu.model.plan import Finding, Pool, Severity
 from pvegpu.model.schema import ServingSpec
 from pvegpu.serving.checks import Checks

@@ -3,7 +3,7 @@
 systemd reads `<unit>.service.d/*.conf` (and its dash prefixes, and the top-level
 `service.d/`) from each directory of its search path, takes each file name once (the
 first directory wins: /etc over /run over /usr/lib), and applies the files sorted by
-name, whatever directory they are in (`host.paths.dropin_dirs`). A drop-in can therefore
+name, whatever directory they are in (`model.paths.dropin_dirs`). A drop-in can therefore
 undo what pvegpu guarantees in the rendered unit: the command line (TP, the P2P flags),
 the GPUs the server sees, P2P, the CPU/NUMA pinning.
 
@@ -24,9 +24,9 @@ import attrs
 
 from pvegpu.engines.sglang.environment import FORBIDDEN_ENV, P2P_ENV
 from pvegpu.errors import Problem
-from pvegpu.host.paths import UNIT_DIR, dropin_dirs
 from pvegpu.model.decision import DropinChange
 from pvegpu.model.facts import ConfigFile
+from pvegpu.model.paths import UNIT_DIR, dropin_dirs
 from pvegpu.redact import holds_secret, redact_argv, redact_line
 from pvegpu.serving.systemd import environment_assignment
 from pvegpu.serving.unitfile import (

@@ -11,9 +11,9 @@ import posixpath
 import attrs
 
 from pvegpu.engines.sglang.dropins import Dropin, effective_dropins, judge_dropins
-from pvegpu.host.paths import SYSTEM_UNIT_PATH, UNIT_DIR
 from pvegpu.model.decision import DropinChange
 from pvegpu.model.facts import ConfigFile
+from pvegpu.model.paths import SYSTEM_UNIT_PATH, UNIT_DIR
 from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.container import ContainerRootfs

@@ -19,9 +19,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from pvegpu.host.paths import SPLIT_UNIT_NAME
 from pvegpu.model.artifact import Artifact
 from pvegpu.model.facts import PciFunction
+from pvegpu.model.paths import SPLIT_UNIT_NAME
 from pvegpu.model.plan import Plan
 from pvegpu.rendering.review.apply_steps import Step, runbook
 from pvegpu.rendering.review.commands import health_url

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pvegpu.host import paths
+from pvegpu.model import paths
 from pvegpu.model.decision import SglangServing
 from pvegpu.model.plan import Pool
 from pvegpu.pci import PciAddress
