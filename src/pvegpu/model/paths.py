@@ -16,6 +16,10 @@ SPLIT_MODPROBE = "etc/modprobe.d/pvegpu-vfio.conf"
 SPLIT_INITRAMFS_HOOK = "etc/initramfs-tools/hooks/pvegpu-vfio-split"
 """Copies the split script into the initramfs, where the modprobe.d hook needs it."""
 
+# pmxcfs (/etc/pve): every file there reads back as 0640 root:www-data, whatever mode was
+# written, so the guest configs and pci.cfg are rendered with it.
+PVE_MODE = 0o640
+
 # Inside a container's root filesystem.
 CONTAINER_LIBDIRS = ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu")
 DPKG_STATUS = "var/lib/dpkg/status"

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from pvegpu.model.artifact import Artifact
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.paths import PVE_MODE
 from pvegpu.model.plan import LxcContainer, Plan, Pool
 from pvegpu.model.released import ContainerGpusRemoved
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import split_sections
-from pvegpu.rendering.pmxcfs import PVE_MODE
 from pvegpu.vendors import CONTAINER_NODES
 from pvegpu.wording import plural
 

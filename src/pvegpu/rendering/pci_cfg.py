@@ -8,9 +8,9 @@ drops `#` comments is a finding of the plan.
 from __future__ import annotations
 
 from pvegpu.model.artifact import Artifact
+from pvegpu.model.paths import PVE_MODE
 from pvegpu.model.plan import Plan
 from pvegpu.pvefiles import pcicfg
-from pvegpu.rendering.pmxcfs import PVE_MODE
 from pvegpu.wording import plural
 
 

@@ -8,9 +8,9 @@ the machine is not q35 is a finding of the plan.
 from __future__ import annotations
 
 from pvegpu.model.artifact import REVIEW, Artifact
+from pvegpu.model.paths import PVE_MODE
 from pvegpu.model.plan import Plan, VmGuest
 from pvegpu.pvefiles import qemuconf
-from pvegpu.rendering.pmxcfs import PVE_MODE
 
 SNIPPET_DIR = "snippets/qemu-server"
 """Review-only lines for VMs that do not exist yet: pvegpu never writes a guest config
