@@ -21,6 +21,7 @@ from pvegpu.apply.host import LiveHost
 from pvegpu.apply.run import apply_bundle
 from pvegpu.apply.undo import revert
 from pvegpu.cli import main
+from pvegpu.engines import installed_files
 from pvegpu.errors import ApplyError
 from pvegpu.host.snapshot import snapshot, unpack
 from pvegpu.rendering.review.commands import SPLIT_SCRIPT
@@ -282,7 +283,7 @@ def test_dry_run_against_a_snapshot_reads_nothing_else_and_runs_nothing(tmp_path
     node: every path it opens or lists is in the snapshot, the bundle, or Python's own
     files; no process is started; the snapshot is left as it was; exit 0."""
     spec = load_spec(REPO / "examples/kpro6.toml")
-    taken = snapshot(FIXTURES / "kpro6", tmp_path / "kpro6.tar.gz", spec)
+    taken = snapshot(FIXTURES / "kpro6", tmp_path / "kpro6.tar.gz", spec, installed_files)
     assert taken.error is None
     root = unpack(taken.path, tmp_path / "snapshot")
     # An absolute link means the snapshot's own file, as on the node, never the live one.

@@ -281,16 +281,10 @@ LAYERS: tuple[frozenset[str], ...] = (
 """src/pvegpu's packages and top-level modules, lowest first: a module imports only from
 its own layer or one below (`pvegpu.host.reader` is in `host`)."""
 
-UPWARD_EXCEPTIONS: dict[tuple[str, str], str] = {
-    # Discovery reads the SGLang release installed in a container with the engine's own
-    # reader and option tables; the reader goes up into engines/sglang/ once snapshot and
-    # pipeline ask the engine for its files instead of host/serving_files.py.
-    ("pvegpu.host.container_python", "pvegpu.engines.sglang.installed"): "release reader",
-    ("pvegpu.host.container_python", "pvegpu.engines.sglang.options"): "shipped versions",
-    ("pvegpu.host.container_python", "pvegpu.engines.sglang.option_reader"): "lazy reader",
-}
-"""The upward imports still left, each with why and what ends it. The list only shrinks:
-an entry whose import is gone fails `test_upward_exceptions_still_exist`."""
+UPWARD_EXCEPTIONS: dict[tuple[str, str], str] = {}
+"""The upward imports still left, each with why and what ends it: none since discovery
+asks the engine for its files (`engines.installed_files`). The list only shrinks: an
+entry whose import is gone fails `test_upward_exceptions_still_exist`."""
 
 
 def layer_of(module: str) -> int:

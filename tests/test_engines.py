@@ -3,9 +3,9 @@ renderer call it only through the protocol, and importing an engine's tables sta
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
@@ -15,13 +15,15 @@ from pvegpu import engines
 from pvegpu.engines import ENGINE_NAMES, Engine, engine_for
 from pvegpu.engines.sglang.engine import SGLANG
 from pvegpu.errors import PlanError, PvegpuError
+from pvegpu.host.reader import RootReader
 from pvegpu.model.decision import SglangServing
-from pvegpu.model.facts import HostFacts
-from pvegpu.model.plan import Finding, Pool
-from pvegpu.model.schema import ServingSpec
+from pvegpu.model.facts import ConfigFile
+from pvegpu.model.plan import Finding
+from pvegpu.model.schema import P2PSetting, ServingSpec
 from pvegpu.planning import decide
 from pvegpu.planning.decide import decided_servings
 from pvegpu.rendering.serving import render_serving
+from pvegpu.serving.context import ServingContext
 from strategies_serving import kpro6_plan, qwen_serving
 
 
@@ -52,19 +54,20 @@ class _Recording:
     name: str = "sglang"
 
     def decide(
-        self,
-        facts: HostFacts,
-        pools: Sequence[Pool],
-        pool: Pool,
-        spec: ServingSpec,
-        where: str,
+        self, context: ServingContext, spec: ServingSpec
     ) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
-        self.asked.append(f"decide {pool.name} {where}")
-        return SGLANG.decide(facts, pools, pool, spec, where)
+        self.asked.append(f"decide {context.pool.name} {context.where}")
+        return SGLANG.decide(context, spec)
 
     def unit_content(self, serving: SglangServing) -> str:
         self.asked.append(f"unit {serving.pool}")
         return SGLANG.unit_content(serving)
+
+    def installed_files(
+        self, reader: RootReader, rootfs: str, python: str
+    ) -> tuple[ConfigFile, ...]:
+        self.asked.append(f"installed {rootfs} {python}")
+        return SGLANG.installed_files(reader, rootfs, python)
 
 
 def test_planner_and_renderer_reach_the_engine_through_the_registry(
@@ -103,3 +106,64 @@ def test_reading_an_engines_tables_does_not_load_its_decisions() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+@attrs.frozen
+class _Stub:
+    """An engine that keeps the context it is handed, then lets SGLang decide."""
+
+    name: str
+    contexts: list[ServingContext]
+
+    def decide(
+        self, context: ServingContext, spec: ServingSpec
+    ) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
+        # Everything neutral is already decided when an engine is asked.
+        assert context.cuda_visible_devices == (0, 1, 2, 3)
+        assert context.tp == len(context.gpus) == 4
+        assert context.p2p.reason
+        assert context.numa is not None
+        assert context.numa.node == 0
+        assert context.model is not None
+        assert context.container_driver is not None
+        assert context.rootfs.path is not None
+        self.contexts.append(context)
+        return SGLANG.decide(context, attrs.evolve(spec, engine="sglang"))
+
+    def unit_content(self, serving: SglangServing) -> str:
+        return SGLANG.unit_content(serving)
+
+    def installed_files(
+        self, reader: RootReader, rootfs: str, python: str
+    ) -> tuple[ConfigFile, ...]:
+        return SGLANG.installed_files(reader, rootfs, python)
+
+
+def test_the_neutral_decisions_are_made_once_before_any_engine_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two engines asked for the same pool get the same context: P2P, NUMA, the visible
+    devices, the model's config and the container's userspace are no engine's to decide."""
+    contexts: list[ServingContext] = []
+    stubs: dict[str, Engine] = {name: _Stub(name, contexts) for name in ("stub-a", "stub-b")}
+    for name in stubs:
+        monkeypatch.setitem(engines._REGISTRY, name, functools.partial(stubs.__getitem__, name))
+    decided = {
+        name: decided_servings(kpro6_plan(qwen_serving(engine=name)))
+        for name in ("stub-a", "stub-b")
+    }
+    first, second = contexts
+    assert first == second
+    assert decided["stub-a"].pools == decided["stub-b"].pools
+    assert decided["stub-a"].findings == decided["stub-b"].findings
+
+
+def test_a_neutral_refusal_still_lists_the_engines_problems() -> None:
+    """The context keeps its problems, so a plan refused for a neutral reason (P2P forced
+    on without a reason) also lists the engine's own (an option only pvegpu may set)."""
+    spec = qwen_serving(p2p=P2PSetting.ON, extra_args=("--tp-size", "2"))
+    with pytest.raises(PlanError) as err:
+        decided_servings(kpro6_plan(spec))
+    codes = [p.code for p in err.value.problems]
+    assert "serving-extra-arg-owned" in codes
+    assert codes.index("p2p-override-without-reason") < codes.index("serving-extra-arg-owned")

@@ -418,10 +418,11 @@ def test_a_python_the_container_lacks_is_a_warning() -> None:
 def test_the_python_is_in_a_snapshot(tmp_path: Path) -> None:
     """A snapshot carries the python's name (an absolute link as an empty file), so the
     plan of the unpacked snapshot has the same findings."""
+    from pvegpu.engines import installed_files
     from pvegpu.host.snapshot import snapshot, unpack
 
     spec = parse_spec(KPRO6_SPEC)
-    taken = snapshot(fixture_root("kpro6"), tmp_path / "kpro6.tar.gz", spec)
+    taken = snapshot(fixture_root("kpro6"), tmp_path / "kpro6.tar.gz", spec, installed_files)
     assert taken.error is None
     root = unpack(taken.path, tmp_path / "snap")
     python = root / "rpool/data/subvol-129-disk-0/root/ml-env/bin/python3"

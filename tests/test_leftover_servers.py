@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bundled import EXAMPLE_HOSTS, copy_tree, example_plan, example_spec, fixture_root, host_facts
+from pvegpu.engines import installed_files
 from pvegpu.errors import PlanError, Problem
 from pvegpu.host import container_units
 from pvegpu.host.discover import read_host
@@ -323,7 +324,7 @@ def test_snapshot_plans_the_same_refusal(tmp_path: Path) -> None:
     """`pvegpu snapshot --spec` archives the enabled unit and its link: planned from the
     archive elsewhere, the same refusal."""
     root = host(tmp_path)
-    result = snapshot(root, tmp_path / "s.tar.gz", spec())
+    result = snapshot(root, tmp_path / "s.tar.gz", spec(), installed_files)
     assert result.error is None
     unpacked = unpack(result.path, tmp_path / "unpacked")
     assert (unpacked / WANTS).is_symlink()

@@ -18,6 +18,7 @@ from types import FrameType
 import pytest
 
 from pvegpu.cli.diffs import current as _current
+from pvegpu.engines import installed_files
 from pvegpu.errors import DiscoveryError
 from pvegpu.host.reader import RootReader, Trace
 from pvegpu.host.serving_files import read_serving_files
@@ -304,7 +305,9 @@ def test_serving_inputs_never_leave_the_root(root: Path, absolute: bool, opened:
     )
     for rootfs, expected in (("ct", []), ("ct2", ["ct2/var/lib/dpkg/status"])):
         found = read_serving_files(
-            root, serving_spec(model_config="models/config.json", container_rootfs=rootfs)
+            root,
+            serving_spec(model_config="models/config.json", container_rootfs=rootfs),
+            installed_files,
         )
         assert [f.path for f in found.files] == expected
     assert not any(path.startswith(os.fspath(outside)) for path in opened)
@@ -317,7 +320,9 @@ def test_serving_inputs_follow_links_inside_the_root(root: Path) -> None:
     (root / "hf/snap").mkdir()
     (root / "hf/snap/config.json").symlink_to("../blobs/abc")
     (root / "hf/snap/model-1.safetensors").symlink_to("/hf/blobs/shard")
-    found = read_serving_files(root, serving_spec(model_config="hf/snap/config.json"))
+    found = read_serving_files(
+        root, serving_spec(model_config="hf/snap/config.json"), installed_files
+    )
     assert [(f.path, f.content) for f in found.files] == [
         ("hf/snap/config.json", '{"model_type": "x"}')
     ]
@@ -328,7 +333,9 @@ def test_serving_inputs_non_utf8_is_a_typed_error(root: Path) -> None:
     """It used to be decoded with U+FFFD and checked as if it were the model's config."""
     write(root / "m/config.json", b'{"name": "\xff"}')
     assert problem(
-        lambda: read_serving_files(root, serving_spec(model_config="m/config.json"))
+        lambda: read_serving_files(
+            root, serving_spec(model_config="m/config.json"), installed_files
+        )
     ) == ("not-utf8", "m/config.json")
 
 

@@ -9,6 +9,7 @@ import attrs
 import pytest
 from syrupy.assertion import SnapshotAssertion
 
+from pvegpu.engines import installed_files
 from pvegpu.engines.sglang import build
 from pvegpu.engines.sglang.option_check import parse_command_line
 from pvegpu.engines.sglang.options import load_table
@@ -245,7 +246,7 @@ def test_kpro6_fixture_host_end_to_end(fixture_root: Callable[[str], Path]) -> N
     """Discover the kpro6 fixture, read its serving files, plan the example: TP=4 over --tp 8."""
     root = fixture_root("kpro6")
     spec = load_spec(REPO / "examples" / "kpro6.toml")
-    facts = with_serving_files(discover(root), root, spec)
+    facts = with_serving_files(discover(root), root, spec, installed_files)
     (artifact,) = render_serving(plan(facts, spec))
     assert artifact.target == "ct:129"
     assert artifact.base is not None and "--tp 8" in artifact.base.content
@@ -259,7 +260,7 @@ def test_kpro6_example_carries_the_old_unit_over(fixture_root: Callable[[str], P
     """examples/kpro6.toml keeps every setting of LXC 129's current unit: no drops warning."""
     root = fixture_root("kpro6")
     spec = load_spec(REPO / "examples" / "kpro6.toml")
-    planned = plan(with_serving_files(discover(root), root, spec), spec)
+    planned = plan(with_serving_files(discover(root), root, spec, installed_files), spec)
     assert "serving-drops-settings" not in [f.code for f in planned.findings]
     (artifact,) = render_serving(planned)
     assert artifact.base is not None
@@ -278,7 +279,7 @@ def test_rendering_only_reads_the_decided_servers(
     it still gives the same artifacts, so it can neither redo the work nor raise PlanError."""
     root = fixture_root("kpro6")
     spec = load_spec(REPO / "examples" / "kpro6.toml")
-    planned = plan(with_serving_files(discover(root), root, spec), spec)
+    planned = plan(with_serving_files(discover(root), root, spec, installed_files), spec)
     before = render(planned)
 
     def no_deciding(*args: object, **kwargs: object) -> None:
@@ -292,4 +293,4 @@ def test_rendering_only_reads_the_decided_servers(
     assert any(a.path.endswith("sglang-qwen.service") for a in before)
     assert render(planned) == before
     with pytest.raises(AssertionError, match="decided a server"):
-        plan(with_serving_files(discover(root), root, spec), spec)
+        plan(with_serving_files(discover(root), root, spec, installed_files), spec)

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bundled import spec_path
+from pvegpu.engines import installed_files
 from pvegpu.engines.sglang import versions
 from pvegpu.engines.sglang.drops import DroppedSetting, compare_units
 from pvegpu.engines.sglang.options import load_table
@@ -770,7 +771,7 @@ def test_reader_collects_what_the_checks_need(tmp_path: Path) -> None:
         node="kpro6",
         pools=(PoolSpec(name="sglang", numa_node=0, lxc=LxcSpec(129, serving=qwen_serving())),),
     )
-    found = read_serving_files(tmp_path, spec)
+    found = read_serving_files(tmp_path, spec, installed_files)
     paths = {f.path for f in found.files}
     assert f"{MODEL_DIR}/config.json" in paths
     assert f"{ROOTFS}/var/lib/dpkg/status" in paths
@@ -780,7 +781,7 @@ def test_reader_collects_what_the_checks_need(tmp_path: Path) -> None:
     assert f"{ROOTFS}/root/a/b/c/d/sglang-qwen.service" not in paths  # beyond the depth
     assert {s.path for s in found.stats} == {s.path for s in stats}
     gpus = kpro6_gpus()
-    facts = with_serving_files(host(gpus), tmp_path, spec)
+    facts = with_serving_files(host(gpus), tmp_path, spec, installed_files)
     plan = plan_of(facts, lxc_pool(gpus[:4], qwen_serving()))
     serving = only(plan)
     assert serving.fit is not None and serving.fit.checkpoint_bytes == QWEN_CHECKPOINT
@@ -800,7 +801,7 @@ def test_reader_sums_shards_without_an_index(tmp_path: Path) -> None:
         context_length=None,
     )
     spec = Spec(node="kpro6", pools=(PoolSpec(name="p", lxc=LxcSpec(1, serving=serving_spec)),))
-    facts = with_serving_files(host(kpro6_gpus()[:4]), tmp_path, spec)
+    facts = with_serving_files(host(kpro6_gpus()[:4]), tmp_path, spec, installed_files)
     assert {s.size for s in facts.stats} == {300, 200}
     assert isinstance(facts.stats[0], FileStat)
     serving = only(plan_of(facts, lxc_pool(kpro6_gpus()[:4], serving_spec)))

@@ -10,10 +10,15 @@ from pathlib import Path
 import pytest
 
 from fixture_hosts import HOSTS
+from pvegpu.engines import installed_files
+from pvegpu.engines.sglang.engine import SglangEngine
 from pvegpu.host.discover import discover
+from pvegpu.host.reader import RootReader
 from pvegpu.host.snapshot import snapshot, unpack
+from pvegpu.model.facts import ConfigFile
 from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.spec.load import load_spec
+from strategies_serving import ROOTFS
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
 
@@ -108,10 +113,51 @@ def test_broken_tree_is_archived_up_to_the_problem(tmp_path: Path) -> None:
 def test_snapshot_with_spec_plans_elsewhere(tmp_path: Path) -> None:
     """With --spec, the unpacked archive plans and renders exactly like the host."""
     spec = load_spec(FIXTURES.parent.parent / "examples" / "kpro6.toml")
-    result = snapshot(FIXTURES / "kpro6", tmp_path / "s.tar.gz", spec)
+    result = snapshot(FIXTURES / "kpro6", tmp_path / "s.tar.gz", spec, installed_files)
     assert result.error is None
     unpacked = unpack(result.path, tmp_path / "host")
     here = plan_and_render(discover_for(spec, FIXTURES / "kpro6"), spec)[1]
     there = plan_and_render(discover_for(spec, unpacked), spec)[1]
     assert [(a.path, a.content) for a in there] == [(a.path, a.content) for a in here]
     assert result.facts == discover_for(spec, unpacked)
+
+
+def test_discovery_and_snapshot_ask_the_engine_for_its_installed_files(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """host/ names no engine: the engine of each server, found through the registry, is
+    asked which files of the container its release is read from, once per rootfs."""
+    asked: list[tuple[str, str]] = []
+    reads = SglangEngine.installed_files
+
+    def recording(
+        self: SglangEngine, reader: RootReader, rootfs: str, python: str
+    ) -> tuple[ConfigFile, ...]:
+        asked.append((rootfs, python))
+        return reads(self, reader, rootfs, python)
+
+    monkeypatch.setattr(SglangEngine, "installed_files", recording)
+    root = tmp_path / "kpro6"
+    shutil.copytree(FIXTURES / "kpro6", root, symlinks=True)
+    metadata = f"{ROOTFS}/root/ml-env/lib/python3.12/site-packages/sglang-0.5.12.dist-info/METADATA"
+    (root / metadata).parent.mkdir(parents=True)
+    (root / metadata).write_text("Metadata-Version: 2.4\nName: sglang\nVersion: 0.5.12\n")
+    spec = load_spec(FIXTURES.parent.parent / "examples" / "kpro6.toml")
+    facts = discover_for(spec, root)
+    (serving,) = [p.lxc.serving for p in spec.pools if p.lxc and p.lxc.serving]
+    assert (ROOTFS, serving.python) in asked
+    once = list(asked)
+    result = snapshot(root, tmp_path / "s.tar.gz", spec, installed_files)
+    assert asked == once * 2
+    assert result.facts == facts
+    # What the engine named is in the facts and the archive: both plan the same release.
+    assert metadata in {f.path for f in facts.files}
+    with tarfile.open(result.path) as tar:
+        assert metadata in tar.getnames()
+
+
+def test_a_snapshot_for_a_spec_needs_the_engines_files(tmp_path: Path) -> None:
+    """Left out, the archive would lack the release its plan decides from: refused."""
+    spec = load_spec(FIXTURES.parent.parent / "examples" / "kpro6.toml")
+    with pytest.raises(ValueError, match="installed files"):
+        snapshot(FIXTURES / "kpro6", tmp_path / "s.tar.gz", spec)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pvegpu.engines import installed_files
 from pvegpu.host.container_units import read_container_units
 from pvegpu.host.discover import read_host
 from pvegpu.host.reader import RootReader
@@ -28,9 +29,11 @@ def discover_for(spec: Spec, root: Path = Path("/")) -> HostFacts:
 
     The only I/O of the pipeline: after this, planning and rendering are pure. The
     readings share one `RootReader`: one set of rules, links and directories looked up once.
+    Each server's engine, asked through the registry, names the files of its release
+    installed in the container, which that reader reads.
     """
     reader = RootReader(root)
-    facts = add_serving_files(read_host(reader), read_serving(reader, spec))
+    facts = add_serving_files(read_host(reader), read_serving(reader, spec, installed_files))
     # The units of the containers whose GPUs the plan may change (their own servers).
     return add_serving_files(facts, read_container_units(reader, spec, facts))
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pvegpu.engines import installed_files
 from pvegpu.host.snapshot import snapshot
 from pvegpu.spec.load import load_spec
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec) if args.spec is not None else None
-    result = snapshot(args.root, args.out, spec)
+    result = snapshot(args.root, args.out, spec, installed_files)
     print(f"wrote {result.path} ({result.entries} entries)")
     if result.redacted:
         print(f"secret values replaced by REDACTED in: {', '.join(result.redacted)}")

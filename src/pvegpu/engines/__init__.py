@@ -7,22 +7,25 @@ fit, the container's files and NVIDIA userspace) is engine-neutral and lives in
 `pvegpu.serving`, the decided values in `pvegpu.model.decision`; an engine reads its own
 release in the container, checks its own command line, and writes its own unit.
 
-Importing this package is light on purpose: `host/` imports `engines.sglang.options`
-and `installed` (which initialises this package first), so an engine's deciding modules
-(`build`, `engine`) load only when `engine_for` is asked for that engine.
+Importing this package is light on purpose: an engine's modules load only when
+`engine_for` is asked for that engine. Discovery asks the engine too, for the files of
+its release installed in a container (`installed_files`), through this registry: `host/`
+reads them for the engine and imports none.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from pvegpu.errors import PvegpuError
+    from pvegpu.host.reader import RootReader
     from pvegpu.model.decision import SglangServing
-    from pvegpu.model.facts import HostFacts
-    from pvegpu.model.plan import Finding, Pool
+    from pvegpu.model.facts import ConfigFile
+    from pvegpu.model.plan import Finding
     from pvegpu.model.schema import ServingSpec
+    from pvegpu.serving.context import ServingContext
 
 
 class Engine(Protocol):
@@ -34,22 +37,26 @@ class Engine(Protocol):
         ...
 
     def decide(
-        self,
-        facts: HostFacts,
-        pools: Sequence[Pool],
-        pool: Pool,
-        spec: ServingSpec,
-        where: str,
+        self, context: ServingContext, spec: ServingSpec
     ) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
-        """The server `spec` asks of `pool` and its findings, or every problem as an error.
+        """The server `spec` asks of the context's pool and its findings, or every problem
+        (the context's first) as an error.
 
-        `pools`: every pool of the plan (the container's CUDA indices count all that feed
-        it); `where`: the spec path problems point at (`pools[0].lxc.serving`).
+        `context`: the engine-neutral decisions, made once before any engine runs (GPUs
+        and visible devices, P2P, NUMA, the model's config, the container's userspace).
         """
         ...
 
     def unit_content(self, serving: SglangServing) -> str:
         """The systemd unit text of a decided server: formats, decides nothing."""
+        ...
+
+    def installed_files(
+        self, reader: RootReader, rootfs: str, python: str
+    ) -> tuple[ConfigFile, ...]:
+        """The files of the container whose root file system is `rootfs` (root-relative)
+        that its `decide` reads the release installed for `python` from, read through
+        `reader` (the one thing that opens a path under the root) into the facts."""
         ...
 
 
@@ -69,3 +76,14 @@ def engine_for(name: str) -> Engine | None:
     """The engine the spec's `engine = name` selects; None when pvegpu has none by that name."""
     factory = _REGISTRY.get(name)
     return factory() if factory is not None else None
+
+
+def installed_files(
+    reader: RootReader, serving: ServingSpec, rootfs: str
+) -> tuple[ConfigFile, ...]:
+    """What the engine of `serving` reads of its release in the container at `rootfs`:
+    how discovery (`pipeline.discover_for`, `pvegpu snapshot --spec`) asks the engine,
+    handed to `host.serving_files` so that host/ imports no engine. Nothing for an
+    engine pvegpu has none of (planning refuses it by name)."""
+    engine = engine_for(serving.engine)
+    return engine.installed_files(reader, rootfs, serving.python) if engine is not None else ()

@@ -7,17 +7,19 @@ as missing (the serving checks then report it), never as the outside file.
 
 The container's root file system is found from its `rootfs:` line and storage.cfg
 (`host.rootfs`); the spec's `container_rootfs` is read too when it names another path.
+In it, the files of the serving engine's installed release are the engine's to name
+(`InstalledFiles`, which the caller takes from `pvegpu.engines`): this reads them through
+its reader for the engine, and imports none.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import attrs
 
-from pvegpu.host.container_python import read_installed_sglang
 from pvegpu.host.reader import RootReader, Trace
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.model.decision import ServingFiles
@@ -32,8 +34,13 @@ from pvegpu.model.paths import (
     dropin_dirs,
     root_relative,
 )
-from pvegpu.model.schema import Spec
+from pvegpu.model.schema import ServingSpec, Spec
 from pvegpu.vendors import CONTAINER_USERSPACE
+
+InstalledFiles = Callable[[RootReader, ServingSpec, str], Iterable[ConfigFile]]
+"""How the caller asks a serving's engine which files of the container whose root file
+system is the `str` its installed release is read from, read through the reader
+(`pvegpu.engines.installed_files`): an engine is above host/, so host/ is handed it."""
 
 MASKED = "/dev/null"
 """A unit file or drop-in linked here is masked (systemd.unit(5))."""
@@ -73,12 +80,15 @@ class _Found:
                 self.stats[rel] = FileStat(rel, size)
 
 
-def read_serving_files(root: Path, spec: Spec, *, trace: Trace | None = None) -> ServingFiles:
-    """Read what the servings of `spec` check: model config/index/shards, container files."""
-    return read_serving(RootReader(root, trace), spec)
+def read_serving_files(
+    root: Path, spec: Spec, installed: InstalledFiles, *, trace: Trace | None = None
+) -> ServingFiles:
+    """Read what the servings of `spec` check: model config/index/shards, container files,
+    and what `installed` says the engine reads of its release there."""
+    return read_serving(RootReader(root, trace), spec, installed)
 
 
-def read_serving(reader: RootReader, spec: Spec) -> ServingFiles:
+def read_serving(reader: RootReader, spec: Spec, installed: InstalledFiles) -> ServingFiles:
     """`read_serving_files` on a reader the caller keeps (one reading with discovery).
 
     The only I/O of serving checks; everything else takes the facts this returns.
@@ -102,8 +112,8 @@ def read_serving(reader: RootReader, spec: Spec) -> ServingFiles:
         for directory in _rootfs_candidates(reader, pool.lxc.vmid, rootfs):
             _read_container(found, directory, serving.unit)
             _add_python(found, directory, serving.python)
-            for installed in read_installed_sglang(reader, directory, serving.python):
-                found.files.setdefault(installed.path, installed)
+            for file in installed(reader, serving, directory):
+                found.files.setdefault(file.path, file)
     return ServingFiles(tuple(found.files.values()), tuple(found.stats.values()))
 
 
@@ -197,6 +207,8 @@ def add_serving_files(facts: HostFacts, found: ServingFiles) -> HostFacts:
     )
 
 
-def with_serving_files(facts: HostFacts, root: Path, spec: Spec) -> HostFacts:
+def with_serving_files(
+    facts: HostFacts, root: Path, spec: Spec, installed: InstalledFiles
+) -> HostFacts:
     """`facts` plus what `read_serving_files` finds (call between discover and plan)."""
-    return add_serving_files(facts, read_serving_files(root, spec))
+    return add_serving_files(facts, read_serving_files(root, spec, installed))

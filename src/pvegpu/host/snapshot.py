@@ -23,7 +23,7 @@ from pvegpu.errors import DiscoveryError
 from pvegpu.host.container_units import read_container_units
 from pvegpu.host.discover import discover
 from pvegpu.host.reader import RootReader, Trace
-from pvegpu.host.serving_files import add_serving_files, read_serving_files
+from pvegpu.host.serving_files import InstalledFiles, add_serving_files, read_serving_files
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.schema import Spec
 from pvegpu.redact import redact_text
@@ -41,12 +41,16 @@ class Snapshot:
     """Archived files whose secret values (tokens, API keys, passwords) were blanked."""
 
 
-def snapshot(root: Path, out: Path, spec: Spec | None = None) -> Snapshot:
+def snapshot(
+    root: Path, out: Path, spec: Spec | None = None, installed: InstalledFiles | None = None
+) -> Snapshot:
     """Archive what discovery reads under `root` into `out` (.tar.gz).
 
     With a spec, also what planning its servers reads (`discover_for`): the model's
     config.json and index, the container's dpkg status, NVIDIA library names and unit,
-    and the enabled units of the containers whose GPUs it may change.
+    the files of the engine's installed release that `installed` names (required with a
+    spec: `pvegpu.engines.installed_files`, as `discover_for` asks the engine), and the
+    enabled units of the containers whose GPUs it may change.
     Weight shards and libraries are archived as empty files: their names are what the
     checks use (the checkpoint size comes from model.safetensors.index.json).
 
@@ -55,6 +59,9 @@ def snapshot(root: Path, out: Path, spec: Spec | None = None) -> Snapshot:
     Every reading goes through `pvegpu.host.reader`, whose trace is what is archived: there
     is no second list of what was read.
     """
+    if spec is not None and installed is None:
+        # Without it the archive would silently lack the release the plan decides from.
+        raise ValueError("a snapshot for a spec needs the engines' installed files")
     trace = Trace()
     facts: HostFacts | None = None
     error: DiscoveryError | None = None
@@ -62,9 +69,9 @@ def snapshot(root: Path, out: Path, spec: Spec | None = None) -> Snapshot:
         facts = discover(root, trace=trace)
     except DiscoveryError as err:
         error = err
-    if spec is not None:
+    if spec is not None and installed is not None:
         try:
-            found = read_serving_files(root, spec, trace=trace)
+            found = read_serving_files(root, spec, installed, trace=trace)
             if facts is not None:
                 facts = add_serving_files(facts, found)
                 # And, as discover_for, the enabled units of the containers it may change.

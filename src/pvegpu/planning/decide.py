@@ -1,7 +1,8 @@
 """Deciding every serving pool's server: the planner's last step, for any engine.
 
-`decided_servings(plan)` asks the engine registry (`pvegpu.engines.engine_for`) for the
-engine each pool's spec names and puts the server it decides on `Pool.serving` and its
+`decided_servings(plan)` decides each serving pool's engine-neutral context once
+(`pvegpu.serving.context`), then asks the engine registry (`pvegpu.engines.engine_for`) for
+the engine each pool's spec names and puts the server it decides on `Pool.serving` and its
 findings on the plan, or raises listing every pool's problems; renderers only read what
 it decided. What no engine may decide differently (two servers in one unit) is checked
 here, across pools.
@@ -19,6 +20,7 @@ from pvegpu.model.decision import SglangServing
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Finding, Plan, Pool
 from pvegpu.model.schema import ServingSpec
+from pvegpu.serving.context import serving_context
 
 
 def decide_serving(
@@ -37,7 +39,11 @@ def decide_serving(
             + " servers only",
             'set engine = "sglang"',
         )
-    return engine.decide(facts, pools, pool, spec, where)
+    # The neutral decisions first, the same for any engine; the engine adds its own.
+    context = serving_context(facts, pools, pool, spec, where)
+    if isinstance(context, PvegpuError):
+        return context
+    return engine.decide(context, spec)
 
 
 def decided_servings(plan: Plan) -> Plan:

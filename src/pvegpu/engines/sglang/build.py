@@ -1,13 +1,12 @@
 """Deciding one pool's SGLang server from the spec and the facts.
 
-`decide_serving` is the one factory of `SglangServing`; the engine-neutral
-`serving.decide.decided_servings` calls it through the engine registry (`pvegpu.engines`)
-for every pool whose spec names `engine = "sglang"`.
+`decide_serving` is the one factory of `SglangServing`; the planner's
+`planning.decide.decided_servings` calls it through the engine registry (`pvegpu.engines`)
+for every pool whose spec names `engine = "sglang"`, with the engine-neutral decisions
+already made (`serving.context.ServingContext`).
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from pvegpu.engines.sglang import versions
 from pvegpu.engines.sglang.command import (
@@ -29,41 +28,29 @@ from pvegpu.engines.sglang.unit_secrets import (
 )
 from pvegpu.errors import PlanError, PvegpuError, SpecError
 from pvegpu.model.decision import DECIDED, P2PDecision, P2PSource, SglangServing
-from pvegpu.model.facts import HostFacts
 from pvegpu.model.paths import UNIT_DIR
 from pvegpu.model.plan import Finding, Pool, Severity
 from pvegpu.model.schema import ServingSpec
 from pvegpu.serving.checks import Checks
-from pvegpu.serving.container import container_driver, container_rootfs, python_finding
-from pvegpu.serving.fit import checked_model, memory_fit
-from pvegpu.serving.numa import numa_pinning
-from pvegpu.serving.p2p import decide_p2p
-from pvegpu.serving.visible import container_indices
+from pvegpu.serving.context import ServingContext
+from pvegpu.serving.fit import memory_fit
 from pvegpu.spec.rules import rule_problems
 
 
 def decide_serving(
-    facts: HostFacts, pools: Sequence[Pool], pool: Pool, spec: ServingSpec, where: str
+    context: ServingContext, spec: ServingSpec
 ) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
-    """Decide and check the server `spec` asks of `pool`: it and its findings, or an error.
+    """Decide and check the server `spec` asks of the pool: it and its findings, or an error.
 
-    `pools`: every pool of the plan, so the CUDA indices account for every pool that
-    gives GPUs to the same container. `where`: the spec path problems point at.
+    `context`: the engine-neutral decisions (`serving.context.serving_context`), made
+    before this runs; what is SGLang's own (its release, flags, unit) is decided here.
     """
-    checks = Checks(facts, pools, pool, spec, where)
-    if pool.lxc is None:
-        return PlanError.one(
-            "serving-needs-lxc",
-            checks.where,
-            "an inference server runs in the pool's container; this pool has none",
-            "serve from a pool with a [pools.lxc] table (vmid = N)",
-        )
+    checks = context.checks(spec)
+    pool = context.pool
     # Where the container's files are decides which SGLang release it runs.
-    rootfs = container_rootfs(checks, pool.lxc.vmid)
-    python_finding(checks, pool.lxc.vmid, rootfs)
-    version, table = option_table(checks, rootfs.path)
+    version, table = option_table(checks, context.rootfs.path)
     _check_scalars(checks)
-    gpus = pool.gpus
+    gpus = context.gpus
     for gpu in gpus:
         if not gpu.is_nvidia:
             checks.problem(
@@ -72,11 +59,9 @@ def decide_serving(
                 "CUDA build cannot use it",
                 "serve from a pool of NVIDIA GPUs",
             )
-    tp = len(gpus)
-    indices = container_indices(checks, pool.lxc.vmid)
-    checks.printable("python", spec.python)
-    checks.printable("p2p_reason", spec.p2p_reason or "")
-    model = checked_model(checks, tp)
+    tp = context.tp
+    indices = context.cuda_visible_devices
+    model = context.model
     if spec.mtp and spec.model_config is None:
         checks.problem(
             "mtp-needs-model-config",
@@ -85,13 +70,14 @@ def decide_serving(
             "decides if MTP can work at all",
             "set model_config to the model's config.json (path under the root)",
         )
-    p2p = decide_p2p(checks)
-    numa = numa_pinning(checks)
+    p2p = context.p2p
+    numa = context.numa
     extra = extra_args(checks, table)
+    # The fit is neutral; the KV cache's element size is SGLang's --kv-cache-dtype.
     kv_bits = kv_cache_bits(table, extra)
     fit = memory_fit(checks, model, tp, kv_bits) if model is not None else None
-    driver = container_driver(checks, pool.lxc.vmid, rootfs)
-    old_unit = unit_base(checks, pool.lxc.vmid, rootfs)
+    driver = context.container_driver
+    old_unit = unit_base(checks, context.vmid, context.rootfs)
     base = old_unit.base
     holds = versions.conditions(
         mtp=spec.mtp,
@@ -117,7 +103,7 @@ def decide_serving(
         environment_file = default_environment_file(spec.unit)
     if secrets and environment_file is not None:
         unit_path = f"{UNIT_DIR}/{spec.unit}.service"
-        message = secrets_moved_message(secrets, unit_path, pool.lxc.vmid, environment_file)
+        message = secrets_moved_message(secrets, unit_path, context.vmid, environment_file)
         checks.finding(Severity.WARNING, "serving-secrets-moved", message)
     if checks.plan_problems:
         return PlanError([*checks.plan_problems, *checks.render_problems])
@@ -127,7 +113,7 @@ def decide_serving(
         return SpecError(checks.render_problems)
     serving = SglangServing(
         pool=pool.name,
-        vmid=pool.lxc.vmid,
+        vmid=context.vmid,
         version=version,
         unit=spec.unit,
         python=spec.python,

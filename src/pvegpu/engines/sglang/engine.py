@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import attrs
 
 from pvegpu.engines.sglang.build import decide_serving
+from pvegpu.engines.sglang.installed_files import read_installed_sglang
 from pvegpu.engines.sglang.unit import unit_content
 from pvegpu.errors import PvegpuError
+from pvegpu.host.reader import RootReader
 from pvegpu.model.decision import SglangServing
-from pvegpu.model.facts import HostFacts
-from pvegpu.model.plan import Finding, Pool
+from pvegpu.model.facts import ConfigFile
+from pvegpu.model.plan import Finding
 from pvegpu.model.schema import ServingSpec
+from pvegpu.serving.context import ServingContext
 
 
 @attrs.frozen
@@ -22,17 +23,17 @@ class SglangEngine:
     name: str = "sglang"
 
     def decide(
-        self,
-        facts: HostFacts,
-        pools: Sequence[Pool],
-        pool: Pool,
-        spec: ServingSpec,
-        where: str,
+        self, context: ServingContext, spec: ServingSpec
     ) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
-        return decide_serving(facts, pools, pool, spec, where)
+        return decide_serving(context, spec)
 
     def unit_content(self, serving: SglangServing) -> str:
         return unit_content(serving)
+
+    def installed_files(
+        self, reader: RootReader, rootfs: str, python: str
+    ) -> tuple[ConfigFile, ...]:
+        return read_installed_sglang(reader, rootfs, python)
 
 
 SGLANG = SglangEngine()

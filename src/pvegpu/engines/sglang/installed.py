@@ -1,6 +1,6 @@
 """The SGLang release a server runs: the one installed for the unit's python, else the spec's.
 
-When the container's root filesystem is readable, `host.container_python` has put the
+When the container's root filesystem is readable, discovery has put the
 `sglang-<v>.dist-info/METADATA` of the unit's interpreter into the facts (and, for a
 release pvegpu ships no table for, the sources its table is read from). This decides,
 from those facts only, which release the unit is rendered and checked for:

@@ -1,18 +1,22 @@
-"""The SGLang installed for a serving unit's python, read from the container's rootfs.
+"""The files of a container SGLang's installed release is read from, through a root reader.
 
-In the container's root file system (found from its storage or the spec's container_rootfs),
-the interpreter's site-packages
+In the container's root file system (found by discovery from its storage or the spec's
+container_rootfs), the interpreter's site-packages
 (`<prefix>/lib/python3.*/{site,dist}-packages`, prefix from the spec's `python`) are
 listed for `sglang-<version>.dist-info`, and its METADATA is read into the facts.
-`serving.installed` then decides the release from them. For a release pvegpu ships no
-option table for, the sources the table is read from (`sglang/srt/server_args.py` and
-the modules it takes constants and fields from) are read too, so planning can build
-the table without touching the root again.
+`installed` then decides the release from them. For a release pvegpu ships no option
+table for, the sources the table is read from (`sglang/srt/server_args.py` and the
+modules it takes constants and fields from) are read too, so planning can build the
+table without touching the root again.
+
+The engine says which files it needs; the reader it is handed (`host.reader`) is what
+opens them, inside the root and into the snapshot's trace, so this module opens no path.
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 from pvegpu.engines.sglang.installed import (
     DIST_INFO,
@@ -23,8 +27,10 @@ from pvegpu.engines.sglang.installed import (
 )
 from pvegpu.engines.sglang.options import shipped_versions
 from pvegpu.errors import DiscoveryError
-from pvegpu.host.reader import RootReader
 from pvegpu.model.facts import ConfigFile
+
+if TYPE_CHECKING:
+    from pvegpu.host.reader import RootReader
 
 
 def _is_python_dir(name: str) -> bool:

@@ -1,0 +1,118 @@
+"""What every engine's server of a pool starts from: the engine-neutral decisions, made once.
+
+`serving_context` decides, before any engine runs, what no engine may decide differently:
+where the container's files are (and whether the unit's python is among them), the pool's
+GPUs and their CUDA ordinals in PCI order, P2P on or off and why, the NUMA node to pin to,
+the model's config.json and whether TP divides its heads, and the container's NVIDIA
+userspace against the host's module. An engine (`pvegpu.engines`) gets the result as one
+frozen `ServingContext` and adds only what is its own (its release, flags, unit, and the
+memory fit's engine-specific inputs such as the KV cache dtype).
+
+The context keeps the problems and findings of these decisions rather than raising them,
+so that a plan refused for a neutral reason still lists the engine's problems with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from pvegpu.errors import PlanError, Problem, PvegpuError
+from pvegpu.model.decision import ContainerDriver, NumaPinning, P2PDecision
+from pvegpu.model.facts import GPU, HostFacts
+from pvegpu.model.model_config import ModelConfig
+from pvegpu.model.plan import Finding, Pool
+from pvegpu.model.schema import ServingSpec
+from pvegpu.serving.checks import Checks
+from pvegpu.serving.container import (
+    ContainerRootfs,
+    container_driver,
+    container_rootfs,
+    python_finding,
+)
+from pvegpu.serving.fit import checked_model
+from pvegpu.serving.numa import numa_pinning
+from pvegpu.serving.p2p import decide_p2p
+from pvegpu.serving.visible import container_indices
+
+
+@attrs.frozen
+class ServingContext:
+    """The engine-neutral decisions about one serving pool, and what they found."""
+
+    facts: HostFacts
+    pools: tuple[Pool, ...]
+    """Every pool of the plan: the container's CUDA ordinals count all that feed it."""
+    pool: Pool
+    vmid: int
+    """The pool's container, where the server runs."""
+    where: str
+    """The spec path problems point at: `pools[0].lxc.serving`."""
+    rootfs: ContainerRootfs
+    gpus: tuple[GPU, ...]
+    cuda_visible_devices: tuple[int, ...]
+    """The pool's GPUs' ordinals among the container's GPUs, in PCI bus order."""
+    p2p: P2PDecision
+    numa: NumaPinning | None
+    model: ModelConfig | None
+    """The model's config.json, checked against TP; None: the spec names none, or unread."""
+    container_driver: ContainerDriver | None
+    problems: tuple[Problem, ...]
+    """What refuses the plan whatever the engine; the engine adds its own after them."""
+    findings: tuple[Finding, ...]
+
+    @property
+    def tp(self) -> int:
+        """Tensor parallelism is the pool's GPU count, for any engine."""
+        return len(self.gpus)
+
+    def checks(self, spec: ServingSpec) -> Checks:
+        """A collector for the engine's own checks, holding what the context found first."""
+        checks = Checks(self.facts, self.pools, self.pool, spec, self.where)
+        checks.plan_problems.extend(self.problems)
+        checks.findings.extend(self.findings)
+        return checks
+
+
+def serving_context(
+    facts: HostFacts, pools: Sequence[Pool], pool: Pool, spec: ServingSpec, where: str
+) -> ServingContext | PvegpuError:
+    """The neutral decisions `spec` needs of `pool`, or an error when it has no container.
+
+    `pools`: every pool of the plan; `where`: the spec path problems point at.
+    """
+    checks = Checks(facts, pools, pool, spec, where)
+    if pool.lxc is None:
+        return PlanError.one(
+            "serving-needs-lxc",
+            checks.where,
+            "an inference server runs in the pool's container; this pool has none",
+            "serve from a pool with a [pools.lxc] table (vmid = N)",
+        )
+    vmid = pool.lxc.vmid
+    rootfs = container_rootfs(checks, vmid)
+    python_finding(checks, vmid, rootfs)
+    indices = container_indices(checks, vmid)
+    checks.printable("python", spec.python)
+    checks.printable("p2p_reason", spec.p2p_reason or "")
+    model = checked_model(checks, len(pool.gpus))
+    p2p = decide_p2p(checks)
+    numa = numa_pinning(checks)
+    driver = container_driver(checks, vmid, rootfs)
+    return ServingContext(
+        facts=facts,
+        pools=checks.pools,
+        pool=pool,
+        vmid=vmid,
+        where=where,
+        rootfs=rootfs,
+        gpus=pool.gpus,
+        cuda_visible_devices=indices,
+        p2p=p2p,
+        numa=numa,
+        model=model,
+        container_driver=driver,
+        problems=tuple(checks.plan_problems),
+        findings=tuple(checks.findings),
+    )
