@@ -18,7 +18,7 @@ from pvegpu.errors import PlanError, PvegpuError
 from pvegpu.host.reader import RootReader
 from pvegpu.model.decision import SglangServing
 from pvegpu.model.facts import ConfigFile
-from pvegpu.model.plan import Finding
+from pvegpu.model.plan import Finding, Plan
 from pvegpu.model.schema import P2PSetting, ServingSpec
 from pvegpu.planning import decide
 from pvegpu.planning.decide import decided_servings
@@ -69,6 +69,10 @@ class _Recording:
         self.asked.append(f"installed {rootfs} {python}")
         return SGLANG.installed_files(reader, rootfs, python)
 
+    def health_url(self, serving: SglangServing) -> str:
+        self.asked.append(f"health {serving.unit}")
+        return SGLANG.health_url(serving)
+
 
 def test_planner_and_renderer_reach_the_engine_through_the_registry(
     monkeypatch: pytest.MonkeyPatch,
@@ -85,6 +89,25 @@ def test_planner_and_renderer_reach_the_engine_through_the_registry(
     assert render_serving(after) == render_serving(before)
     # Both renders write the unit through the engine that decided it.
     assert recording.asked[1:] == [f"unit {pool.name}"] * 2
+
+
+def test_the_runbook_waits_on_the_engines_health_check(
+    kpro6: Plan, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The health check the runbook, the apply contract and the manual revert wait on is
+    the engine's: SUMMARY.md and MANIFEST.json ask the registry, not a renderer's copy."""
+    plan = kpro6
+    recording = _Recording([])
+    engine: Engine = recording
+    monkeypatch.setitem(engines._REGISTRY, "sglang", lambda: engine)
+    from pvegpu.rendering.registry import render
+
+    artifacts = render(plan)
+    (pool,) = [p for p in plan.pools if p.serving is not None]
+    assert pool.serving is not None
+    assert f"health {pool.serving.unit}" in recording.asked
+    summary = next(a.content for a in artifacts if a.path == "SUMMARY.md")
+    assert SGLANG.health_url(pool.serving) in summary
 
 
 def test_the_registry_is_the_only_way_the_planner_finds_an_engine() -> None:
@@ -137,6 +160,9 @@ class _Stub:
         self, reader: RootReader, rootfs: str, python: str
     ) -> tuple[ConfigFile, ...]:
         return SGLANG.installed_files(reader, rootfs, python)
+
+    def health_url(self, serving: SglangServing) -> str:
+        return SGLANG.health_url(serving)
 
 
 def test_the_neutral_decisions_are_made_once_before_any_engine_runs(

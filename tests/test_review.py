@@ -12,6 +12,7 @@ import attrs
 import pytest
 
 from bundled import example_plan, spec_plan
+from pvegpu.engines import health_url
 from pvegpu.model.artifact import HOST, REVIEW, Artifact
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Plan
@@ -30,7 +31,6 @@ from pvegpu.rendering.review import (
     change_kind,
     changed_files,
     driver_check,
-    health_url,
     layout,
     revert_steps,
     runbook,

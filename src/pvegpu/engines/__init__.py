@@ -59,6 +59,11 @@ class Engine(Protocol):
         `reader` (the one thing that opens a path under the root) into the facts."""
         ...
 
+    def health_url(self, serving: SglangServing) -> str:
+        """Where the decided server answers once it is ready, as seen from inside the
+        container: the runbook and `pvegpu apply` wait on it after the restart."""
+        ...
+
 
 def _sglang() -> Engine:
     from pvegpu.engines.sglang.engine import SGLANG
@@ -87,3 +92,11 @@ def installed_files(
     engine pvegpu has none of (planning refuses it by name)."""
     engine = engine_for(serving.engine)
     return engine.installed_files(reader, rootfs, serving.python) if engine is not None else ()
+
+
+def health_url(serving: SglangServing) -> str:
+    """The health check of a decided server, from its engine (the runbook, the apply
+    contract and the manual revert ask here)."""
+    engine = engine_for(serving.engine)
+    assert engine is not None, f"decided with an engine pvegpu has: {serving.engine}"
+    return engine.health_url(serving)

@@ -35,5 +35,15 @@ class SglangEngine:
     ) -> tuple[ConfigFile, ...]:
         return read_installed_sglang(reader, rootfs, python)
 
+    def health_url(self, serving: SglangServing) -> str:
+        # SGLang's HTTP server answers /health once the model is loaded. A wildcard listen
+        # address is reachable on loopback; a specific one only on itself.
+        host = serving.host
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{serving.port}/health"
+
 
 SGLANG = SglangEngine()

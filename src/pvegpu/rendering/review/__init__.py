@@ -39,7 +39,6 @@ from pvegpu.rendering.review.commands import (
     SPLIT_SCRIPT,
     SPLIT_UNIT,
     driver_check,
-    health_url,
     hostpci_lines,
     qm_set_command,
 )
@@ -81,7 +80,6 @@ __all__ = [
     "driver_check",
     "driver_now",
     "gpus_in_pci_order",
-    "health_url",
     "host_facts_line",
     "hostpci_lines",
     "in_bundle",

@@ -19,12 +19,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from pvegpu.engines import health_url
 from pvegpu.model.artifact import Artifact
 from pvegpu.model.facts import PciFunction
 from pvegpu.model.paths import SPLIT_UNIT_NAME
 from pvegpu.model.plan import Plan
 from pvegpu.rendering.review.apply_steps import Step, runbook
-from pvegpu.rendering.review.commands import health_url
 from pvegpu.rendering.review.contract import ApplyContract, ContractStep, contract_to_json
 from pvegpu.rendering.review.gpu_layout import driver_after, pools_by_gpu
 

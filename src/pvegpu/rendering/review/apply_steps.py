@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
+from pvegpu.engines import health_url
 from pvegpu.formats.shell import word as sh
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.artifact import HOST, Artifact
@@ -67,7 +68,6 @@ from pvegpu.rendering.review.commands import (
     SPLIT_SCRIPT,
     SPLIT_UNIT,
     driver_check,
-    health_url,
 )
 from pvegpu.vendors import CONTAINER_TOOL
 from pvegpu.wording import plural

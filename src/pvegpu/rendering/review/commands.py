@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pvegpu.model import paths
-from pvegpu.model.decision import SglangServing
 from pvegpu.model.plan import Pool
 from pvegpu.pci import PciAddress
 from pvegpu.pvefiles.qemuconf import hostpci_value
@@ -19,17 +18,6 @@ SPLIT_UNIT = paths.SPLIT_UNIT_NAME
 HEALTH_TIMEOUT_S = 600
 """Bound on waiting for the server: the seed deployment (234 GB of BF16 weights, TP=4)
 was healthy after ~80 s, so ten minutes without health means something is wrong."""
-
-
-def health_url(serving: SglangServing) -> str:
-    """The health endpoint as seen from inside the container."""
-    # A wildcard listen address is reachable on loopback; a specific one only on itself.
-    host = serving.host
-    if host in ("", "0.0.0.0", "::"):
-        host = "127.0.0.1"
-    elif ":" in host:
-        host = f"[{host}]"
-    return f"http://{host}:{serving.port}/health"
 
 
 def driver_check(addresses: Sequence[PciAddress]) -> str:

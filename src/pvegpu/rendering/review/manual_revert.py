@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
+from pvegpu.engines import health_url
 from pvegpu.formats.shell import word as sh
 from pvegpu.model.artifact import HOST, Artifact
 from pvegpu.model.plan import Plan
@@ -20,7 +21,7 @@ from pvegpu.rendering.review.changes import (
     is_revert,
     is_unit,
 )
-from pvegpu.rendering.review.commands import SPLIT_SCRIPT, SPLIT_UNIT, driver_check, health_url
+from pvegpu.rendering.review.commands import SPLIT_SCRIPT, SPLIT_UNIT, driver_check
 from pvegpu.rendering.review.gpu_layout import driver_now
 from pvegpu.vendors import VENDORS
 from pvegpu.wording import plural
