@@ -7,7 +7,8 @@ from collections.abc import Callable
 import pytest
 
 from pvegpu.host import sysfs
-from pvegpu.model.facts import CharMajor, IommuGroupType, KernelModuleFlavor, NvidiaDriver
+from pvegpu.model.facts import CharMajor, IommuGroupType, KernelModuleFlavor
+from pvegpu.vendors import nvidia
 from pvegpu.vendors.nvidia import USERSPACE
 
 
@@ -61,35 +62,12 @@ def test_hostname_strips_domain() -> None:
         sysfs.hostname("bad_name\n")
 
 
-def test_nvidia_banners() -> None:
-    """Both NVRM banners give the version; only the open one says "Open Kernel Module"."""
-    open_ = (
-        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  590.48.01  Release Build  "
-        "(dvs-builder@U22)  Mon Dec  1 00:43:35 UTC 2025\nGCC version:  gcc 14\n"
-    )
-    closed = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 2025\n"
-    assert sysfs.nvidia_proc_version(open_) == NvidiaDriver("590.48.01", KernelModuleFlavor.OPEN)
-    assert sysfs.nvidia_proc_version(closed) == NvidiaDriver(
-        "580.95.05", KernelModuleFlavor.PROPRIETARY
-    )
-    with pytest.raises(ValueError, match="NVRM version"):
-        sysfs.nvidia_proc_version("NVRM: something else\n")
-    assert sysfs.nvidia_module_version("590.48.01\n") == "590.48.01"
+def test_taint_letters_give_the_flavor() -> None:
+    """A module's taint `P` is the proprietary one; the open module taints only OE."""
     assert sysfs.module_flavor("POE\n") is KernelModuleFlavor.PROPRIETARY
     assert sysfs.module_flavor("OE\n") is KernelModuleFlavor.OPEN
-
-
-def test_nvidia_information() -> None:
-    """`Key: \\t value` lines split on the first colon, so Bus Location keeps its colons."""
-    info = sysfs.nvidia_information(
-        "Model: \t\t NVIDIA RTX PRO 6000\nBus Location: \t 0000:81:00.0\nDevice Minor: \t 4\n"
-    )
-    assert info["Bus Location"] == "0000:81:00.0"
-    assert sysfs.device_minor(info) == 4
-    with pytest.raises(ValueError, match="Device Minor"):
-        sysfs.device_minor({"Model": "x"})
-    with pytest.raises(ValueError, match="Key: value"):
-        sysfs.nvidia_information("garbage\n")
+    with pytest.raises(ValueError, match="taint letters"):
+        sysfs.module_flavor("poe\n")
 
 
 def test_proc_devices_char_section_only() -> None:
@@ -131,8 +109,8 @@ def test_vfio_ids_from_modprobe() -> None:
     [
         (lambda raw: sysfs.link_width(raw), "\u0661\u0666\n"),  # Arabic-Indic 16
         (lambda raw: sysfs.link_width(raw), "\u00b2\n"),  # superscript two
-        (lambda raw: sysfs.device_minor({"Device Minor": raw}), "\u0663"),
-        (lambda raw: sysfs.device_minor({"Device Minor": raw}), "\u00b2"),
+        (lambda raw: nvidia.gpu_information(f"Device Minor: {raw}\n"), "\u0663"),
+        (lambda raw: nvidia.gpu_information(f"Device Minor: {raw}\n"), "\u00b2"),
         (lambda raw: sysfs.proc_devices(f"Character devices:\n{raw} nvidia\n"), "\u0663"),
         (lambda raw: sysfs.proc_devices(f"Character devices:\n{raw} nvidia\n"), "\u00b2"),
         (lambda raw: sysfs.numa_node(raw), "\u0661\n"),

@@ -6,17 +6,29 @@ from __future__ import annotations
 import ast
 import io
 import re
+import shutil
 import tokenize
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
+import pytest
 
 from pvegpu.hardware import GPU_DRIVER_MODULES, HOST_GPU_DRIVERS, binding_modules, host_driver
+from pvegpu.host import discover as discovery
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import ConfLine
-from pvegpu.vendors import CONTAINER_NODES, VENDORS, DeviceNodes, vendor_by_driver, vendor_of
+from pvegpu.vendors import (
+    CONTAINER_NODES,
+    VENDORS,
+    DeviceNodes,
+    nvidia,
+    vendor_by_driver,
+    vendor_of,
+)
 from pvegpu.vendors.nvidia import NVIDIA
+from pvegpu.vendors.vendor import GpuInformation, GpuNodeSource
 from strategies import kpro6
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "pvegpu"
@@ -26,10 +38,9 @@ STILL_NAMING_NVIDIA = {
     # `GPU.is_nvidia` are field names of the facts JSON and snapshots (goldens); they go
     # with a facts codec that maps names (vendor-neutral fields, the JSON kept).
     "model/facts.py",
-    # Discovery reads /proc/driver/nvidia and /sys/module/nvidia into those fields; its
-    # parsers move into the vendor with them.
+    # Discovery reads the vendor's files (vendors/nvidia.py names them) into those fields,
+    # and names the sysfs `nvidia` directory Proxmox takes for mdev support.
     "host/discover.py",
-    "host/sysfs.py",
     "cli/discover.py",
     # Wording: messages, fixes and help text that name NVIDIA's modules and tools
     # (nvidia-uvm, nvidia-modprobe, nvidia-smi, libnvidia-compute-N). Their bytes are in
@@ -160,3 +171,61 @@ def test_the_container_codec_knows_no_vendor() -> None:
         ConfLine.parse("lxc.cgroup2.devices.allow: c 240:* rwm\n"), OTHER
     )
     assert lxcconf.remove_gpu_nodes(patched, OTHER, [2], {240, 300}) == text
+
+
+def test_nvidia_banners() -> None:
+    """Both NVRM banners give the version; only the open one says "Open Kernel Module"."""
+    open_ = (
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  590.48.01  Release Build  "
+        "(dvs-builder@U22)  Mon Dec  1 00:43:35 UTC 2025\nGCC version:  gcc 14\n"
+    )
+    closed = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 2025\n"
+    assert nvidia.banner_version(open_) == ("590.48.01", True)
+    assert nvidia.banner_version(closed) == ("580.95.05", False)
+    with pytest.raises(ValueError, match="NVRM version"):
+        nvidia.banner_version("NVRM: something else\n")
+    assert nvidia.module_version("590.48.01\n") == "590.48.01"
+    for bad in ("590\n", "590.48.01\n\n", "\u0665\u0669\u0660.48\n"):
+        with pytest.raises(ValueError, match="expected"):
+            nvidia.module_version(bad)
+
+
+def test_nvidia_information() -> None:
+    """`Key: \\t value` lines split on the first colon, so Bus Location keeps its colons."""
+    info = nvidia.gpu_information(
+        "Model: \t\t NVIDIA RTX PRO 6000\nBus Location: \t 0000:81:00.0\nDevice Minor: \t 4\n"
+    )
+    assert info == GpuInformation(4, "NVIDIA RTX PRO 6000", "0000:81:00.0")
+    assert nvidia.gpu_information("Device Minor: 0\n") == GpuInformation(0, None, None)
+    with pytest.raises(ValueError, match="Device Minor"):
+        nvidia.gpu_information("Model: x\n")
+    with pytest.raises(ValueError, match="Key: value"):
+        nvidia.gpu_information("garbage\n")
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
+
+
+def test_discovery_reads_the_files_the_vendor_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Discovery reads each GPU's node minor from where its vendor says, not a path of its own."""
+    want = discovery.discover(FIXTURES / "kpro6")
+    root = tmp_path / "kpro6"
+    shutil.copytree(FIXTURES / "kpro6", root, symlinks=True)
+    (root / "proc/driver/nvidia/gpus").rename(root / "proc/driver/moved")
+    moved = GpuNodeSource("proc/driver/moved/{address}/information", nvidia.gpu_information)
+    monkeypatch.setattr(discovery, "_GPU_INFORMATION", (moved,))
+    assert discovery.discover(root).gpus == want.gpus
+    monkeypatch.setattr(discovery, "_GPU_INFORMATION", ())
+    assert {g.nvidia_minor for g in discovery.discover(root).gpus} == {None}
+
+
+def test_discovery_records_the_driver_the_vendor_shows(
+    monkeypatch: pytest.MonkeyPatch, fixture_root: Callable[[str], Path]
+) -> None:
+    """The facts' driver version is read where FACTS_DRIVER says; a vendor showing none
+    leaves it unknown."""
+    assert discovery.discover(fixture_root("kpro6")).nvidia is not None
+    monkeypatch.setattr(discovery, "FACTS_DRIVER", attrs.evolve(NVIDIA, driver_version=None))
+    assert discovery.discover(fixture_root("kpro6")).nvidia is None

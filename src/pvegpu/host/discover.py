@@ -30,6 +30,7 @@ from pvegpu.model.facts import (
     HostFacts,
     IommuGroup,
     IommuState,
+    KernelModuleFlavor,
     NumaNode,
     NvidiaDriver,
     PcieLink,
@@ -38,6 +39,7 @@ from pvegpu.model.facts import (
 )
 from pvegpu.model.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT
 from pvegpu.pci import CpuList, PciAddress
+from pvegpu.vendors import FACTS_DRIVER, VENDORS, DriverVersionSource, GpuNodeSource
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -45,7 +47,9 @@ R = TypeVar("R")
 PCI_DEVICES = "sys/bus/pci/devices"
 IOMMU_GROUPS = "sys/kernel/iommu_groups"
 NODES = "sys/devices/system/node"
-NVIDIA_GPUS = "proc/driver/nvidia/gpus"
+_GPU_INFORMATION: tuple[GpuNodeSource, ...] = tuple(
+    v.gpu_information for v in VENDORS if v.gpu_information is not None
+)
 _NUMBER = re.compile("[0-9]+")
 """ASCII digits only: str.isdigit() also accepts '²', which int() refuses."""
 
@@ -104,7 +108,7 @@ def read_host(reader: RootReader) -> HostFacts:
         iommu_groups=groups,
         iommu=IommuState(enabled=bool(units), units=units),
         sev_snp=_sev_snp(reader),
-        nvidia=_nvidia_driver(reader),
+        nvidia=_driver_version(reader, FACTS_DRIVER.driver_version),
         char_majors=_parse(
             "proc/devices",
             reader.need("proc/devices", "the 'Character devices:' list"),
@@ -315,17 +319,25 @@ def _gpus(reader: RootReader, functions: tuple[PciFunction, ...]) -> tuple[GPU, 
             for o in by_slot[(a.domain, a.bus, a.device)]
             if o is not fn and o.iommu_group == fn.iommu_group
         )
-        minor = model = None
-        path = f"{NVIDIA_GPUS}/{fn.address}/information"
-        text = reader.read(path)
-        if text is not None:
-            info = _parse(path, text, sysfs.nvidia_information)
-            minor = _parse(path, info, sysfs.device_minor)
-            model = info.get("Model")
-            if info.get("Bus Location", str(fn.address)) != str(fn.address):
-                fail("bad-value", path, f"says Bus Location {info['Bus Location']}")
+        minor, model = _gpu_information(reader, fn.address)
         gpus.append(GPU(fn, companions, minor, model))
     return tuple(gpus)
+
+
+def _gpu_information(reader: RootReader, address: PciAddress) -> tuple[int | None, str | None]:
+    """The node minor and model the driver holding the GPU gives it (None, None: no driver
+    that says so holds it). Every vendor's file is looked for, not just the GPU's vendor's:
+    the file says which driver holds it."""
+    for source in _GPU_INFORMATION:
+        path = source.path(address)
+        text = reader.read(path)
+        if text is None:
+            continue
+        info = _parse(path, text, source.parse)
+        if info.bus_location not in (None, str(address)):
+            fail("bad-value", path, f"says Bus Location {info.bus_location}")
+        return info.minor, info.model
+    return None, None
 
 
 def _sev_snp(reader: RootReader) -> bool:
@@ -334,17 +346,20 @@ def _sev_snp(reader: RootReader) -> bool:
     return False if text is None else _parse(path, text, sysfs.module_bool)
 
 
-def _nvidia_driver(reader: RootReader) -> NvidiaDriver | None:
-    path = "proc/driver/nvidia/version"
-    text = reader.read(path)
+def _driver_version(reader: RootReader, source: DriverVersionSource | None) -> NvidiaDriver | None:
+    """The loaded host driver's version and flavor, None when it is not loaded."""
+    if source is None:
+        return None
+    text = reader.read(source.banner)
     if text is not None:
-        return _parse(path, text, sysfs.nvidia_proc_version)
-    path = "sys/module/nvidia/version"
-    text = reader.read(path)
+        version, open_module = _parse(source.banner, text, source.parse_banner)
+        flavor = KernelModuleFlavor.OPEN if open_module else KernelModuleFlavor.PROPRIETARY
+        return NvidiaDriver(version, flavor)
+    text = reader.read(source.module_version)
     if text is None:
         return None
-    version = _parse(path, text, sysfs.nvidia_module_version)
-    taint = "sys/module/nvidia/taint"
+    version = _parse(source.module_version, text, source.parse_module_version)
+    taint = source.module_taint
     flavor = _parse(taint, reader.need(taint, "the module's taint flags"), sysfs.module_flavor)
     return NvidiaDriver(version, flavor)
 

@@ -3,6 +3,8 @@
 Each function takes the exact text of one file and returns a typed value, or raises
 ValueError with a sentence saying what was expected. They never touch the filesystem;
 `pvegpu.host.discover` reads the files and turns a ValueError into a Problem naming the path.
+A vendor's own files (its driver's version, which node each GPU has) are parsed by the
+same rules in its module under `pvegpu.vendors`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from pvegpu.model.facts import CharMajor, IommuGroupType, KernelModuleFlavor, NvidiaDriver
+from pvegpu.model.facts import CharMajor, IommuGroupType, KernelModuleFlavor
 from pvegpu.pci import CpuList
 
 # Patterns are used with fullmatch: `$` also matches before a trailing newline. Digits
@@ -18,13 +20,6 @@ from pvegpu.pci import CpuList
 _HEX = re.compile(r"0x([0-9a-f]+)")
 _INT = re.compile(r"-?[0-9]+")
 _NUMBER = re.compile(r"[0-9]+")
-# nv-procfs.c prints one of these two banners; the open module names its flavor, the
-# proprietary one names the architecture where the open one says "for x86_64".
-_NVRM = re.compile(
-    r"^NVRM version: NVIDIA UNIX (?P<kind>Open Kernel Module for \S+|\S+ Kernel Module)"
-    r"\s+(?P<version>[0-9]+(?:\.[0-9]+)+)\s"
-)
-_NVIDIA_VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)+")
 # vfio-pci's ids= takes vendor:device[:subvendor[:subdevice[:class[:class_mask]]]].
 _VFIO_ID = re.compile(r"[0-9a-f]{4}:[0-9a-f]{4}(:[0-9a-f]{1,8}){0,4}")
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?")
@@ -152,57 +147,12 @@ def hostname(raw: str) -> str:
     return name
 
 
-def nvidia_proc_version(raw: str) -> NvidiaDriver:
-    """The `NVRM version:` line of /proc/driver/nvidia/version, either banner."""
-    first = raw.splitlines()[0] if raw else ""
-    match = _NVRM.match(first)
-    if match is None:
-        raise ValueError(
-            f"expected 'NVRM version: NVIDIA UNIX ... Kernel Module  <version>  ...', got {first!r}"
-        )
-    flavor = (
-        KernelModuleFlavor.OPEN
-        if match.group("kind").startswith("Open")
-        else KernelModuleFlavor.PROPRIETARY
-    )
-    return NvidiaDriver(match.group("version"), flavor)
-
-
-def nvidia_module_version(raw: str) -> str:
-    """sys/module/nvidia/version: just `590.48.01`."""
-    text = _one_line(raw).strip()
-    if not _NVIDIA_VERSION.fullmatch(text):
-        raise ValueError(f"expected a version such as 590.48.01, got {text!r}")
-    return text
-
-
 def module_flavor(raw: str) -> KernelModuleFlavor:
-    """sys/module/nvidia/taint: the proprietary module taints `P`, the open one does not."""
+    """sys/module/<module>/taint: a proprietary module taints `P`, an open one does not."""
     text = _one_line(raw)
     if not _TAINT.fullmatch(text):
         raise ValueError(f"expected taint letters such as OE or POE, got {text!r}")
     return KernelModuleFlavor.PROPRIETARY if "P" in text else KernelModuleFlavor.OPEN
-
-
-def nvidia_information(raw: str) -> dict[str, str]:
-    """proc/driver/nvidia/gpus/<addr>/information: `Key: \\t value` lines -> {key: value}."""
-    fields: dict[str, str] = {}
-    for line in raw.splitlines():
-        if not line.strip():
-            continue
-        key, sep, value = line.partition(":")
-        if not sep:
-            raise ValueError(f"expected 'Key: value' lines, got {line!r}")
-        fields[key.strip()] = value.strip()
-    return fields
-
-
-def device_minor(fields: dict[str, str]) -> int:
-    """`Device Minor` is N of /dev/nvidiaN, which is NOT the index in PCI order."""
-    text = fields.get("Device Minor")
-    if text is None or not _NUMBER.fullmatch(text):
-        raise ValueError(f"expected a 'Device Minor:' line with a number, got {text!r}")
-    return int(text)
 
 
 def proc_devices(raw: str) -> tuple[CharMajor, ...]:

@@ -18,7 +18,15 @@ from pvegpu.vendors.nvidia import NODES as NVIDIA_NODES
 from pvegpu.vendors.nvidia import NVIDIA
 from pvegpu.vendors.nvidia import SMI as NVIDIA_SMI
 from pvegpu.vendors.nvidia import USERSPACE as NVIDIA_USERSPACE
-from pvegpu.vendors.vendor import DeviceNodes, GpuTool, Userspace, Vendor
+from pvegpu.vendors.vendor import (
+    DeviceNodes,
+    DriverVersionSource,
+    GpuInformation,
+    GpuNodeSource,
+    GpuTool,
+    Userspace,
+    Vendor,
+)
 
 if TYPE_CHECKING:
     from pvegpu.model.facts import PciFunction
@@ -27,8 +35,12 @@ __all__ = [
     "CONTAINER_NODES",
     "CONTAINER_TOOL",
     "CONTAINER_USERSPACE",
+    "FACTS_DRIVER",
     "VENDORS",
     "DeviceNodes",
+    "DriverVersionSource",
+    "GpuInformation",
+    "GpuNodeSource",
     "GpuTool",
     "Userspace",
     "Vendor",
@@ -49,6 +61,9 @@ CONTAINER_TOOL: GpuTool = NVIDIA_SMI
 action (MANIFEST.json names no vendor) and apply's server check run it."""
 CONTAINER_USERSPACE: Userspace = NVIDIA_USERSPACE
 """The userspace a GPU container's files are read and checked for, that same vendor's."""
+FACTS_DRIVER: Vendor = NVIDIA
+"""The vendor whose loaded host driver the facts record: `HostFacts.nvidia` is one field of
+the facts JSON, and a field per vendor (or a renamed one) changes that schema."""
 
 
 def vendor_of(function: PciFunction) -> Vendor | None:

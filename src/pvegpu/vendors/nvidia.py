@@ -1,11 +1,20 @@
-"""NVIDIA: its PCI id, drivers, device nodes and the tools that show its GPUs."""
+"""NVIDIA: its PCI id, drivers, device nodes, the files that say which GPU has which node,
+and the tools that show its GPUs."""
 
 from __future__ import annotations
 
 import re
 
 from pvegpu.pci import PciAddress
-from pvegpu.vendors.vendor import DeviceNodes, GpuTool, Userspace, Vendor
+from pvegpu.vendors.vendor import (
+    DeviceNodes,
+    DriverVersionSource,
+    GpuInformation,
+    GpuNodeSource,
+    GpuTool,
+    Userspace,
+    Vendor,
+)
 
 PCI_VENDOR = 0x10DE
 
@@ -34,6 +43,81 @@ def smi_bus_id(address: PciAddress) -> str:
     """The form `nvidia-smi --query-gpu=pci.bus_id` prints: 8-digit domain, uppercase hex."""
     return f"{address.domain:08X}:{address.bus:02X}:{address.device:02X}.{address.function:X}"
 
+
+# Patterns are used with fullmatch or anchored; digits are ASCII (`\d` and str.isdigit()
+# also accept '²', which int() refuses).
+_NUMBER = re.compile(r"[0-9]+")
+_VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)+")
+# nv-procfs.c prints one of these two banners; the open module names its flavor, the
+# proprietary one names the architecture where the open one says "for x86_64".
+_BANNER = re.compile(
+    r"^NVRM version: NVIDIA UNIX (?P<kind>Open Kernel Module for \S+|\S+ Kernel Module)"
+    r"\s+(?P<version>[0-9]+(?:\.[0-9]+)+)\s"
+)
+
+
+def information_fields(raw: str) -> dict[str, str]:
+    """proc/driver/nvidia/gpus/<addr>/information: `Key: \\t value` lines -> {key: value}."""
+    fields: dict[str, str] = {}
+    for line in raw.splitlines():
+        if not line.strip():
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            raise ValueError(f"expected 'Key: value' lines, got {line!r}")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
+def device_minor(fields: dict[str, str]) -> int:
+    """`Device Minor` is N of /dev/nvidiaN, which is NOT the index in PCI order."""
+    text = fields.get("Device Minor")
+    if text is None or not _NUMBER.fullmatch(text):
+        raise ValueError(f"expected a 'Device Minor:' line with a number, got {text!r}")
+    return int(text)
+
+
+def gpu_information(raw: str) -> GpuInformation:
+    """One GPU's information file: its node minor, model and the address the driver gives it."""
+    fields = information_fields(raw)
+    return GpuInformation(device_minor(fields), fields.get("Model"), fields.get("Bus Location"))
+
+
+def banner_version(raw: str) -> tuple[str, bool]:
+    """The `NVRM version:` line of /proc/driver/nvidia/version, either banner: (version,
+    is the open module)."""
+    first = raw.splitlines()[0] if raw else ""
+    match = _BANNER.match(first)
+    if match is None:
+        raise ValueError(
+            f"expected 'NVRM version: NVIDIA UNIX ... Kernel Module  <version>  ...', got {first!r}"
+        )
+    return match.group("version"), match.group("kind").startswith("Open")
+
+
+def module_version(raw: str) -> str:
+    """sys/module/nvidia/version: just `590.48.01`, one line."""
+    text = raw.removesuffix("\n")
+    if "\n" in text:
+        raise ValueError(f"expected a single line, got {raw!r}")
+    text = text.strip()
+    if not _VERSION.fullmatch(text):
+        raise ValueError(f"expected a version such as 590.48.01, got {text!r}")
+    return text
+
+
+GPU_INFORMATION = GpuNodeSource(
+    information="proc/driver/nvidia/gpus/{address}/information",
+    parse=gpu_information,
+)
+
+DRIVER_VERSION = DriverVersionSource(
+    banner="proc/driver/nvidia/version",
+    parse_banner=banner_version,
+    module_version="sys/module/nvidia/version",
+    parse_module_version=module_version,
+    module_taint="sys/module/nvidia/taint",
+)
 
 USERSPACE = Userspace(
     # libcuda.so.<driver version> / libnvidia-ml.so.<driver version>. ASCII digits only (a
@@ -66,4 +150,6 @@ NVIDIA = Vendor(
     nodes=NODES,
     userspace=USERSPACE,
     tool=SMI,
+    gpu_information=GPU_INFORMATION,
+    driver_version=DRIVER_VERSION,
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 import attrs
 
@@ -55,6 +56,49 @@ class DeviceNodes:
             major for major, name in proc_devices if name.startswith(self.dynamic_major_prefix)
         }
         return frozenset({self.major, *named})
+
+
+class GpuInformation(NamedTuple):
+    """What the driver says of one GPU it holds."""
+
+    minor: int
+    """Of the GPU's node (`DeviceNodes.path`): the driver's numbering, not the PCI order."""
+    model: str | None
+    bus_location: str | None
+    """The PCI address the driver gives it, as text; discovery checks it is the GPU's."""
+
+
+@attrs.frozen
+class GpuNodeSource:
+    """Where the host driver says which device node each GPU it holds has.
+
+    Paths are relative to the root discovery reads; the parsers are pure (text in, plain
+    values or ValueError out) so vendors/ needs neither host/ nor model/.
+    """
+
+    information: str
+    """`str.format` pattern of one GPU's file by its PCI address (`{address}`); no file
+    means the driver does not hold that GPU."""
+    parse: Callable[[str], GpuInformation]
+
+    def path(self, address: PciAddress) -> str:
+        return self.information.format(address=address)
+
+
+@attrs.frozen
+class DriverVersionSource:
+    """Where the loaded host driver shows its version and whether it is an open module.
+
+    The banner is read first; without it (the driver's procfs off), the module's own
+    version file, and its taint letters for the flavor (`P`: proprietary).
+    """
+
+    banner: str
+    parse_banner: Callable[[str], tuple[str, bool]]
+    """The banner's (version, is the open module)."""
+    module_version: str
+    parse_module_version: Callable[[str], str]
+    module_taint: str
 
 
 @attrs.frozen
@@ -109,3 +153,7 @@ class Vendor:
     """Its userspace in a container, when pvegpu can check it against the host's module."""
     tool: GpuTool | None = None
     """Its GPU listing tool, when it has one pvegpu can read."""
+    gpu_information: GpuNodeSource | None = None
+    """Where discovery reads each GPU's node minor and model, when its driver says them."""
+    driver_version: DriverVersionSource | None = None
+    """Where discovery reads the loaded host driver's version, when it shows one."""
