@@ -101,11 +101,11 @@ def _mutations() -> dict[str, tuple[Callable[[dict[str, Any]], None], str]]:
         ),
         "companion of another slot": (
             set_(["gpus", 1, "companions"], ["0000:01:00.1"]),
-            r"\$\.gpus\[1\]\.companions\[0\]: '0000:01:00\.1' is not in slot 0000:04:00",
+            r"\$\.gpus\[1\]\.companions\[0\]: '0000:01:00\.1' does not move with 0000:04:00\.0",
         ),
         "companion in another group": (
             regroup("0000:04:00.1", 99),
-            r"\$\.gpus\[1\]\.companions\[0\]: '0000:04:00\.1' is in IOMMU group 99",
+            r"\$\.gpus\[1\]\.companions\[0\]: '0000:04:00\.1' does not move with 0000:04:00\.0",
         ),
         "extra key": (set_(["functions", 0, "colour"], "red"), "extra|colour"),
         "bad cpulist": (set_(["numa_nodes", 0, "cpus"], "0-x"), "CPU list"),

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from pvegpu.errors import RenderError
 from pvegpu.pci import CpuList
-from pvegpu.pvefiles import qemuconf
+from pvegpu.pvefiles import hostpci, qemuconf
 from strategies import MAPPED_PATHS, MAPPING, GuestConf, vm_configs
 
 # A SEV-SNP guest on kpro6 as `qm create` leaves it, one leftover raw hostpci line.
@@ -308,8 +308,7 @@ def test_patch_keeps_other_lines(conf: GuestConf, count: int) -> None:
     reusable = [(i, opts) for i, opts in replaced if i not in conf.taken][:count]
     for index, options in reusable:
         assert (
-            f"hostpci{index}: {qemuconf.hostpci_value(MAPPING, out.pcie, ','.join(options))}"
-            in ours
+            f"hostpci{index}: {hostpci.hostpci_value(MAPPING, out.pcie, ','.join(options))}" in ours
         )
     assert not [line for line in ours if "0000:" in line]
     # split("\n"), not splitlines(): descriptions may hold \x85 and friends.

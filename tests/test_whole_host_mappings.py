@@ -20,7 +20,7 @@ from pvegpu.model.artifact import REVERT_BUNDLE
 from pvegpu.model.facts import HostFacts
 from pvegpu.planning.planner import plan
 from pvegpu.pvefiles import pcicfg
-from pvegpu.pvefiles.qemuconf import host_ids
+from pvegpu.pvefiles.hostpci import host_ids
 from pvegpu.rendering.registry import render
 from pvegpu.spec.load import parse_spec
 from test_whole_host_guests import ISSUE, SPLIT, VM140, VM140_BASE, artifact, of, refused, variant

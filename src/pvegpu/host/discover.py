@@ -36,6 +36,7 @@ from pvegpu.model.facts import (
     PcieLink,
     PciFunction,
     VfioIdsSetting,
+    moves_with,
 )
 from pvegpu.model.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT
 from pvegpu.pci import CpuList, PciAddress
@@ -299,26 +300,18 @@ def _check_groups(functions: tuple[PciFunction, ...], groups: tuple[IommuGroup, 
 
 def _gpus(reader: RootReader, functions: tuple[PciFunction, ...]) -> tuple[GPU, ...]:
     # Companions by slot, indexed once: scanning every function per GPU made discovery
-    # quadratic (80% of it at 2,048 GPUs). Functions are unique by address (see
-    # _function), so identity tells a GPU from its companions.
+    # quadratic (80% of it at 2,048 GPUs). Which slot functions are companions is
+    # model.facts.moves_with, the one rule the facts JSON reader checks too.
     by_slot: dict[tuple[int, int, int], list[PciFunction]] = {}
     for fn in functions:
-        if not fn.is_bridge:
-            a = fn.address
-            by_slot.setdefault((a.domain, a.bus, a.device), []).append(fn)
+        a = fn.address
+        by_slot.setdefault((a.domain, a.bus, a.device), []).append(fn)
     gpus = []
     for fn in functions:
         if not fn.is_display:
             continue
         a = fn.address
-        # A companion moves with the GPU, so it must share the GPU's IOMMU group: an APU's
-        # slot also holds the host's USB controllers, its security processor and audio in
-        # groups of their own, and an SR-IOV PF's slot its VFs, none of which go along.
-        companions = tuple(
-            o
-            for o in by_slot[(a.domain, a.bus, a.device)]
-            if o is not fn and o.iommu_group == fn.iommu_group
-        )
+        companions = tuple(o for o in by_slot[(a.domain, a.bus, a.device)] if moves_with(fn, o))
         minor, model = _gpu_information(reader, fn.address)
         gpus.append(GPU(fn, companions, minor, model))
     return tuple(gpus)

@@ -27,7 +27,7 @@ from pvegpu.host.facts_dump import SCHEMA as SCHEMA
 from pvegpu.host.facts_dump import facts_to_json as facts_to_json
 from pvegpu.host.facts_dump import unstructure_facts as unstructure_facts
 from pvegpu.jsontext import load_json
-from pvegpu.model.facts import HostFacts, PciFunction
+from pvegpu.model.facts import HostFacts, PciFunction, moves_with
 from pvegpu.pci import CpuList, PciAddress
 
 
@@ -134,24 +134,18 @@ def _structure(doc: Any) -> HostFacts:
         gpu = function(f"$.gpus[{i}].address", ref.get("address"))
         companions = []
         for j, address in enumerate(ref.get("companions", [])):
-            companion = function(f"$.gpus[{i}].companions[{j}]", address)
-            _check_companion(f"$.gpus[{i}].companions[{j}]", gpu, companion)
-            companions.append(companion)
+            companions.append(function(f"$.gpus[{i}].companions[{j}]", address))
         gpus.append({"function": gpu, "companions": companions, **rest})
-    return converter.structure(body | {"gpus": gpus}, HostFacts)
-
-
-def _check_companion(where: str, gpu: dict[str, Any], companion: dict[str, Any]) -> None:
-    """A companion moves with its GPU (GPU.companions): same slot, same IOMMU group. A
-    document that lists another would make the plan move a device it never shows."""
-    slot = str(gpu.get("address")).rpartition(".")[0]
-    if str(companion.get("address")).rpartition(".")[0] != slot:
-        raise ValueError(f"{where}: {companion.get('address')!r} is not in slot {slot}")
-    if companion.get("iommu_group") != gpu.get("iommu_group"):
-        raise ValueError(
-            f"{where}: {companion.get('address')!r} is in IOMMU group "
-            f"{companion.get('iommu_group')}, not the GPU's {gpu.get('iommu_group')}"
-        )
+    facts = converter.structure(body | {"gpus": gpus}, HostFacts)
+    # A document listing another companion would make the plan move a device it never shows.
+    for i, gpu_value in enumerate(facts.gpus):
+        for j, companion in enumerate(gpu_value.companions):
+            if not moves_with(gpu_value.function, companion):
+                raise ValueError(
+                    f"$.gpus[{i}].companions[{j}]: {str(companion.address)!r} does not move "
+                    f"with {gpu_value.address}: not a function of its slot in its IOMMU group"
+                )
+    return facts
 
 
 def facts_from_json(text: str, source: str = "<facts>") -> HostFacts:

@@ -95,6 +95,19 @@ class PciFunction:
         return f"{self.subsystem_vendor:04x}:{self.subsystem_device:04x}"
 
 
+def moves_with(gpu: PciFunction, other: PciFunction) -> bool:
+    """Whether `other` goes wherever the GPU function goes (`GPU.companions`): another
+    non-bridge function of its slot in its IOMMU group. An APU's slot also holds the
+    host's USB controllers, its security processor and audio in groups of their own, and
+    an SR-IOV PF's slot its VFs: none of them goes along."""
+    return (
+        other.address != gpu.address
+        and other.address.slot == gpu.address.slot
+        and other.iommu_group == gpu.iommu_group
+        and not other.is_bridge
+    )
+
+
 @attrs.frozen(order=True)
 class GPU:
     """A PCI display controller (class 0x03xxxx, any vendor) and its companion functions."""

@@ -14,7 +14,7 @@ import attrs
 
 from pvegpu.model.facts import GPU, PciFunction
 from pvegpu.model.plan import Pool, PoolKind
-from pvegpu.pvefiles.qemuconf import HostId
+from pvegpu.pvefiles.hostpci import HostId
 
 
 @attrs.frozen

@@ -18,7 +18,7 @@ from pvegpu.model.facts import GPU, HostFacts
 from pvegpu.model.plan import Finding, LxcContainer, Plan, Pool, Severity, VmGuest
 from pvegpu.model.schema import CpusetPolicy, DeviceStyle, PoolSpec
 from pvegpu.planning.mapping_moves import old_mappings
-from pvegpu.pvefiles import lxcconf, qemuconf
+from pvegpu.pvefiles import hostpci, lxcconf, qemuconf
 from pvegpu.pvefiles.pcicfg import PciMapping
 from pvegpu.vendors import CONTAINER_NODES
 
@@ -212,7 +212,7 @@ def vm_guest(
 
 
 def _converted(
-    path: str, mapping_id: str, conversions: Sequence[qemuconf.Conversion]
+    path: str, mapping_id: str, conversions: Sequence[hostpci.Conversion]
 ) -> list[Finding]:
     """One finding per line moved off a mapping the GPUs leave: its diff shows a changed
     mapping id, and the reviewer should see that the VM keeps its devices and options."""

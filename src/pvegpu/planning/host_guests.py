@@ -30,7 +30,7 @@ from pvegpu.model.released import ContainerGpusRemoved
 from pvegpu.planning.claims import Claims, by_destination, container_may_hold, vm_may_hold
 from pvegpu.planning.guests import gpu_majors
 from pvegpu.planning.mapping_moves import VM_DIR, MappingOutcome, mapping_outcome
-from pvegpu.pvefiles import lxcconf, qemuconf
+from pvegpu.pvefiles import hostpci, lxcconf
 from pvegpu.pvefiles.guestconf import ConfLine, Section, is_pending, is_snapshot, split_sections
 from pvegpu.vendors import CONTAINER_NODES
 from pvegpu.wording import plural
@@ -233,7 +233,7 @@ def _vm(
     # is the pool's, and mapping_moves.py refuses those it cannot convert.
     leaving = {m for p in claims.pools if p.vm and p.vm.vmid == vmid for m in p.vm.old_mappings}
     for section, number, line in _numbered(file.content):
-        use = qemuconf.hostpci_use(line)
+        use = hostpci.hostpci_use(line)
         if use is None or (section.name is None and use.mapping in leaving):
             continue
         hosts = use.hosts if use.mapping is None else mappings.devices.get(use.mapping, ())

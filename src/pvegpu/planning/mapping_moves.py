@@ -25,8 +25,8 @@ from pvegpu.model.released import MapLinesMoved
 from pvegpu.planning.claims import Claims
 from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.guestconf import is_pending, split_sections
+from pvegpu.pvefiles.hostpci import HostId, HostpciUse, host_ids, hostpci_use
 from pvegpu.pvefiles.pcicfg import MapLine, PciCfgSection
-from pvegpu.pvefiles.qemuconf import HostId, HostpciUse, host_ids, hostpci_use
 
 VM_DIR = "etc/pve/qemu-server/"
 

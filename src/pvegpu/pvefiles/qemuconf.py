@@ -27,17 +27,15 @@ from pvegpu.pvefiles.guestconf import (
     used_indices,
 )
 
-# The line-level hostpci helpers live in hostpci.py; these names stay importable from
-# here, where planning and rendering have always found them.
+# One hostpci line's syntax (hostpci.py); this module patches whole VM configs with it.
 from pvegpu.pvefiles.hostpci import HOSTPCI_KEY as _HOSTPCI_KEY
-from pvegpu.pvefiles.hostpci import MAX_HOSTPCI_INDEX as MAX_HOSTPCI_INDEX
-from pvegpu.pvefiles.hostpci import Conversion as Conversion
-from pvegpu.pvefiles.hostpci import HostId as HostId
-from pvegpu.pvefiles.hostpci import HostpciUse as HostpciUse
+from pvegpu.pvefiles.hostpci import (
+    MAX_HOSTPCI_INDEX,
+    Conversion,
+    host_ids,
+    hostpci_value,
+)
 from pvegpu.pvefiles.hostpci import claims as _claims
-from pvegpu.pvefiles.hostpci import host_ids as host_ids
-from pvegpu.pvefiles.hostpci import hostpci_use as hostpci_use
-from pvegpu.pvefiles.hostpci import hostpci_value as hostpci_value
 from pvegpu.pvefiles.hostpci import kept_options as _kept_options
 from pvegpu.pvefiles.hostpci import old_mapping as _old_mapping
 from pvegpu.pvefiles.hostpci import options as _options

@@ -27,7 +27,7 @@ from pvegpu.model.facts import PciFunction
 from pvegpu.model.paths import SPLIT_INITRAMFS_HOOK, SPLIT_MODPROBE, SPLIT_SCRIPT, SPLIT_UNIT
 from pvegpu.model.plan import Plan, Pool
 from pvegpu.pci import PciAddress
-from pvegpu.planning.split import revert_driver as revert_driver  # docs/split.md names it here
+from pvegpu.planning.split import revert_driver
 from pvegpu.vendors import VENDORS
 from pvegpu.wording import plural
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pvegpu.model import paths
 from pvegpu.model.plan import Pool
 from pvegpu.pci import PciAddress
-from pvegpu.pvefiles.qemuconf import hostpci_value
+from pvegpu.pvefiles.hostpci import hostpci_value
 
 SPLIT_SCRIPT = f"/{paths.SPLIT_SCRIPT}"
 SPLIT_UNIT = paths.SPLIT_UNIT_NAME
