@@ -55,7 +55,7 @@ class FakeHost(LiveHost):
         self.rootfs = rootfs
         self.running = dict(running or dict.fromkeys(rootfs, True))
         self.active = {k: set(v) for k, v in (active or {}).items()}
-        self.minors = {g.nvidia_minor: g.address for g in discover(root).gpus}
+        self.minors = {g.node_minor: g.address for g in discover(root).gpus}
         self.visible: dict[int, list[int]] = {}
         self.commands: list[tuple[str, ...]] = []
         self.effects = 0

@@ -15,13 +15,13 @@ from pvegpu.model.facts import (
     GPU,
     CharMajor,
     ConfigFile,
+    GpuDriver,
     HostFacts,
     IommuGroup,
     IommuGroupType,
     IommuState,
     KernelModuleFlavor,
     NumaNode,
-    NvidiaDriver,
     PciFunction,
 )
 from pvegpu.model.plan import PciMap, PciMapping
@@ -374,7 +374,7 @@ def kpro6(files: dict[str, str] | None = None, audio_group_offset: int = 0) -> H
             PciAddress(0, bus, 0, 1), 0x22E8, 0x040300, "snd_hda_intel", group + audio_group_offset
         )
         functions += [gpu_fn, audio]
-        gpus.append(GPU(gpu_fn, (audio,), nvidia_minor=minor, model="NVIDIA RTX PRO 6000"))
+        gpus.append(GPU(gpu_fn, (audio,), node_minor=minor, model="NVIDIA RTX PRO 6000"))
         members = {group: [gpu_fn.address], group + audio_group_offset: [audio.address]}
         if audio_group_offset == 0:
             members = {group: [gpu_fn.address, audio.address]}
@@ -387,7 +387,7 @@ def kpro6(files: dict[str, str] | None = None, audio_group_offset: int = 0) -> H
         iommu_groups=tuple(sorted(groups, key=lambda g: g.id)),
         iommu=IommuState(True, ("ivhd0", "ivhd1")),
         sev_snp=True,
-        nvidia=NvidiaDriver("590.48.01", KernelModuleFlavor.OPEN),
+        gpu_drivers=(GpuDriver("nvidia", "590.48.01", KernelModuleFlavor.OPEN),),
         char_majors=(
             CharMajor(195, "nvidia"),
             CharMajor(236, "nvidia-caps"),

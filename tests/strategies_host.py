@@ -85,7 +85,7 @@ def hosts(draw: st.DrawFn, iommu: bool | None = None) -> HostFacts:
             functions.append(nvme)
             members.append(nvme.address)
         functions.extend([gpu_fn, *companions])
-        gpus.append(GPU(gpu_fn, tuple(companions), nvidia_minor=minor))
+        gpus.append(GPU(gpu_fn, tuple(companions), node_minor=minor))
         if group is not None:
             groups[group] = sorted(members)
     return HostFacts(
@@ -98,7 +98,7 @@ def hosts(draw: st.DrawFn, iommu: bool | None = None) -> HostFacts:
         ),
         iommu=IommuState(iommu_on, ("dmar0",) if iommu_on else ()),
         sev_snp=False,
-        nvidia=None,
+        gpu_drivers=(),
         char_majors=(),
         cmdline="",
         vfio_ids=(),

@@ -17,13 +17,13 @@ from pvegpu.model.facts import (
     GPU,
     ConfigFile,
     FileStat,
+    GpuDriver,
     HostFacts,
     IommuGroup,
     IommuGroupType,
     IommuState,
     KernelModuleFlavor,
     NumaNode,
-    NvidiaDriver,
     PciFunction,
 )
 from pvegpu.model.plan import LxcContainer, Plan, Pool, PoolKind
@@ -144,7 +144,7 @@ def gpu(bus: int, numa: int | None, *, minor: int, device: int = 0x2BB5, group: 
         iommu_group=group,
         driver="nvidia",
     )
-    return GPU(function, (), nvidia_minor=minor, model="NVIDIA RTX PRO 6000 Blackwell")
+    return GPU(function, (), node_minor=minor, model="NVIDIA RTX PRO 6000 Blackwell")
 
 
 def host(
@@ -170,7 +170,7 @@ def host(
         iommu_groups=groups,
         iommu=IommuState(iommu, ("ivhd0",) if iommu else ()),
         sev_snp=sev_snp,
-        nvidia=NvidiaDriver(nvidia, KernelModuleFlavor.OPEN) if nvidia else None,
+        gpu_drivers=(GpuDriver("nvidia", nvidia, KernelModuleFlavor.OPEN),) if nvidia else (),
         char_majors=(),
         cmdline="",
         vfio_ids=(),

@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import pytest
 
-from bundled import FIXTURES, copy_tree, example_plan
+from bundled import FIXTURES, copy_tree, example_plan, example_spec
 from pvegpu.apply.check import EXIT_ERRORS, EXIT_WARNINGS, CheckReport, check
 from pvegpu.cli import main
 from pvegpu.model.artifact import REVERT_BUNDLE
+from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Finding, Severity
+from pvegpu.planning import planner
 from pvegpu.rendering.registry import render
 from test_apply import CT, ROOTFS, Setup
 
@@ -111,6 +114,28 @@ def test_raw_container_with_a_stale_uvm_major_is_reported(tmp_path: Path) -> Non
     stale = [f for f in check(root, None).findings if f.code == "container-uvm-major-stale"]
     assert [(f.severity, f.subject) for f in stale] == [(Severity.ERROR, CT129)]
     assert "nvidia-uvm's major is 508 now" in stale[0].message
+
+
+def test_plans_report_a_stale_uvm_major_the_plan_does_not_fix() -> None:
+    """The rule is the planner's (check repeats it): a plan names a raw-style container
+    whose uvm rule is stale unless the plan writes that container's lines anew."""
+    plan = example_plan("kpro6-raw")
+    (config,) = [a for a in render(plan) if a.path == CT129 and a.bundle != REVERT_BUNDLE]
+    other = ConfigFile("etc/pve/lxc/131.conf", config.content)
+    upgraded = attrs.evolve(
+        plan.facts,
+        files=(*plan.facts.files, other),
+        char_majors=tuple(
+            attrs.evolve(c, major=508) if c.name == "nvidia-uvm" else c
+            for c in plan.facts.char_majors
+        ),
+    )
+    own = attrs.evolve(upgraded, files=tuple(
+        attrs.evolve(f, content=config.content) if f.path == CT129 else f for f in upgraded.files
+    ))  # fmt: skip
+    findings = planner.plan(own, example_spec("kpro6-raw")).findings
+    stale = [f.subject for f in findings if f.code == "container-uvm-major-stale"]
+    assert stale == ["etc/pve/lxc/131.conf"]
 
 
 def test_check_reports_the_plans_finding_type(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from pvegpu.errors import DiscoveryError
 from pvegpu.host.discover import discover
 from pvegpu.host.facts_json import facts_to_json
 from pvegpu.host.reader import Trace
-from pvegpu.model.facts import HostFacts, IommuMode, KernelModuleFlavor
+from pvegpu.model.facts import GpuDriver, HostFacts, IommuMode, KernelModuleFlavor
 from pvegpu.pci import CpuList, PciAddress
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
@@ -49,7 +49,7 @@ def test_kpro6_topology(fixture_root: Callable[[str], Path]) -> None:
         0: ["01:00.0", "11:00.0", "61:00.0", "71:00.0"],
         1: ["81:00.0", "91:00.0", "e1:00.0", "f1:00.0"],
     }
-    assert [g.nvidia_minor for g in facts.gpus] == list(range(8))
+    assert [g.node_minor for g in facts.gpus] == list(range(8))
     assert [g.iommu_group for g in facts.gpus] == [12, 13, 14, 15, 40, 41, 42, 43]
     for gpu in facts.gpus:
         assert [str(c.address) for c in gpu.companions] == [str(gpu.address.with_function(1))]
@@ -59,7 +59,8 @@ def test_kpro6_topology(fixture_root: Callable[[str], Path]) -> None:
     assert facts.numa_nodes[1].cpus == CpuList.parse("32-63,96-127")
     assert facts.iommu_mode is IommuMode.TRANSLATED and facts.iommu.vendor == "amd"
     assert facts.sev_snp is True
-    assert facts.nvidia is not None and facts.nvidia.flavor is KernelModuleFlavor.OPEN
+    nvidia = facts.gpu_driver("nvidia")
+    assert nvidia is not None and nvidia.flavor is KernelModuleFlavor.OPEN
     assert facts.char_major("nvidia-uvm") == 509
     assert facts.cmdline.endswith("kvm_amd.sev=1")
     assert facts.file("etc/pve/lxc/129.conf") is not None
@@ -72,11 +73,11 @@ def test_split_host(fixture_root: Callable[[str], Path]) -> None:
     gpu = facts.gpu(PciAddress.parse("0000:81:00.0"))
     assert gpu is not None
     assert [(f.driver, f.driver_override) for f in gpu.functions] == [("vfio-pci", "vfio-pci")] * 2
-    assert gpu.nvidia_minor is None and gpu.model is None
+    assert gpu.node_minor is None and gpu.model is None
     host_side = facts.gpu(PciAddress.parse("0000:01:00.0"))
     assert host_side is not None
     assert [f.driver_override for f in host_side.functions] == ["nvidia", "snd_hda_intel"]
-    assert [g.nvidia_minor for g in facts.gpus if g.driver == "nvidia"] == [0, 1, 2, 3]
+    assert [g.node_minor for g in facts.gpus if g.driver == "nvidia"] == [0, 1, 2, 3]
 
 
 def test_small_hosts(fixture_root: Callable[[str], Path]) -> None:
@@ -491,8 +492,7 @@ def test_missing_module_taint(broken: Callable[[str], Path]) -> None:
     root = broken("workstation")
     (root / "proc/driver/nvidia/version").unlink()
     facts = discover(root)
-    assert facts.nvidia is not None and facts.nvidia.version == "580.95.05"
-    assert facts.nvidia.flavor is KernelModuleFlavor.PROPRIETARY
+    assert facts.gpu_drivers == (GpuDriver("nvidia", "580.95.05", KernelModuleFlavor.PROPRIETARY),)
     (root / "sys/module/nvidia/taint").unlink()
     with pytest.raises(DiscoveryError) as info:
         discover(root)
@@ -545,8 +545,8 @@ def test_missing_optional_parts(broken: Callable[[str], Path]) -> None:
     for rel in ("proc/driver/nvidia", "sys/module", "sys/devices/system/node", "etc/pve"):
         shutil.rmtree(root / rel)
     facts = discover(root)
-    assert facts.nvidia is None and facts.sev_snp is False and facts.numa_nodes == ()
-    assert all(g.nvidia_minor is None for g in facts.gpus)
+    assert facts.gpu_drivers == () and facts.sev_snp is False and facts.numa_nodes == ()
+    assert all(g.node_minor is None for g in facts.gpus)
     assert [f.path for f in facts.files if f.path.startswith("etc/pve")] == []
 
 

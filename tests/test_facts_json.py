@@ -24,7 +24,7 @@ from pvegpu.host.facts_json import (
     unstructure_facts,
 )
 from pvegpu.model.bootconfig import BootConfig, BootLoader, BootModule, KernelCmdline
-from pvegpu.model.facts import FileStat, HostFacts, PcieLink
+from pvegpu.model.facts import FileStat, GpuDriver, HostFacts, KernelModuleFlavor, PcieLink
 from strategies_host import hosts
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
@@ -110,7 +110,23 @@ def _mutations() -> dict[str, tuple[Callable[[dict[str, Any]], None], str]]:
         "extra key": (set_(["functions", 0, "colour"], "red"), "extra|colour"),
         "bad cpulist": (set_(["numa_nodes", 0, "cpus"], "0-x"), "CPU list"),
         "bad enum": (set_(["nvidia", "flavor"], "closed"), "closed"),
+        "driver not an object": (set_(["nvidia"], "590.48.01"), r"\$\.nvidia: expected an object"),
+        "driver names itself": (set_(["nvidia", "driver"], "amdgpu"), r"\$\.nvidia: expected"),
+        "driver key missing": (lambda doc: doc.pop("nvidia"), r"\$\.nvidia: missing"),
+        "driver without version": (lambda doc: doc["nvidia"].pop("version"), "version"),
     }
+
+
+def test_driver_keys_are_the_gpu_drivers() -> None:
+    """`"nvidia": {version, flavor}` is HostFacts.gpu_drivers' NVIDIA entry, and null
+    (not a missing key) when no driver is loaded."""
+    doc = _doc()
+    assert doc["nvidia"] == {"version": "590.48.01", "flavor": "open"}
+    facts = facts_from_json(json.dumps(doc))
+    assert facts.gpu_drivers == (GpuDriver("nvidia", "590.48.01", KernelModuleFlavor.OPEN),)
+    doc["nvidia"] = None
+    bare = facts_from_json(json.dumps(doc))
+    assert bare.gpu_drivers == () and json.loads(facts_to_json(bare))["nvidia"] is None
 
 
 @pytest.mark.parametrize("case", sorted(_mutations()))
@@ -191,7 +207,7 @@ def test_writer_without_cattrs_is_the_converter(facts: HostFacts) -> None:
             {
                 "address": str(g.function.address),
                 "companions": [str(c.address) for c in g.companions],
-                "nvidia_minor": g.nvidia_minor,
+                "nvidia_minor": g.node_minor,
                 "model": g.model,
             }
             for g in variant.gpus

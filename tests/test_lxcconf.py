@@ -220,7 +220,7 @@ def test_unterminated_last_line_gets_its_newline_when_lines_follow() -> None:
 def test_gpu_lines_use_the_real_device_minor() -> None:
     """Lines name /dev/nvidia<Device Minor>, not the GPU's position in the pool."""
     gpus = kpro6().gpus
-    picked = (attrs.evolve(gpus[4], nvidia_minor=1), attrs.evolve(gpus[5], nvidia_minor=0))
+    picked = (attrs.evolve(gpus[4], node_minor=1), attrs.evolve(gpus[5], node_minor=0))
     lines = lxcconf.gpu_lines(NODES, picked, DeviceStyle.DEV)
     assert lines.devices[:2] == ("/dev/nvidia1,mode=0666", "/dev/nvidia0,mode=0666")
 

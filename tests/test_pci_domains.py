@@ -198,7 +198,7 @@ def test_gpu_behind_vmd_is_discovered(vmd: Path) -> None:
     assert gpu is not None
     assert gpu.function.sysfs_path == f"sys/devices/pci10000:e0/10000:e0:06.0/{VMD_GPU}"
     assert [str(c.address) for c in gpu.companions] == ["10000:e1:00.1"]
-    assert gpu.nvidia_minor == 1
+    assert gpu.node_minor == 1
     assert gpu.iommu_group == 5
     group = facts.group(5)
     assert group is not None

@@ -32,6 +32,7 @@ from pvegpu.rendering.split import (
     UNIT_PATH,
     render_split,
 )
+from pvegpu.vendors.nvidia import NVIDIA
 from sysfs_sim import (
     KernelSim,
     copy_host,
@@ -438,7 +439,9 @@ def mixed() -> dict[str, Artifact]:
 def amd_only() -> dict[str, Artifact]:
     """mixed without its NVIDIA card: the Radeon is the host's only GPU."""
     plan = example_plan("mixed")
-    facts = attrs.evolve(plan.facts, gpus=tuple(g for g in plan.facts.gpus if not g.is_nvidia))
+    facts = attrs.evolve(
+        plan.facts, gpus=tuple(g for g in plan.facts.gpus if g.vendor is not NVIDIA)
+    )
     return {a.path: a for a in render_split(attrs.evolve(plan, facts=facts))}
 
 

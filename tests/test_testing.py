@@ -296,4 +296,4 @@ def test_docstring_example_runs(tmp_path: Path) -> None:
     code = "\n".join(line[4:] for line in example.splitlines())
     exec(code, {"tmp_path": tmp_path})
     facts = discover(tmp_path / "lab1")
-    assert [(str(g.address), g.nvidia_minor) for g in facts.gpus] == [("0000:01:00.0", 0)]
+    assert [(str(g.address), g.node_minor) for g in facts.gpus] == [("0000:01:00.0", 0)]

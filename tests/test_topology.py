@@ -223,7 +223,7 @@ def test_mermaid_escapes_quotes(kpro6: Plan) -> None:
 def test_mermaid_counts_agree_with_their_nouns(kpro6: Plan) -> None:
     """A one-GPU container without device minors is `1 GPU`; the VM pool counts functions."""
     pool = kpro6.pools[0]
-    one = attrs.evolve(pool, gpus=(attrs.evolve(pool.gpus[0], nvidia_minor=None),))
+    one = attrs.evolve(pool, gpus=(attrs.evolve(pool.gpus[0], node_minor=None),))
     text = topology_mermaid(attrs.evolve(kpro6, pools=(one, *kpro6.pools[1:])))
     assert "<br/>1 GPU" in text and "1 GPUs" not in text
     assert "vfio-pci · 4 GPUs, 8 functions" in text

@@ -34,14 +34,9 @@ from strategies import kpro6
 SRC = Path(__file__).resolve().parent.parent / "src" / "pvegpu"
 
 STILL_NAMING_NVIDIA = {
-    # The facts' shape: `HostFacts.nvidia` (NvidiaDriver), `GPU.nvidia_minor` and
-    # `GPU.is_nvidia` are field names of the facts JSON and snapshots (goldens); they go
-    # with a facts codec that maps names (vendor-neutral fields, the JSON kept).
-    "model/facts.py",
-    # Discovery reads the vendor's files (vendors/nvidia.py names them) into those fields,
-    # and names the sysfs `nvidia` directory Proxmox takes for mdev support.
-    "host/discover.py",
-    "cli/discover.py",
+    # The facts JSON keeps the key `nvidia_minor` for `GPU.node_minor` (documents and
+    # snapshots already written read the same).
+    "host/facts_dump.py",
     # Wording: messages, fixes and help text that name NVIDIA's modules and tools
     # (nvidia-uvm, nvidia-modprobe, nvidia-smi, libnvidia-compute-N). Their bytes are in
     # goldens; they move into the vendor as message parts in a later step.
@@ -51,7 +46,6 @@ STILL_NAMING_NVIDIA = {
     "planning/findings.py",
     "rendering/lxc.py",
     "rendering/review/apply_steps.py",
-    "rendering/review/gpu_layout.py",
     "rendering/review/picture.py",
     "apply/host_checks.py",
     "serving/container.py",
@@ -218,14 +212,16 @@ def test_discovery_reads_the_files_the_vendor_names(
     monkeypatch.setattr(discovery, "_GPU_INFORMATION", (moved,))
     assert discovery.discover(root).gpus == want.gpus
     monkeypatch.setattr(discovery, "_GPU_INFORMATION", ())
-    assert {g.nvidia_minor for g in discovery.discover(root).gpus} == {None}
+    assert {g.node_minor for g in discovery.discover(root).gpus} == {None}
 
 
 def test_discovery_records_the_driver_the_vendor_shows(
     monkeypatch: pytest.MonkeyPatch, fixture_root: Callable[[str], Path]
 ) -> None:
-    """The facts' driver version is read where FACTS_DRIVER says; a vendor showing none
+    """The facts' driver versions are read where each vendor says; a vendor showing none
     leaves it unknown."""
-    assert discovery.discover(fixture_root("kpro6")).nvidia is not None
-    monkeypatch.setattr(discovery, "FACTS_DRIVER", attrs.evolve(NVIDIA, driver_version=None))
-    assert discovery.discover(fixture_root("kpro6")).nvidia is None
+    loaded = discovery.discover(fixture_root("kpro6")).gpu_drivers
+    assert [(d.driver, d.version) for d in loaded] == [("nvidia", "590.48.01")]
+    blind = attrs.evolve(NVIDIA, driver_version=None)
+    monkeypatch.setattr(discovery, "DRIVER_VERSION_VENDORS", (blind,))
+    assert discovery.discover(fixture_root("kpro6")).gpu_drivers == ()

@@ -26,12 +26,12 @@ from pvegpu.planning.findings import host_findings
 from pvegpu.planning.unit_gpus import VISIBLE, unit_demand
 from pvegpu.pvefiles.guestconf import parse_lines, split_sections
 from pvegpu.pvefiles.hostpci import host_ids
-from pvegpu.pvefiles.lxcconf import gpu_minor, is_gpu_line, raw_uvm_majors
+from pvegpu.pvefiles.lxcconf import gpu_minor, is_gpu_line
 from pvegpu.pvefiles.pcicfg import PciMap, parse_mappings
 from pvegpu.serving.container import container_driver_state
 from pvegpu.serving.p2p import facts_p2p
 from pvegpu.serving.unitfile import ENVIRONMENT, SERVICE, UnitFile, environment_pairs, merge_units
-from pvegpu.vendors import CONTAINER_NODES, CONTAINER_USERSPACE
+from pvegpu.vendors import CONTAINER_NODES, CONTAINER_USERSPACE, CONTAINER_VENDOR
 
 _CONF = re.compile(r"(\d+)\.conf")
 
@@ -123,7 +123,8 @@ def _units(reader: RootReader, rootfs: str) -> list[str]:
 
 
 def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
-    host_version = facts.nvidia.version if facts.nvidia else None
+    loaded = facts.gpu_driver(CONTAINER_VENDOR.host_driver)
+    host_version = loaded.version if loaded else None
     for vmid in _gpu_containers(reader):
         rootfs = container_rootfs(reader, vmid)
         if rootfs is None:
@@ -158,29 +159,8 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
                     f"TP {running.tp} with P2P on while the IOMMU translates DMA: P2P transfers "
                     "corrupt or hang; set NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce",
                 )
-    yield from _uvm_majors(reader, facts)
     yield from _mappings(reader, facts)
     yield from host_findings(facts)
-
-
-def _uvm_majors(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
-    """Raw-style containers allow nvidia-uvm by its major, which the kernel hands out
-    when the module loads: after a driver update it can differ from the rendered rule."""
-    major = facts.char_major("nvidia-uvm")
-    if major is None:
-        return
-    for vmid in _gpu_containers(reader):
-        text = reader.read(f"etc/pve/lxc/{vmid}.conf") or ""
-        allowed = raw_uvm_majors(text, CONTAINER_NODES)
-        if allowed is not None and major not in allowed:
-            yield Finding(
-                Severity.ERROR,
-                "container-uvm-major-stale",
-                f"etc/pve/lxc/{vmid}.conf",
-                f"CT {vmid} bind-mounts /dev/nvidia-uvm but allows no `c {major}:` rule: "
-                f"nvidia-uvm's major is {major} now (/proc/devices), so CUDA fails in the "
-                'container; render and apply again (or use devices = "dev")',
-            )
 
 
 def _mappings(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:

@@ -12,6 +12,7 @@ import sys
 from pvegpu.host.discover import discover
 from pvegpu.host.facts_dump import facts_to_json
 from pvegpu.model.facts import HostFacts
+from pvegpu.vendors import DRIVER_VERSION_VENDORS, Vendor
 
 
 def run_discover(args: argparse.Namespace) -> int:
@@ -24,16 +25,20 @@ def _dash(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+def _driver(facts: HostFacts, vendor: Vendor) -> str:
+    loaded = facts.gpu_driver(vendor.host_driver)
+    return "-" if loaded is None else f"{loaded.version} ({loaded.flavor})"
+
+
 def format_table(facts: HostFacts) -> str:
     """The human view: host line, one row per GPU, then the GPUs of each NUMA node."""
     iommu = str(facts.iommu_mode)
     if facts.iommu.enabled:
         count = len(facts.iommu.units)
         iommu += f" ({facts.iommu.vendor or 'unknown'}, {count} unit{'s' if count > 1 else ''})"
-    nvidia = "-" if facts.nvidia is None else f"{facts.nvidia.version} ({facts.nvidia.flavor})"
+    drivers = "".join(f", {v.host_driver} {_driver(facts, v)}" for v in DRIVER_VERSION_VENDORS)
     lines = [
-        f"node {facts.node}: IOMMU {iommu}, SEV-SNP {'on' if facts.sev_snp else 'off'}, "
-        f"nvidia {nvidia}",
+        f"node {facts.node}: IOMMU {iommu}, SEV-SNP {'on' if facts.sev_snp else 'off'}{drivers}",
         "",
     ]
     header = ("GPU", "ADDRESS", "ID", "NUMA", "GROUP", "DRIVER", "MINOR", "WITH", "MODEL")
@@ -45,7 +50,7 @@ def format_table(facts: HostFacts) -> str:
             _dash(gpu.numa_node),
             _dash(gpu.iommu_group),
             _dash(gpu.driver),
-            _dash(gpu.nvidia_minor),
+            _dash(gpu.node_minor),
             ",".join(f".{c.address.function}" for c in gpu.companions) or "-",
             gpu.model or "-",
         )

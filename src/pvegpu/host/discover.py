@@ -27,12 +27,12 @@ from pvegpu.host.reader import RECAPTURE, RootReader, Trace, fail
 from pvegpu.model.facts import (
     GPU,
     ConfigFile,
+    GpuDriver,
     HostFacts,
     IommuGroup,
     IommuState,
     KernelModuleFlavor,
     NumaNode,
-    NvidiaDriver,
     PcieLink,
     PciFunction,
     VfioIdsSetting,
@@ -40,7 +40,7 @@ from pvegpu.model.facts import (
 )
 from pvegpu.model.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT
 from pvegpu.pci import CpuList, PciAddress
-from pvegpu.vendors import FACTS_DRIVER, VENDORS, DriverVersionSource, GpuNodeSource
+from pvegpu.vendors import DRIVER_VERSION_VENDORS, VENDORS, GpuNodeSource, Vendor
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -52,6 +52,8 @@ _GPU_INFORMATION: tuple[GpuNodeSource, ...] = tuple(
     v.gpu_information for v in VENDORS if v.gpu_information is not None
 )
 _NUMBER = re.compile("[0-9]+")
+# The kernel's mdev directory and each vendor's own (`Vendor.mdev_dirs`).
+MDEV_DIRS = ("mdev_supported_types", *(d for v in VENDORS for d in v.mdev_dirs))
 """ASCII digits only: str.isdigit() also accepts '²', which int() refuses."""
 
 
@@ -109,7 +111,7 @@ def read_host(reader: RootReader) -> HostFacts:
         iommu_groups=groups,
         iommu=IommuState(enabled=bool(units), units=units),
         sev_snp=_sev_snp(reader),
-        nvidia=_driver_version(reader, FACTS_DRIVER.driver_version),
+        gpu_drivers=_gpu_drivers(reader),
         char_majors=_parse(
             "proc/devices",
             reader.need("proc/devices", "the 'Character devices:' list"),
@@ -201,8 +203,7 @@ def _function(reader: RootReader, name: str, cpus: Callable[[str], CpuList]) -> 
         local_cpus=optional("local_cpulist", cpus),
         link=link,
         # Proxmox treats these directories as "mdev capable" and then wants `mdev 1`.
-        mdev_capable=listing.is_dir("mdev_supported_types", f"{base}/mdev_supported_types")
-        or listing.is_dir("nvidia", f"{base}/nvidia"),
+        mdev_capable=any(listing.is_dir(d, f"{base}/{d}") for d in MDEV_DIRS),
     )
 
 
@@ -339,22 +340,29 @@ def _sev_snp(reader: RootReader) -> bool:
     return False if text is None else _parse(path, text, sysfs.module_bool)
 
 
-def _driver_version(reader: RootReader, source: DriverVersionSource | None) -> NvidiaDriver | None:
-    """The loaded host driver's version and flavor, None when it is not loaded."""
+def _gpu_drivers(reader: RootReader) -> tuple[GpuDriver, ...]:
+    found = (_driver_version(reader, v) for v in DRIVER_VERSION_VENDORS)
+    return tuple(d for d in found if d is not None)
+
+
+def _driver_version(reader: RootReader, vendor: Vendor) -> GpuDriver | None:
+    """The vendor's loaded host driver's version and flavor, None when it is not loaded
+    (or the vendor gives no file to read it from)."""
+    source = vendor.driver_version
     if source is None:
         return None
     text = reader.read(source.banner)
     if text is not None:
         version, open_module = _parse(source.banner, text, source.parse_banner)
         flavor = KernelModuleFlavor.OPEN if open_module else KernelModuleFlavor.PROPRIETARY
-        return NvidiaDriver(version, flavor)
+        return GpuDriver(vendor.host_driver, version, flavor)
     text = reader.read(source.module_version)
     if text is None:
         return None
     version = _parse(source.module_version, text, source.parse_module_version)
     taint = source.module_taint
     flavor = _parse(taint, reader.need(taint, "the module's taint flags"), sysfs.module_flavor)
-    return NvidiaDriver(version, flavor)
+    return GpuDriver(vendor.host_driver, version, flavor)
 
 
 def _modprobe_confs(reader: RootReader) -> list[str]:

@@ -19,10 +19,15 @@ from typing import Any
 import attrs
 
 from pvegpu.model.bootconfig import BootConfig
-from pvegpu.model.facts import GPU, HostFacts, IommuGroup, PciFunction
+from pvegpu.model.facts import GPU, GpuDriver, HostFacts, IommuGroup, PciFunction
 from pvegpu.pci import CpuList, PciAddress
+from pvegpu.vendors import DRIVER_VERSION_VENDORS
 
 SCHEMA = "pvegpu.facts/1"
+
+GPU_KEYS = {"node_minor": "nvidia_minor"}
+"""GPU fields whose key in the document is the name they had while only NVIDIA's GPUs had
+a node minor: documents and snapshots written then read the same."""
 
 _NAMES: dict[type, tuple[str, ...]] = {}
 _SCALARS = (str, int, bool, float)
@@ -59,8 +64,20 @@ def _gpu(gpu: GPU) -> dict[str, Any]:
     }
     for name in _names(GPU):
         if name not in ("function", "companions"):
-            doc[name] = _value(getattr(gpu, name))
+            doc[GPU_KEYS.get(name, name)] = _value(getattr(gpu, name))
     return doc
+
+
+def driver_keys(facts: HostFacts) -> dict[str, Any]:
+    """`HostFacts.gpu_drivers` as the document holds it: a key per vendor whose driver
+    version discovery reads, named by its host driver (`"nvidia"`), `{version, flavor}`
+    or null when that driver is not loaded. One key per vendor keeps the document's shape
+    as vendors are added, and a missing key tells an old reader nothing was lost."""
+    return {v.host_driver: _driver(facts.gpu_driver(v.host_driver)) for v in DRIVER_VERSION_VENDORS}
+
+
+def _driver(driver: GpuDriver | None) -> dict[str, str] | None:
+    return None if driver is None else {"version": driver.version, "flavor": driver.flavor.value}
 
 
 def unstructure_facts(facts: HostFacts) -> dict[str, Any]:
@@ -97,6 +114,8 @@ def _fields(facts: HostFacts) -> Iterator[tuple[str, Any]]:
             yield name, _list_text([_group_text(g) for g in value])
         elif name == "gpus":
             yield name, [_gpu(gpu) for gpu in value]
+        elif name == "gpu_drivers":
+            yield from driver_keys(facts).items()
         elif name == "boot":
             # Left out while empty (no boot files read, as on every bundled fixture), so
             # documents of hosts without them read as before it existed.

@@ -23,12 +23,14 @@ from pvegpu.errors import DiscoveryError
 
 # Writing the document needs no converter (pvegpu.host.facts_dump, what `discover --json`
 # imports); the converter below reads it, and serves types that embed HostFacts parts.
+from pvegpu.host.facts_dump import GPU_KEYS, driver_keys
 from pvegpu.host.facts_dump import SCHEMA as SCHEMA
 from pvegpu.host.facts_dump import facts_to_json as facts_to_json
 from pvegpu.host.facts_dump import unstructure_facts as unstructure_facts
 from pvegpu.jsontext import load_json
-from pvegpu.model.facts import HostFacts, PciFunction, moves_with
+from pvegpu.model.facts import GPU, HostFacts, PciFunction, moves_with
 from pvegpu.pci import CpuList, PciAddress
+from pvegpu.vendors import DRIVER_VERSION_VENDORS
 
 
 def _hex(digits: int) -> tuple[Callable[[int], str], Callable[[Any, Any], int]]:
@@ -77,12 +79,40 @@ def _make_converter() -> cattrs.Converter:
             subsystem_device=hex4, pci_class=klass,
         ),
     )  # fmt: skip
+    minor = override(rename=GPU_KEYS["node_minor"])
+    conv.register_unstructure_hook(GPU, make_dict_unstructure_fn(GPU, conv, node_minor=minor))
+    conv.register_structure_hook(GPU, make_dict_structure_fn(GPU, conv, node_minor=minor))
     # `boot` is left out while it is empty (no boot files read, as on every bundled
     # fixture), so documents of hosts without them read as before it existed.
-    conv.register_unstructure_hook(
-        HostFacts, make_dict_unstructure_fn(HostFacts, conv, boot=override(omit_if_default=True))
-    )
+    facts_fields = make_dict_unstructure_fn(HostFacts, conv, boot=override(omit_if_default=True))
+
+    def unstructure(facts: HostFacts) -> dict[str, Any]:
+        # `gpu_drivers` is a key per vendor in the document (facts_dump.driver_keys), in
+        # the field's place.
+        doc: dict[str, Any] = {}
+        for key, value in facts_fields(facts).items():
+            doc |= driver_keys(facts) if key == "gpu_drivers" else {key: value}
+        return doc
+
+    conv.register_unstructure_hook(HostFacts, unstructure)
     return conv
+
+
+def _gpu_drivers(body: dict[str, Any]) -> dict[str, Any]:
+    """The document's per-vendor driver keys back into the one `gpu_drivers` field."""
+    drivers = []
+    rest = dict(body)
+    for vendor in DRIVER_VERSION_VENDORS:
+        key = vendor.host_driver
+        if key not in rest:
+            raise ValueError(f"$.{key}: missing (an object {{version, flavor}}, or null)")
+        value = rest.pop(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or "driver" in value:
+            raise ValueError(f"$.{key}: expected an object {{version, flavor}} or null")
+        drivers.append({"driver": key, **value})
+    return rest | {"gpu_drivers": drivers}
 
 
 converter = _make_converter()
@@ -136,7 +166,7 @@ def _structure(doc: Any) -> HostFacts:
         for j, address in enumerate(ref.get("companions", [])):
             companions.append(function(f"$.gpus[{i}].companions[{j}]", address))
         gpus.append({"function": gpu, "companions": companions, **rest})
-    facts = converter.structure(body | {"gpus": gpus}, HostFacts)
+    facts = converter.structure(_gpu_drivers(body) | {"gpus": gpus}, HostFacts)
     # A document listing another companion would make the plan move a device it never shows.
     for i, gpu_value in enumerate(facts.gpus):
         for j, companion in enumerate(gpu_value.companions):

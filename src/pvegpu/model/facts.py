@@ -11,7 +11,6 @@ import attrs
 from pvegpu.model.bootconfig import BootConfig
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import Vendor, vendor_of
-from pvegpu.vendors.nvidia import NVIDIA
 
 CLASS_DISPLAY = 0x03
 CLASS_BRIDGE = 0x06
@@ -117,8 +116,10 @@ class GPU:
     """Other functions of the same slot and the same IOMMU group (the .1 HD audio), which
     move with the GPU. Slot functions in other groups (an APU's USB controllers, an SR-IOV
     PF's virtual functions) are not companions: they stay where they are."""
-    nvidia_minor: int | None = None
-    """`Device Minor` from /proc/driver/nvidia/gpus/<addr>/information: N of /dev/nvidiaN."""
+    node_minor: int | None = None
+    """The minor of its vendor's per-GPU device node (`DeviceNodes.gpu_path`, N of
+    /dev/nvidiaN), from the vendor's per-GPU information file; None while unknown. The
+    facts JSON keeps its first key, `nvidia_minor`."""
     model: str | None = None
 
     @property
@@ -147,13 +148,12 @@ class GPU:
         return vendor_of(self.function)
 
     @property
-    def node_minor(self) -> int | None:
-        """The minor of its per-GPU device node (`DeviceNodes.gpu_path`), None while unknown."""
-        return self.nvidia_minor
-
-    @property
-    def is_nvidia(self) -> bool:
-        return self.vendor is NVIDIA
+    def node_path(self) -> str | None:
+        """Its per-GPU device node now (`/dev/nvidia4`), None while its minor is unknown."""
+        vendor = self.vendor
+        if vendor is None or vendor.nodes is None or self.node_minor is None:
+            return None
+        return vendor.nodes.path(self.node_minor)
 
     @property
     def functions(self) -> tuple[PciFunction, ...]:
@@ -189,7 +189,11 @@ class IommuState:
 
 
 @attrs.frozen
-class NvidiaDriver:
+class GpuDriver:
+    """A vendor's GPU kernel driver as loaded on the host (its `DriverVersionSource`)."""
+
+    driver: str
+    """The vendor's host driver (`Vendor.host_driver`): which driver this is."""
     version: str
     flavor: KernelModuleFlavor
 
@@ -263,7 +267,8 @@ class HostFacts:
     iommu_groups: tuple[IommuGroup, ...]
     iommu: IommuState
     sev_snp: bool
-    nvidia: NvidiaDriver | None
+    gpu_drivers: tuple[GpuDriver, ...]
+    """The loaded GPU drivers whose version pvegpu reads, one per vendor at most."""
     char_majors: tuple[CharMajor, ...]
     cmdline: str
     vfio_ids: tuple[VfioIdsSetting, ...]
@@ -308,6 +313,10 @@ class HostFacts:
         return tuple(
             s for s in self.stats if s.path.startswith(prefix) and "/" not in s.path[len(prefix) :]
         )
+
+    def gpu_driver(self, driver: str | None) -> GpuDriver | None:
+        """The loaded version of host driver `driver` (a `Vendor.host_driver`), if read."""
+        return next((d for d in self.gpu_drivers if d.driver == driver), None)
 
     def char_major(self, name: str) -> int | None:
         return next((c.major for c in self.char_majors if c.name == name), None)

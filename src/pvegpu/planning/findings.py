@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
 from pvegpu.hardware import VFIO_DRIVER, host_driver
-from pvegpu.model.facts import HostFacts
+from pvegpu.model.facts import GPU, HostFacts
 from pvegpu.model.paths import SPLIT_MODPROBE, SPLIT_UNIT
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.pvefiles.lxcconf import raw_uvm_majors
+from pvegpu.vendors import CONTAINER_NODES, Vendor
+
+_LXC_CONFIG = re.compile(r"etc/pve/lxc/([0-9]+)\.conf")
 
 
 def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
@@ -57,12 +62,15 @@ def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
             "SEV-SNP is on: the IOMMU must stay in translated mode (iommu=pt is refused by "
             "SNP), so GPU peer-to-peer DMA is unreliable on this host",
         )
-    yield from host_findings(facts)
+    yield from host_findings(facts, frozenset(p.lxc.vmid for p in pools if p.lxc is not None))
 
 
-def host_findings(facts: HostFacts) -> Iterator[Finding]:
+def host_findings(facts: HostFacts, rewritten: frozenset[int] = frozenset()) -> Iterator[Finding]:
     """What is wrong with the host whatever the split: every plan reports it, and
-    `pvegpu check` reports it of the host as it is (one rule, not two)."""
+    `pvegpu check` reports it of the host as it is (one rule, not two).
+
+    `rewritten`: the containers whose GPU lines the plan writes anew (their findings
+    here are what the plan fixes)."""
     for setting in facts.vfio_ids:
         claimed: dict[str, int] = {}
         for gpu in facts.gpus:
@@ -77,6 +85,37 @@ def host_findings(facts: HostFacts) -> Iterator[Finding]:
                     f"vfio-pci ids={','.join(setting.ids)} takes all {count} GPUs {ids}, "
                     "not only the VM's: bind by address instead (pvegpu's split)",
                 )
+    yield from _stale_dynamic_majors(facts, rewritten)
+
+
+def _stale_dynamic_majors(facts: HostFacts, rewritten: frozenset[int]) -> Iterator[Finding]:
+    """Raw-style containers allow the dynamic node (nvidia-uvm) by the major the kernel
+    handed out when its module loaded: after a driver update it can differ from the
+    rendered rule, and the container's CUDA fails."""
+    nodes = CONTAINER_NODES
+    major = facts.char_major(nodes.dynamic_module)
+    if major is None:
+        return
+    for file in facts.files:
+        vmid = _container_of(file.path)
+        if vmid is None or vmid in rewritten:
+            continue
+        allowed = raw_uvm_majors(file.content, nodes)
+        if allowed is not None and major not in allowed:
+            yield Finding(
+                Severity.ERROR,
+                "container-uvm-major-stale",
+                file.path,
+                f"CT {vmid} bind-mounts {nodes.dynamic_node} but allows no `c {major}:` rule: "
+                f"{nodes.dynamic_module}'s major is {major} now (/proc/devices), so CUDA "
+                'fails in the container; render and apply again (or use devices = "dev")',
+            )
+
+
+def _container_of(path: str) -> int | None:
+    """The container id of a facts file that is one's config (`etc/pve/lxc/N.conf`)."""
+    match = _LXC_CONFIG.fullmatch(path)
+    return int(match.group(1)) if match else None
 
 
 def _minors_after_reboot(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
@@ -87,18 +126,25 @@ def _minors_after_reboot(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Fi
     /dev/nvidia4 can point at nothing (and the container fails to start).
     """
     to_vfio = {g.address for p in pools if p.kind is PoolKind.VFIO for g in p.gpus}
-    stays = [g for g in facts.gpus if g.is_nvidia and g.address not in to_vfio]
-    stays = [g for g in stays if host_driver(g.function) == "nvidia"]
-    expected = {g.address: n for n, g in enumerate(sorted(stays, key=lambda g: g.address))}
+    # Each vendor's driver numbers its own GPUs: those it still gets at the next boot.
+    stays: dict[Vendor, list[GPU]] = defaultdict(list)
+    for g in facts.gpus:
+        vendor = g.vendor
+        if vendor is None or vendor.gpu_information is None or g.address in to_vfio:
+            continue
+        if host_driver(g.function) == vendor.host_driver:
+            stays[vendor].append(g)
+    by_address = [sorted(gpus, key=lambda g: g.address) for gpus in stays.values()]
+    expected = {g.address: n for gpus in by_address for n, g in enumerate(gpus)}
     for pool in pools:
         if pool.kind is not PoolKind.LXC:
             continue
         moved = [
-            f"{g.address.short}: {g.nvidia_minor} -> {expected[g.address]}"
+            f"{g.address.short}: {g.node_minor} -> {expected[g.address]}"
             for g in pool.gpus
-            if g.nvidia_minor is not None
+            if g.node_minor is not None
             and g.address in expected
-            and g.nvidia_minor != expected[g.address]
+            and g.node_minor != expected[g.address]
         ]
         if moved:
             yield Finding(

@@ -127,7 +127,7 @@ def _gpu_problems(gpus: Sequence[GPU]) -> list[Problem]:
                     "give this GPU to a vfio pool, or leave it out of the container's pool",
                 )
             )
-        elif gpu.nvidia_minor is None:
+        elif gpu.node_minor is None:
             problems.append(
                 Problem(
                     "gpu-minor-unknown",

@@ -97,9 +97,8 @@ def _numbered(text: str) -> Iterator[tuple[Section, int, ConfLine]]:
 
 def _node(gpu: GPU) -> str:
     # A GPU already on vfio-pci has no node now; a wildcard reaches it once nvidia has it.
-    if gpu.nvidia_minor is None:
-        return gpu.address.short
-    return f"/dev/nvidia{gpu.nvidia_minor} ({gpu.address.short})"
+    path = gpu.node_path
+    return gpu.address.short if path is None else f"{path} ({gpu.address.short})"
 
 
 def _container(
@@ -177,18 +176,19 @@ def _every_gpu(
     keeps = [
         g
         for g in claims.host_gpus
-        if g.nvidia_minor is not None
-        and (g.nvidia_minor not in owners or container_may_hold(owners[g.nvidia_minor], vmid))
+        if g.node_minor is not None
+        and (g.node_minor not in owners or container_may_hold(owners[g.node_minor], vmid))
     ]
-    rules = "".join(f"`c 195:{g.nvidia_minor} rwm` for {g.address.short}, " for g in keeps)
+    nodes = CONTAINER_NODES
+    rules = "".join(f"`c {nodes.major}:{g.node_minor} rwm` for {g.address.short}, " for g in keeps)
     return Problem(
         "lxc-grants-all-gpus",
         where,
         f"`{line.raw.strip()}` lets CT {vmid} open every GPU nvidia holds (before the "
         "split, after a revert, or when the split fails at boot), among them "
         f"{by_destination(named)}",
-        f"replace it with one rule per GPU CT {vmid} keeps: {rules}and `c 195:255 rwm` "
-        "for nvidiactl; then run pvegpu again"
+        f"replace it with one rule per GPU CT {vmid} keeps: {rules}and "
+        f"`c {nodes.major}:{nodes.control_minor} rwm` for nvidiactl; then run pvegpu again"
         if keeps
         else f"remove it: no GPU of this host is left for CT {vmid}; then run pvegpu again",
     )

@@ -62,7 +62,7 @@ def _container_config(facts: HostFacts, pool: Pool, container: LxcContainer) -> 
     content = lxcconf.patch_gpu_lines(
         base, CONTAINER_NODES, container.gpu_lines, majors, cpuset=cpuset
     )
-    nodes = ", ".join(f"nvidia{g.nvidia_minor}" for g in pool.gpus)
+    nodes = ", ".join(f"nvidia{g.node_minor}" for g in pool.gpus)
     if content == base:
         reason = f"LXC {container.vmid} already has exactly these GPU lines ({nodes})"
         if numa is not None:

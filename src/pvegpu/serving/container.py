@@ -21,7 +21,7 @@ from pvegpu.model.paths import (
 )
 from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
-from pvegpu.vendors import CONTAINER_USERSPACE
+from pvegpu.vendors import CONTAINER_USERSPACE, CONTAINER_VENDOR
 
 _DRIVER_VERSION = re.compile(r"^\d{3}\.\d+(?:\.\d+)?$")
 _MAJOR_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<major>\d{3})$")
@@ -216,7 +216,7 @@ def _unreachable_message(location: RootfsLocation, vmid: int, unit: str) -> str:
 
 def container_driver(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> ContainerDriver | None:
     """The container's NVIDIA userspace, compared with the host's kernel module."""
-    host = checks.facts.nvidia
+    host = checks.facts.gpu_driver(CONTAINER_VENDOR.host_driver)
     if rootfs.path is None:
         module = f"the host module {host.version}" if host is not None else "the host's module"
         checks.finding(

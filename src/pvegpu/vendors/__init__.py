@@ -35,7 +35,8 @@ __all__ = [
     "CONTAINER_NODES",
     "CONTAINER_TOOL",
     "CONTAINER_USERSPACE",
-    "FACTS_DRIVER",
+    "CONTAINER_VENDOR",
+    "DRIVER_VERSION_VENDORS",
     "VENDORS",
     "DeviceNodes",
     "DriverVersionSource",
@@ -61,9 +62,11 @@ CONTAINER_TOOL: GpuTool = NVIDIA_SMI
 action (MANIFEST.json names no vendor) and apply's server check run it."""
 CONTAINER_USERSPACE: Userspace = NVIDIA_USERSPACE
 """The userspace a GPU container's files are read and checked for, that same vendor's."""
-FACTS_DRIVER: Vendor = NVIDIA
-"""The vendor whose loaded host driver the facts record: `HostFacts.nvidia` is one field of
-the facts JSON, and a field per vendor (or a renamed one) changes that schema."""
+CONTAINER_VENDOR: Vendor = NVIDIA
+"""That vendor: whose loaded host driver a container's userspace is compared with."""
+DRIVER_VERSION_VENDORS: tuple[Vendor, ...] = tuple(v for v in VENDORS if v.driver_version)
+"""The vendors whose loaded driver's version discovery reads (`HostFacts.gpu_drivers`):
+the facts JSON has a key for each, named by its host driver (`"nvidia"`)."""
 
 
 def vendor_of(function: PciFunction) -> Vendor | None:

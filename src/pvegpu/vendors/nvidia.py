@@ -152,4 +152,6 @@ NVIDIA = Vendor(
     tool=SMI,
     gpu_information=GPU_INFORMATION,
     driver_version=DRIVER_VERSION,
+    # NVIDIA's vGPU on SR-IOV VFs keeps its types in nvidia/ (creatable_vgpu_types).
+    mdev_dirs=("nvidia",),
 )

@@ -157,3 +157,7 @@ class Vendor:
     """Where discovery reads each GPU's node minor and model, when its driver says them."""
     driver_version: DriverVersionSource | None = None
     """Where discovery reads the loaded host driver's version, when it shows one."""
+    mdev_dirs: tuple[str, ...] = ()
+    """Directories its driver adds under a GPU's sysfs directory when the GPU can carry
+    virtual GPUs outside the kernel's `mdev_supported_types` (Proxmox reads the device as
+    mdev capable on either and then wants `mdev 1` on a mapping)."""

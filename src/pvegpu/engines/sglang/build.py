@@ -35,6 +35,7 @@ from pvegpu.serving.checks import Checks
 from pvegpu.serving.context import ServingContext
 from pvegpu.serving.fit import memory_fit
 from pvegpu.spec.rules import rule_problems
+from pvegpu.vendors.nvidia import NVIDIA
 
 
 def decide_serving(
@@ -52,7 +53,7 @@ def decide_serving(
     _check_scalars(checks)
     gpus = context.gpus
     for gpu in gpus:
-        if not gpu.is_nvidia:
+        if gpu.vendor is not NVIDIA:
             checks.problem(
                 "serving-gpu-not-nvidia",
                 f"{gpu.address} ({gpu.vendor_device}) is not an NVIDIA GPU; SGLang's "

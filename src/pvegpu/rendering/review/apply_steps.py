@@ -147,15 +147,53 @@ def runbook(plan: Plan, artifacts: Sequence[Artifact]) -> tuple[Step, ...]:
     return tuple(_runbook(plan, changed_files(plan, artifacts)))
 
 
-def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
-    node = plan.facts.node
-    to_write = [f.artifact for f in files if f.kind is not ChangeKind.UNCHANGED]
-    host_files = [a for a in to_write if a.target == HOST]
-    pve_files = [a for a in host_files if a.path.startswith(PVE_DIR)]
-    system_files = [a for a in host_files if not a.path.startswith(PVE_DIR)]
-    ct_files = [a for a in to_write if container_vmid(a.target) is not None]
-    containers = container_pools(plan)
+@attrs.frozen
+class _Writes:
+    """The files the runbook writes (changed ones), by where they go."""
 
+    files: tuple[Artifact, ...]
+
+    @classmethod
+    def of(cls, files: tuple[ChangedFile, ...]) -> _Writes:
+        return cls(tuple(f.artifact for f in files if f.kind is not ChangeKind.UNCHANGED))
+
+    @property
+    def host(self) -> list[Artifact]:
+        return [a for a in self.files if a.target == HOST]
+
+    @property
+    def pve(self) -> list[Artifact]:
+        """Under /etc/pve: pmxcfs, shared with the cluster."""
+        return [a for a in self.host if a.path.startswith(PVE_DIR)]
+
+    @property
+    def system(self) -> list[Artifact]:
+        return [a for a in self.host if not a.path.startswith(PVE_DIR)]
+
+    @property
+    def containers(self) -> list[Artifact]:
+        return [a for a in self.files if container_vmid(a.target) is not None]
+
+
+def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
+    """The steps in the order they are safe in: checks, then each container's new files
+    while it runs, then the host's changes with the containers stopped, then restarts."""
+    writes = _Writes.of(files)
+    yield from _preparation(plan, writes)
+    yield from _container_files(plan, writes.containers)
+    yield from _host_changes(plan, writes)
+    reboot_for = [f for f in plan.findings if f.reboot_first]
+    if reboot_for:
+        # What the findings say holds only after a reboot: nothing past this point is
+        # right until the host is planned again (a container would start on stale lines).
+        yield from _reboot_and_plan_again(plan, vfio_functions(plan), reboot_for)
+        return
+    yield from _restarts(plan)
+    yield from _afterwards(plan, writes)
+
+
+def _preparation(plan: Plan, writes: _Writes) -> Iterator[Step]:
+    node = plan.facts.node
     yield Step.of(
         f"Work on {node}, as root, in this rendered directory",
         (CheckNode(node),),
@@ -163,7 +201,7 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
         f"(copy it over with `scp -r <out> root@{node}:`).",
     )
 
-    checks = [_sha_check(a) for a in to_write if a.base is not None]
+    checks = [_sha_check(a) for a in writes.files if a.base is not None]
     if checks:
         yield Step.of(
             "Check that the files are still as discovered",
@@ -175,7 +213,7 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
 
     replaced = [
         a
-        for a in to_write
+        for a in writes.files
         if a.target == HOST and a.base is None and change_kind(plan.facts, a) is ChangeKind.REPLACED
     ]
     if replaced:
@@ -185,7 +223,10 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
             "These exist on the host but are written whole; the revert restores them from here.",
         )
 
-    for pool in containers:
+
+def _container_files(plan: Plan, ct_files: list[Artifact]) -> Iterator[Step]:
+    """Each server stopped, then its container's new files pushed while it still runs."""
+    for pool in container_pools(plan):
         if pool.lxc is not None and pool.serving is not None:
             yield Step.of(
                 f"Stop the server in CT {pool.lxc.vmid}",
@@ -216,18 +257,24 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
             "the container restarts: an enabled unit starts with it.",
         )
 
-    for pool in containers:
+
+def _host_changes(plan: Plan, writes: _Writes) -> Iterator[Step]:
+    """With the containers stopped: the host's files, the split, the Proxmox config."""
+    system_files = writes.system
+    pve_files = writes.pve
+    for pool in container_pools(plan):
         assert pool.lxc is not None
         vmid = pool.lxc.vmid
         yield Step.of(
             f"Stop CT {vmid}", (StopContainer(vmid),), f"`pct status {vmid}` says stopped."
         )
 
+    # A GPU's node is held only while its vendor's driver has it (one on vfio-pci has none).
     holders = [
-        f"/dev/nvidia{g.nvidia_minor}"
+        path
         for p in plan.vfio_pools
         for g in p.gpus
-        if g.driver == "nvidia" and g.nvidia_minor is not None
+        if (path := g.node_path) is not None and g.vendor and g.driver == g.vendor.host_driver
     ]
     if holders:
         yield Step.of(
@@ -278,14 +325,10 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
             "pmxcfs shares /etc/pve with the whole cluster at once.",
         )
 
-    reboot_for = [f for f in plan.findings if f.reboot_first]
-    if reboot_for:
-        # What the findings say holds only after a reboot: nothing past this point is
-        # right until the host is planned again (a container would start on stale lines).
-        yield from _reboot_and_plan_again(plan, functions, reboot_for)
-        return
 
-    for pool in containers:
+def _restarts(plan: Plan) -> Iterator[Step]:
+    """Each container started, its GPUs checked, its server started and waited for."""
+    for pool in container_pools(plan):
         assert pool.lxc is not None
         vmid = pool.lxc.vmid
         yield Step.of(
@@ -314,6 +357,11 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
             "--no-pager`, and revert if it cannot be fixed.",
         )
 
+
+def _afterwards(plan: Plan, writes: _Writes) -> Iterator[Step]:
+    """What the admin does later: start the VMs, check the split after the next reboot."""
+    node = plan.facts.node
+    functions = vfio_functions(plan)
     for pool in plan.vfio_pools:
         if pool.vm is not None and pool.vm.config is not None:
             vmid = pool.vm.vmid
@@ -324,7 +372,7 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
                 "mapping against sysfs at start and refuses the start on a stale one.",
             )
 
-    if plan.vfio_pools and system_files:
+    if plan.vfio_pools and writes.system:
         yield Step.of(
             f"At the next reboot of {node}, check that the split comes back by itself",
             _split_checks(functions),

@@ -12,6 +12,7 @@ from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
 from pvegpu.model.plan import Plan, Pool, PoolKind
 from pvegpu.pci import PciAddress
+from pvegpu.vendors import DRIVER_VERSION_VENDORS, Vendor
 from pvegpu.wording import plural
 
 UNBOUND = "unbound"
@@ -131,20 +132,21 @@ def moving_functions(plan: Plan) -> tuple[MovingFunction, ...]:
     return tuple(moving)
 
 
+def _driver(facts: HostFacts, vendor: Vendor) -> str:
+    loaded = facts.gpu_driver(vendor.host_driver)
+    return "not loaded" if loaded is None else f"{loaded.version} ({loaded.flavor} kernel module)"
+
+
 def host_facts_line(facts: HostFacts) -> str:
     """IOMMU mode, SEV-SNP and driver version: the three facts the split depends on."""
     unit = {"amd": "AMD-Vi", "intel": "VT-d"}.get(facts.iommu.vendor or "", "")
     types = sorted({str(g.type) for g in facts.iommu_groups if g.type is not None})
     detail = ", ".join(x for x in (unit, f"groups {'/'.join(types)}" if types else "") if x)
     iommu = f"{facts.iommu_mode}" + (f" ({detail})" if detail else "")
-    nvidia = (
-        f"{facts.nvidia.version} ({facts.nvidia.flavor} kernel module)"
-        if facts.nvidia
-        else "not loaded"
-    )
+    drivers = "".join(f"{v.name} driver: {_driver(facts, v)} · " for v in DRIVER_VERSION_VENDORS)
     nodes = sorted({g.numa_node for g in facts.gpus if g.numa_node is not None})
     return (
         f"IOMMU: {iommu} · SEV-SNP: {'on' if facts.sev_snp else 'off'} · "
-        f"NVIDIA driver: {nvidia} · {plural(len(facts.gpus), 'GPU')} on "
+        f"{drivers}{plural(len(facts.gpus), 'GPU')} on "
         f"{plural(len(nodes), 'NUMA node')}"
     )

@@ -94,8 +94,8 @@ def _gpu_box(row: LayoutRow) -> Box:
         details.append(gpu.model)
     if gpu.iommu_group is not None:
         details.append(f"IOMMU group {gpu.iommu_group}")
-    if gpu.nvidia_minor is not None:
-        details.append(f"/dev/nvidia{gpu.nvidia_minor} now")
+    if gpu.node_path is not None:
+        details.append(f"{gpu.node_path} now")
     return Box(
         id=f"gpu{row.index}",
         lines=(f"GPU {row.index} · {gpu.address.short}", state),
@@ -106,12 +106,13 @@ def _gpu_box(row: LayoutRow) -> Box:
 
 
 def _minors(gpus: Sequence[GPU]) -> str:
-    minors = [g.nvidia_minor for g in gpus if g.nvidia_minor is not None]
-    if not minors:
-        return ""
-    if len(minors) == 1:
-        return f"/dev/nvidia{minors[0]}"
-    return "/dev/nvidia{" + ",".join(str(m) for m in minors) + "}"
+    held = [g for g in gpus if g.node_path is not None]
+    if len(held) <= 1:
+        return "".join(g.node_path or "" for g in held)
+    # One node path with the minors in braces, as a shell would expand it back.
+    nodes = held[0].vendor.nodes if held[0].vendor else None
+    assert nodes is not None  # a GPU with a node path has its vendor's nodes
+    return nodes.gpu_path.format(minor="{" + ",".join(str(g.node_minor) for g in held) + "}")
 
 
 def _consumers(pool: Pool, index: int) -> tuple[tuple[Box, ...], bool]:
