@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pvegpu-installed
 OUT ?= out/kpro6
 
-.PHONY: demo demo-cluster test test-thorough test-floor test-kernel lint typecheck pytest golden-update bench clean sglang-tables fuzz
+.PHONY: demo demo-cluster test test-thorough test-floor test-kernel lint typecheck pytest golden-update bench clean sglang-tables vllm-tables fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -84,7 +84,7 @@ test-kernel: $(STAMP)
 		echo "test-kernel: installing $(KERNEL_TEST_PACKAGES) (missing:$$missing)"; \
 		apt-get update -qq && apt-get install -y -qq $(KERNEL_TEST_PACKAGES) >/dev/null; \
 	fi
-	$(BIN)/pytest -m slow tests/test_split_qemu.py
+	$(BIN)/pytest -m slow tests/test_split_qemu.py tests/test_sriov_qemu.py
 
 # Speed targets (see bench/bench.py); never checked by timed unit tests.
 bench: $(STAMP)
@@ -108,3 +108,72 @@ clean:
 # dependencies.
 sglang-tables: $(STAMP)
 	$(BIN)/python tools/sglang_tables.py $(if $(VERSIONS),--versions $(VERSIONS))
+
+# Maintainers: rebuild src/pvegpu/engines/vllm/data/tables.json.gz from the vLLM wheels on
+# PyPI (0.5.2, the first with `vllm serve`, and the latest patch of every minor release
+# since, or VERSIONS="0.34.0 ..." added to the shipped ones); downloads wheels, no
+# dependencies (docs/vllm.md).
+vllm-tables: $(STAMP)
+	$(BIN)/python tools/vllm_tables.py $(if $(VERSIONS),--versions $(VERSIONS))
+
+# The Debian package for Proxmox VE 9 (docs/install.md). `make deb` builds
+# dist/pvegpu_<version>_all.deb with dpkg-buildpackage (debian/: debhelper, pybuild's
+# pyproject plugin) in a copy of the checkout's files under build/, installing the
+# build dependencies when run as root. `make test-deb` lints it, installs it with apt
+# into a Debian 13 minbase chroot (made once by debootstrap, kept in PVEGPU_DEB_CACHE,
+# default ~/.cache/pvegpu-deb), checks that it renders this checkout's bundle byte
+# for byte (tests/deb/test_deb_chroot.py), then runs the suite in that chroot on
+# Debian's Python 3.13 with Debian's attrs, cattrs, jinja2 and test tools (that part
+# alone: `make test-py313`).
+# CI=true turns a test that cannot run (no root, no network) into a failure.
+.PHONY: deb test-deb test-py313
+PY313_SUITE = $(PYTHON) tools/debian_package.py suite -q -n 2
+deb:
+	$(PYTHON) tools/debian_package.py build
+
+test-deb: $(STAMP) deb
+	@command -v lintian >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+		apt-get update -qq && apt-get install -y -qq lintian >/dev/null; } || { \
+		echo "test-deb: lintian is missing: apt-get install lintian" >&2; exit 1; }
+	$(BIN)/pytest -v --durations=0 -p no:cacheprovider tests/deb/test_deb_chroot.py
+	$(PY313_SUITE)
+
+test-py313: deb
+	$(PY313_SUITE)
+
+# The Ansible collection ansible_collections/pvegpu/proxmox (docs/ansible.md).
+# `make test-ansible` installs ansible-core into its own venv (ANSIBLE_VENV), runs
+# tests/ansible/ansible_play.py (the example playbook over copies of the three fixture
+# nodes: check+diff, a real run with apply's fake host, a second run, a revert, the
+# refusals), then `ansible-test sanity` for the collection. ansible-test makes a venv per
+# sanity test and downloads get-pip.py into it from a site out of reach here: when its
+# cache has none, tests/ansible/get_pip.py stands in (ensurepip, then the package index).
+# `make demo-ansible`: the example in check+diff mode against the fixture trees.
+# CI=true turns a test that cannot run (no ansible-playbook) into a failure.
+.PHONY: test-ansible demo-ansible
+ANSIBLE_VENV ?= .venv-ansible
+ANSIBLE_CORE ?= ansible-core>=2.19,<2.20
+ANSIBLE_STAMP := $(ANSIBLE_VENV)/.ansible-installed
+ANSIBLE_BIN = $(CURDIR)/$(ANSIBLE_VENV)/bin
+$(ANSIBLE_STAMP):
+	test -x $(ANSIBLE_VENV)/bin/python || $(PYTHON) -m venv $(ANSIBLE_VENV)
+	$(ANSIBLE_VENV)/bin/python -m pip install --quiet '$(ANSIBLE_CORE)'
+	touch $@
+
+# Expanded when the recipe runs, once the venv exists: the venv's Python version, and
+# the file ansible-test looks for in its cache (get_pip_<its pip version>.py).
+ANSIBLE_PY = $(shell $(ANSIBLE_BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+ANSIBLE_GET_PIP = $(HOME)/.ansible/test/cache/get_pip_$(shell $(ANSIBLE_BIN)/python -c \
+	'import types; from ansible_test._internal.python_requirements import get_venv_packages as g; \
+	print(g(types.SimpleNamespace(version=""))["pip"].replace(".", "_"))').py
+
+test-ansible: $(STAMP) $(ANSIBLE_STAMP)
+	env -u PYTHONDONTWRITEBYTECODE PVEGPU_ANSIBLE_BIN=$(ANSIBLE_BIN) \
+		$(BIN)/pytest -v -p no:cacheprovider --durations=0 tests/ansible/ansible_play.py
+	test -f $(ANSIBLE_GET_PIP) || install -D -m 644 tests/ansible/get_pip.py $(ANSIBLE_GET_PIP)
+	cd ansible_collections/pvegpu/proxmox && PATH=$(ANSIBLE_BIN):$$PATH \
+		ansible-test sanity --python $(ANSIBLE_PY) --requirements
+
+demo-ansible: $(STAMP) $(ANSIBLE_STAMP)
+	cd examples/ansible && ANSIBLE_COLLECTIONS_PATH=$(CURDIR) \
+		$(ANSIBLE_BIN)/ansible-playbook -i inventory.ini site.yml --check --diff

@@ -22,6 +22,7 @@ import attrs
 
 from pvegpu.testing import (
     DeviceSpec,
+    DrmInfo,
     HostSpec,
     IommuUnit,
     Link,
@@ -104,7 +105,7 @@ class _Groups:
 
 def _slot(
     address: str,
-    parent: str,
+    parent: str | None,
     gpu: Ids,
     audio: Ids | None,
     *,
@@ -472,6 +473,22 @@ def qwen35_index() -> str:
     return json.dumps(index, indent=2) + "\n"
 
 
+VLLM_SITE = "root/ml-env/lib/python3.12/site-packages"
+VLLM_METADATA = """Metadata-Version: 2.4
+Name: vllm
+Version: 0.33.0
+Summary: A high-throughput and memory-efficient inference and serving engine for LLMs
+Author: vLLM Team
+License-Expression: Apache-2.0
+Requires-Python: <3.15,>=3.11
+Description-Content-Type: text/markdown
+
+# vLLM
+"""
+"""The dist-info METADATA pip leaves for vLLM 0.33.0 in CT 129's venv (headers as the
+wheel has them, dependencies and description cut): examples/kpro6-vllm.toml reads it."""
+
+
 def _kpro6(split: bool) -> HostSpec:
     devices = _kpro6_devices(split)
     ct = "rpool/data/subvol-129-disk-0"
@@ -505,6 +522,10 @@ def _kpro6(split: bool) -> HostSpec:
             f"{ct}/var/lib/dpkg/status": DPKG_STATUS,
             f"{model}/config.json": qwen35_config(),
             f"{model}/model.safetensors.index.json": qwen35_index(),
+            # vLLM installed in the SGLang unit's venv too (the unsplit host only).
+            **(
+                {} if split else {f"{ct}/{VLLM_SITE}/vllm-0.33.0.dist-info/METADATA": VLLM_METADATA}
+            ),
         },
         symlinks={
             f"{libs}/libcuda.so.1": "libcuda.so.590.48.01",
@@ -857,7 +878,171 @@ def mixed() -> HostSpec:
     )
 
 
+def _with_drm(devices: list[DeviceSpec], card: int, render: int) -> list[DeviceSpec]:
+    """The slot's GPU (its first function) with DRM nodes cardN and renderDM."""
+    return [attrs.evolve(devices[0], drm=DrmInfo(card, render)), *devices[1:]]
+
+
+_MEDIA_CT = "rpool/data/subvol-120-disk-0"
+# Debian 12's /etc/group as the LXC template has it, plus the Jellyfin package's user.
+_DEBIAN_GROUP = """\
+root:x:0:
+daemon:x:1:
+bin:x:2:
+sys:x:3:
+adm:x:4:
+tty:x:5:
+disk:x:6:
+video:x:44:jellyfin
+users:x:100:
+nogroup:x:65534:
+render:x:105:jellyfin
+jellyfin:x:106:
+"""
+
+
+def intel_media() -> HostSpec:
+    """A Core i5-12500 box: its UHD 770 for Jellyfin in an unprivileged container, an Arc
+    A380 for a VM, and a Frigate container that holds the Arc's render node today."""
+    groups = _Groups()
+    devices = [
+        DeviceSpec(
+            address="0000:00:00.0", vendor=0x8086, device=0x4650, pci_class=0x060000,
+            iommu_group=groups(),
+        ),
+    ]  # fmt: skip
+    devices += _with_drm(
+        _slot(
+            "0000:00:02.0",
+            None,
+            Ids(0x8086, 0x4690, 0x1028, 0x0B1A, 0x030000, 0x0C),
+            None,
+            iommu_group=groups(),
+            driver="i915",
+        ),
+        0,
+        128,
+    )
+    devices += [
+        DeviceSpec(
+            address="0000:00:01.0", vendor=0x8086, device=0x460D, pci_class=0x060400,
+            driver="pcieport", iommu_group=groups(), link=GEN4_X16,
+        ),
+    ]  # fmt: skip
+    devices += _with_drm(
+        _slot(
+            "0000:03:00.0",
+            "0000:00:01.0",
+            Ids(0x8086, 0x56A5, 0x172F, 0x3937, 0x030000, 0x05),
+            Ids(0x8086, 0x4F92, 0x172F, 0x3937, 0x040300),
+            iommu_group=groups(),
+            link=GEN4_X16,
+            driver="i915",
+            audio_driver="snd_hda_intel",
+        ),
+        1,
+        129,
+    )
+    return HostSpec(
+        hostname="pve-media",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs",
+        numa=("0-11",),
+        iommu_units=(IommuUnit("dmar0"), IommuUnit("dmar1")),
+        sev_snp=None,
+        devices=tuple(devices),
+        files={
+            "etc/pve/storage.cfg": STORAGE_ZFS,
+            "etc/pve/lxc/120.conf": (
+                "arch: amd64\ncores: 4\nhostname: jellyfin\nmemory: 4096\n"
+                "net0: name=eth0,bridge=vmbr0,ip=dhcp,type=veth\nostype: debian\n"
+                "rootfs: local-zfs:subvol-120-disk-0,size=16G\nunprivileged: 1\n"
+            ),
+            "etc/pve/lxc/121.conf": (
+                "arch: amd64\ncores: 4\ndev0: /dev/dri/renderD129,mode=0666\n"
+                "hostname: frigate\nmemory: 8192\nostype: debian\n"
+                "rootfs: local-zfs:subvol-121-disk-0,size=32G\n"
+            ),
+            "etc/pve/qemu-server/310.conf": (
+                "bios: ovmf\ncores: 8\nmachine: q35\nmemory: 16384\nname: plex\n"
+                "ostype: win11\nscsi0: local-zfs:vm-310-disk-0,size=64G\n"
+            ),
+            f"{_MEDIA_CT}/etc/group": _DEBIAN_GROUP,
+            f"{_MEDIA_CT}/etc/os-release": OS_RELEASE,
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+        },
+    )
+
+
+_W7900 = Ids(0x1002, 0x7448, 0x1002, 0x0E0D, 0x030000, 0x00)
+_W7900_AUDIO = Ids(0x1002, 0xAB30, 0x1002, 0xAB30, 0x040300)
+
+
+def amd_rocm() -> HostSpec:
+    """An EPYC with two Radeon Pro W7900 on amdgpu for a ROCm container (raw lines)."""
+    groups = _Groups()
+    devices = _amd_complex(0x00, 0, groups)
+    devices += _with_drm(
+        _slot(
+            "0000:01:00.0",
+            "0000:00:01.1",
+            _W7900,
+            _W7900_AUDIO,
+            numa_node=0,
+            iommu_group=groups(),
+            link=GEN4_X16,
+            driver="amdgpu",
+            audio_driver="snd_hda_intel",
+        ),
+        0,
+        128,
+    )
+    devices += [
+        DeviceSpec(
+            address="0000:00:03.1", vendor=0x1022, device=0x14AB, pci_class=0x060400,
+            numa_node=0, driver="pcieport", iommu_group=groups(), link=GEN4_X16,
+        ),
+    ]  # fmt: skip
+    devices += _with_drm(
+        _slot(
+            "0000:02:00.0",
+            "0000:00:03.1",
+            _W7900,
+            _W7900_AUDIO,
+            numa_node=0,
+            iommu_group=groups(),
+            link=GEN4_X16,
+            driver="amdgpu",
+            audio_driver="snd_hda_intel",
+        ),
+        1,
+        129,
+    )
+    return HostSpec(
+        hostname="pve-rocm",
+        cmdline=(
+            "BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs "
+            "amd_iommu=on iommu=pt"
+        ),
+        numa=("0-31",),
+        iommu_units=(IommuUnit("ivhd0", "0000:00:00.2"),),
+        group_type="identity",
+        sev_snp=False,
+        char_devices=((238, "kfd"),),
+        devices=tuple(devices),
+        files={
+            "etc/pve/storage.cfg": STORAGE_ZFS,
+            "etc/pve/lxc/130.conf": (
+                "arch: amd64\ncores: 16\nhostname: rocm\nmemory: 65536\nostype: ubuntu\n"
+                "rootfs: local-zfs:subvol-130-disk-0,size=200G\n"
+            ),
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+        },
+    )
+
+
 HOSTS: Mapping[str, Callable[[], HostSpec]] = {
+    "amd-rocm": amd_rocm,
+    "intel-media": intel_media,
     "kpro6": kpro6,
     "kpro6-split": kpro6_split,
     "kpro7": kpro7,

@@ -35,4 +35,7 @@ class GoldenExtension(SingleFileSnapshotExtension):
 @cache
 def golden_extension(ext: str) -> type[SingleFileSnapshotExtension]:
     """A snapshot extension writing text files ending in `.ext` under tests/golden/."""
-    return type(f"Golden_{ext.replace('.', '_')}", (GoldenExtension,), {"file_extension": ext})
+    # `_file_extension`: the same setting under syrupy 4's name (Debian 13 ships 4.9),
+    # which would otherwise look for every golden as .raw and find none.
+    names = {"file_extension": ext, "_file_extension": ext}
+    return type(f"Golden_{ext.replace('.', '_')}", (GoldenExtension,), names)

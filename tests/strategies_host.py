@@ -4,17 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 from hypothesis import strategies as st
 
 from pvegpu.model.facts import (
     GPU,
+    DriverctlOverride,
+    FabricManager,
     HostFacts,
     IommuGroup,
     IommuGroupType,
     IommuState,
+    MdevInstance,
+    MdevType,
+    MigCap,
     NumaNode,
     PciFunction,
+    Sriov,
 )
+from pvegpu.model.ports import AcsState, PortAcs, PortType
 from pvegpu.model.schema import LxcSpec, MappingSpec, PoolSpec, Spec, VfioSpec
 from pvegpu.pci import CpuList, PciAddress
 
@@ -57,6 +65,26 @@ def hosts(draw: st.DrawFn, iommu: bool | None = None) -> HostFacts:
             iommu_group=group,
             driver="nvidia",
         )
+        if draw(st.integers(0, 3)) == 0:
+            # An SR-IOV PF (a vGPU card) with VFs of their own groups: not GPUs, not companions.
+            vfs = [PciAddress(0, bus, 2, i) for i in range(draw(st.integers(0, 3)))]
+            gpu_fn = attrs.evolve(
+                gpu_fn,
+                sriov=Sriov(
+                    len(vfs) + draw(st.integers(0, 4)), len(vfs), draw(st.booleans()), tuple(vfs)
+                ),
+            )
+            for vf_address in vfs:
+                vf_group = next_group if iommu_on else None
+                next_group += 1
+                vf = _function(
+                    vf_address, 0x10DE, gpu_fn.device, 0x030200, numa_node=numa,
+                    iommu_group=vf_group, driver=draw(st.sampled_from([None, "nvidia"])),
+                    physfn=addr,
+                )  # fmt: skip
+                functions.append(vf)
+                if vf_group is not None:
+                    groups[vf_group] = [vf_address]
         companions = []
         members = [addr]
         if draw(st.booleans()):
@@ -85,7 +113,12 @@ def hosts(draw: st.DrawFn, iommu: bool | None = None) -> HostFacts:
             functions.append(nvme)
             members.append(nvme.address)
         functions.extend([gpu_fn, *companions])
-        gpus.append(GPU(gpu_fn, tuple(companions), node_minor=minor))
+        # nvidia-drm gives some GPUs DRM nodes too (the facts leave the keys out otherwise).
+        drm = draw(st.none() | st.integers(0, 63))
+        render = None if drm is None else 128 + drm
+        gpus.append(
+            GPU(gpu_fn, tuple(companions), node_minor=minor, drm_card=drm, drm_render=render)
+        )
         if group is not None:
             groups[group] = sorted(members)
     return HostFacts(
@@ -102,7 +135,36 @@ def hosts(draw: st.DrawFn, iommu: bool | None = None) -> HostFacts:
         char_majors=(),
         cmdline="",
         vfio_ids=(),
+        # Fabric Manager's facts (read on an NVSwitch host), sometimes set, to round-trip.
+        fabric_manager=draw(
+            st.just(FabricManager())
+            | st.builds(FabricManager, st.booleans(), st.booleans(), st.none() | st.integers(0, 2))
+        ),
+        # vGPU types and instances, MIG capability nodes: sometimes there, to round-trip.
+        **draw(_partitions([g.address for g in gpus])),
     )
+
+
+@st.composite
+def _partitions(draw: st.DrawFn, parents: list[PciAddress]) -> dict[str, Any]:
+    if not parents or draw(st.booleans()):
+        return {}
+    parent = st.sampled_from(parents)
+    name = st.none() | st.text("GRID T4-1Bx", min_size=1, max_size=12)
+    count = st.none() | st.integers(0, 32)
+    kind = st.sampled_from(["nvidia-222", "i915-GVTg_V5_4", "nvidia-1414"])
+    types = st.lists(st.builds(MdevType, parent, kind, name, count), max_size=3)
+    uuid = st.none() | st.uuids().map(str)
+    live = st.builds(MdevInstance, parent, st.none() | st.just("nvidia-222"), uuid)
+    optional = st.none() | st.integers(0, 14)
+    cap_name = st.sampled_from(["mig/config", "gpu0/mig/gi1", "gpu0/mig/gi1/ci0"])
+    cap = st.builds(MigCap, st.integers(1, 300), optional, optional, optional, cap_name)
+    instances, caps = st.lists(live, max_size=3), st.lists(cap, max_size=4)
+    return {
+        "mdev_types": tuple(draw(types)),
+        "mdev_instances": tuple(draw(instances)),
+        "mig_caps": tuple(draw(caps)),
+    }
 
 
 def _clean(host: HostFacts, gpu: GPU) -> bool:
@@ -206,3 +268,27 @@ def wild_specs(draw: st.DrawFn, host: HostFacts) -> Spec:
             select["count"] = draw(st.integers(1, 4))
         pools.append(_pool(f"p{i}", draw(st.booleans()), i, **select))
     return Spec(node="pve1", pools=tuple(pools))
+
+
+@st.composite
+def with_ports_and_driverctl(draw: st.DrawFn, host: HostFacts) -> HostFacts:
+    """`host` with drawn ACS ports above its GPUs and driverctl overrides of its functions
+    (issue 19, item 6 and 7): only for the facts document, the plan ignores them here."""
+    buses = draw(st.lists(st.integers(0, 0xFF), max_size=3, unique=True))
+    addresses = sorted(PciAddress(0, bus, 0, 0) for bus in buses)
+    ports = tuple(
+        PortAcs(
+            a,
+            draw(st.sampled_from(AcsState)),
+            draw(st.none() | st.sampled_from(PortType)),
+        )
+        for a in addresses
+    )
+    picked = draw(st.lists(st.sampled_from(host.functions), max_size=3, unique=True))
+    overrides = tuple(
+        sorted(
+            DriverctlOverride(f.address, draw(st.sampled_from(["vfio-pci", "nvidia", "nvme"])))
+            for f in picked
+        )
+    )
+    return attrs.evolve(host, acs_ports=ports, driverctl=overrides)

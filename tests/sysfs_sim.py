@@ -410,6 +410,10 @@ class KernelSim:
                 self.errors.append(f"unbind of {arg!r} from {drv}, bound to {self.driver(arg)}")
             else:
                 self._unbind(arg, drv)
+        elif key.startswith("devices/") and key.endswith("/sriov_drivers_autoprobe"):
+            if arg not in ("0", "1"):
+                self.errors.append(f"sriov_drivers_autoprobe {arg!r}")  # the kernel: -EINVAL
+            self._note(self.pci / key)
         elif key.startswith("devices/") and key.endswith("/driver_override"):
             path = self.pci / key
             if not arg:
@@ -423,7 +427,64 @@ class KernelSim:
     def _match(self, address: str) -> str | None:
         # driver_override names the only driver that may bind (vfio-pci binds nothing
         # else since 5.16); without one, the device's own host driver.
-        return self.override(address) or self.natural.get(address)
+        override = self.override(address)
+        if override is None and not self._may_autoprobe(address):
+            return None
+        return override or self.natural.get(address)
+
+    def _may_autoprobe(self, address: str) -> bool:
+        # The kernel's pci_device_can_probe: a VF whose PF has sriov_drivers_autoprobe 0
+        # is probed only by the driver its driver_override names.
+        physfn = self.pci / "devices" / address / "physfn"
+        if not physfn.is_symlink():
+            return True
+        return (physfn / "sriov_drivers_autoprobe").read_text().strip() != "0"
+
+    def create_vfs(self, pf: str, count: int, driver: str | None) -> list[str]:
+        """What writing `count` to the PF's sriov_numvfs makes the kernel do: VF N at the
+        PF's routing id + offset + N * stride, beside the PF, in a new IOMMU group of its
+        own, `physfn` / `virtfnN` links, then probed (if autoprobe allows) by `driver`,
+        the driver VFs of this PF bind by nature. Returns the VFs' addresses."""
+        pf_dev = (self.pci / "devices" / pf).resolve()
+
+        def number(name: str) -> int:
+            return int((pf_dev / name).read_text().strip())
+
+        domain, bus, devfn = pf[:4], int(pf[5:7], 16), int(pf[8:10], 16) << 3 | int(pf[11])
+        first = bus << 8 | devfn
+        groups = self.sys / "kernel/iommu_groups"
+        next_group = max(int(g.name) for g in groups.iterdir()) + 1
+        vf_device = (pf_dev / "sriov_vf_device").read_text().strip()
+        made = []
+        for index in range(count):
+            rid = first + number("sriov_offset") + index * number("sriov_stride")
+            address = f"{domain}:{rid >> 8:02x}:{(rid >> 3) & 0x1F:02x}.{rid & 7}"
+            dev = pf_dev.parent / address
+            dev.mkdir()
+            for name in ("vendor", "subsystem_vendor", "subsystem_device", "class"):
+                (dev / name).write_text((pf_dev / name).read_text())
+            (dev / "device").write_text(f"0x{vf_device}\n")
+            (dev / "numa_node").write_text((pf_dev / "numa_node").read_text())
+            (dev / "driver_override").write_text("(null)\n")
+            _relink(dev / "physfn", pf_dev)
+            _relink(pf_dev / f"virtfn{index}", dev)
+            group = groups / str(next_group + index)
+            (group / "devices").mkdir(parents=True)
+            (group / "type").write_text("DMA\n")
+            _relink(dev / "iommu_group", group)
+            _relink(group / "devices" / address, dev)
+            _relink(self.pci / "devices" / address, dev)
+            # Renamed in: a write in the watched PF directory would read as the script's.
+            self._replace(pf_dev / "sriov_numvfs", f"{index + 1}\n")
+            self._watch(dev, f"devices/{address}/")
+            for path in (dev, group, self.pci / "devices" / address, pf_dev):
+                self._note(path)
+            self.natural[address] = driver
+            loaded = driver is not None and (self.pci / "drivers" / driver).is_dir()
+            if loaded and driver is not None and self._match(address) == driver:
+                self._bind(address, driver)
+            made.append(address)
+        return made
 
     def _bind(self, address: str, drv: str) -> None:
         if drv in self.refuse:

@@ -28,22 +28,22 @@ from strategies_serving import kpro6_plan, qwen_serving
 
 
 def test_the_spec_engine_value_picks_the_engine() -> None:
-    assert ENGINE_NAMES == ("sglang",)
+    assert ENGINE_NAMES == ("sglang", "vllm")
     engine = engine_for("sglang")
     assert engine is SGLANG
     assert engine.name == "sglang"
-    assert engine_for("vllm") is None
+    assert engine_for("tgi") is None
     assert engine_for("SGLang") is None
 
 
 def test_an_engine_pvegpu_has_none_of_is_refused_by_name() -> None:
     """A spec built in code may name any engine (the loader allows only known ones)."""
     with pytest.raises(PlanError) as err:
-        decided_servings(kpro6_plan(qwen_serving(engine="vllm")))
+        decided_servings(kpro6_plan(qwen_serving(engine="tgi")))
     (problem,) = err.value.problems
     assert problem.code == "serving-engine-unknown"
     assert problem.subject == "pools[0].lxc.serving"
-    assert problem.message == "engine 'vllm': pvegpu renders \"sglang\" servers only"
+    assert problem.message == 'engine \'tgi\': pvegpu renders "sglang", "vllm" servers only'
 
 
 @attrs.frozen

@@ -209,6 +209,8 @@ def test_writer_without_cattrs_is_the_converter(facts: HostFacts) -> None:
                 "companions": [str(c.address) for c in g.companions],
                 "nvidia_minor": g.node_minor,
                 "model": g.model,
+                **({} if g.drm_card is None else {"drm_card": g.drm_card}),
+                **({} if g.drm_render is None else {"drm_render": g.drm_render}),
             }
             for g in variant.gpus
         ]

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.thorough
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 RUNTIME = ("attrs", "cattrs", "jinja2")
-DEBIAN_13 = ("attrs==24.3.0", "cattrs==24.1.2", "jinja2==3.1.6", "markupsafe==2.1.5")
+DEBIAN_13 = ("attrs==25.3.0", "cattrs==24.1.2", "jinja2==3.1.6", "markupsafe==2.1.5")
 """What Debian 13 (Proxmox VE 9) packages as python3-attr, -cattr, -jinja2, -markupsafe."""
 # Only what a build needs: the checkout minus .venv, tests, caches, fixtures.
 _SOURCES = ("pyproject.toml", "README.md", "src", "templates")
@@ -141,5 +141,5 @@ def test_the_debian_13_versions_run_it(wheel: Path, tmp_path: Path) -> None:
         pytest.skip(f"PyPI not reachable: {str(failure)[-200:]}")
     _install(python, "--no-deps", wheel)
     installed = _run(python, "-c", "import attrs, cattrs, jinja2; print(attrs.__version__)")
-    assert installed.strip() == "24.3.0"
+    assert installed.strip() == "25.3.0"
     _renders(python, tmp_path / "out")

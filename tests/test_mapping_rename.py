@@ -126,7 +126,7 @@ vfio = { vm = { vmid = 140, numa = false } }
 """
 # kpro6-split's VM GPUs are mapping pro6000-vm (81, 91, e1, f1); the spec renames it.
 VM140_LINES = (
-    "hostpci0: mapping=pro6000-vm,pcie=1,mdev=nvidia-1092\n"
+    "hostpci0: mapping=pro6000-vm,pcie=1,device-id=0x2bb5\n"
     "hostpci1: 0000:91:00,pcie=1,rombar=0,romfile=pro6000.rom\n"
     "hostpci10: mapping=pro6000-vm,x-vga=1,driver=vfio\n"
     "hostpci5: mapping=nic-cx6,pcie=1\n"
@@ -135,14 +135,15 @@ VM140_LINES = (
 
 def test_old_mapping_and_raw_lines_keep_their_indices_and_options(tmp_path: Path) -> None:
     """Lines on the old id and by raw address alike become the new mapping's lines on
-    their own indices, mdev/rombar/romfile/x-vga/driver kept; another mapping stays."""
+    their own indices, device-id/rombar/romfile/x-vga/driver kept; another mapping
+    stays. (An `mdev=` line is refused instead: test_mdev_mig.py.)"""
     base = "#SNP VM\ncores: 8\nmachine: q35\nmemory: 65536\nname: snp\nostype: l26\n"
     config = base.replace("machine: q35\n", VM140_LINES + "machine: q35\n")
     facts = variant(tmp_path, {VM140: config}, fixture_hosts.kpro6_split)
     result = plan(facts, parse_spec(KPRO6_SPLIT_SPEC))
     patched = artifact(render(result), VM140)
     assert hostpci(patched.content) == [
-        "hostpci0: mapping=snp-gpus,pcie=1,mdev=nvidia-1092",
+        "hostpci0: mapping=snp-gpus,pcie=1,device-id=0x2bb5",
         "hostpci1: mapping=snp-gpus,pcie=1,rombar=0,romfile=pro6000.rom",
         "hostpci10: mapping=snp-gpus,pcie=1,x-vga=1,driver=vfio",
         "hostpci2: mapping=snp-gpus,pcie=1",
@@ -150,7 +151,7 @@ def test_old_mapping_and_raw_lines_keep_their_indices_and_options(tmp_path: Path
     ]
     converted = of(result.findings, "vm-hostpci-converted")
     assert [f.message.split("`")[1] for f in converted] == [
-        "hostpci0: mapping=pro6000-vm,pcie=1,mdev=nvidia-1092",
+        "hostpci0: mapping=pro6000-vm,pcie=1,device-id=0x2bb5",
         "hostpci10: mapping=pro6000-vm,x-vga=1,driver=vfio",
     ]
     assert "raw host address of the pool's GPU on hostpci1 replaced" in patched.reason

@@ -402,6 +402,8 @@ def test_render_never_refuses_an_accepted_plan(
             "lxc-grants-all-gpus",
             # a pending devN for a VM GPU
             "pending-grants-pool-gpu",
+            # a /dev/nvidia-caps node, and kpro6 has no MIG instance it could belong to
+            "lxc-mig-caps-unknown",
         }
         event("refused")
         return

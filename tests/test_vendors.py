@@ -23,10 +23,13 @@ from pvegpu.vendors import (
     CONTAINER_NODES,
     VENDORS,
     DeviceNodes,
+    DynamicNode,
     nvidia,
     vendor_by_driver,
     vendor_of,
 )
+from pvegpu.vendors.amd import AMD
+from pvegpu.vendors.intel import INTEL
 from pvegpu.vendors.nvidia import NVIDIA
 from pvegpu.vendors.vendor import GpuInformation, GpuNodeSource
 from strategies import kpro6
@@ -41,22 +44,21 @@ STILL_NAMING_NVIDIA = {
     # (nvidia-uvm, nvidia-modprobe, nvidia-smi, libnvidia-compute-N). Their bytes are in
     # goldens; they move into the vendor as message parts in a later step.
     "cli/arguments.py",
-    "planning/guests.py",
-    "planning/host_guests.py",
     "planning/findings.py",
-    "rendering/lxc.py",
-    "rendering/review/apply_steps.py",
     "rendering/review/picture.py",
     "apply/host_checks.py",
     "serving/container.py",
     "serving/fit.py",
-    # SGLang runs on CUDA: an engine's own requirement, not a fact of the GPU.
+    # SGLang and vLLM (the build pvegpu renders for) run on CUDA: an engine's own
+    # requirement, not a fact of the GPU.
     "engines/sglang/build.py",
+    "engines/vllm/build.py",
     # The fake host builder writes an NVIDIA host's /proc and /sys (tests' fixtures).
     "testing/__init__.py",
     "testing/hostspec.py",
     "testing/synthetic.py",
     "testing/writer.py",
+    "testing/partitions.py",  # its MIG capabilities and vGPU manager files too
 }
 """Modules outside vendors/ that still name NVIDIA in code (comments and docstrings do
 not count), each with why. The set only shrinks: a module that stops naming it must
@@ -107,8 +109,11 @@ def test_a_gpu_finds_its_vendor() -> None:
     gpu = kpro6().gpus[0]
     assert vendor_of(gpu.function) is NVIDIA is gpu.vendor
     assert vendor_by_driver("nvidia") is NVIDIA
-    amd = attrs.evolve(gpu.function, vendor=0x1002)
-    assert vendor_of(amd) is None
+    assert vendor_of(attrs.evolve(gpu.function, vendor=0x1002)) is AMD
+    assert vendor_of(attrs.evolve(gpu.function, vendor=0x8086)) is INTEL
+    assert vendor_by_driver("xe") is None  # not the host driver: i915 is
+    aspeed = attrs.evolve(gpu.function, vendor=0x1A03)  # a BMC's display: no module here
+    assert vendor_of(aspeed) is None
 
 
 def test_driver_tables_come_from_the_vendors() -> None:
@@ -135,12 +140,10 @@ OTHER = DeviceNodes(
     any_node=re.compile(r"^/dev/accel(?:\d+|ctl|-mem)$"),
     shared=("/dev/accelctl", "/dev/accel-mem"),
     major=240,
-    shared_minors=(255,),
+    gpu_minors=range(255),
     control_minor=255,
-    dynamic_major_prefix="accel",
-    dynamic_module="accel-mem",
-    dynamic_node="/dev/accel-mem",
-    dynamic_minors=(0,),
+    dynamic=DynamicNode("accel-mem", "/dev/accel-mem", (0,), "modprobe accel", "the accel runtime"),
+    stack_prefix="accel",
 )
 
 

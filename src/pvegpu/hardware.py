@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pvegpu.vendors import VENDORS
+from pvegpu.vendors.nvswitch import is_switch
 
 if TYPE_CHECKING:
     # Only a type: the tables sit with the vendors, below the facts that name them.
@@ -20,6 +21,10 @@ GPU_MEMORY: dict[str, tuple[int, str]] = {
     # nvidia-smi's FB memory total for this card; pci.ids names 10de:2bb5. 96 GB of GDDR7
     # less what the driver reserves. Source and how to add a card: docs/serving.md.
     "10de:2bb5": (97887 * MIB, "RTX PRO 6000 Blackwell Server Edition"),
+    # rocm-smi's "VRAM Total Memory (B)" (amdgpu's mem_info_vram_total) for the whole GPU
+    # in SPX/NPS1 mode: 206141652992 B, 192 GB of HBM3; pci.ids names 1002:74a1. A
+    # partitioned one (CPX, NPS4) shows each partition a share of it.
+    "1002:74a1": (196592 * MIB, "Instinct MI300X"),
 }
 """Per-GPU memory by PCI vendor:device, used when the spec gives no gpu_memory_bytes."""
 
@@ -27,16 +32,11 @@ VFIO_DRIVER = "vfio-pci"
 """The driver VM functions end on."""
 
 # AMD's and Intel's rows stay here until each is a module in vendors/ (the next issues).
-HOST_GPU_DRIVERS = {0x1002: "amdgpu", 0x8086: "i915"} | {
-    v.pci_vendor: v.host_driver for v in VENDORS
-}
+HOST_GPU_DRIVERS = {v.pci_vendor: v.host_driver for v in VENDORS}
 """The driver a GPU returns to when it leaves vfio-pci, by PCI vendor: GPUs on vfio-pci
 (or unbound) today show no host driver in sysfs."""
 
-GPU_DRIVER_MODULES = {
-    0x1002: frozenset({"amdgpu", "radeon"}),
-    0x8086: frozenset({"i915", "xe"}),
-} | {v.pci_vendor: v.driver_modules for v in VENDORS}
+GPU_DRIVER_MODULES = {v.pci_vendor: v.driver_modules for v in VENDORS}
 """Modules (kmod names, `_` not `-`) whose loading binds a vendor's GPUs: its drivers,
 and the modules that load the driver as a dependency (nvidia_drm needs nvidia)."""
 
@@ -51,7 +51,8 @@ def host_driver(function: PciFunction) -> str | None:
         return function.driver
     if function.pci_class >> 8 == CLASS_AUDIO:
         return HOST_AUDIO_DRIVER
-    if function.is_display:
+    # An NVSwitch is bound by its vendor's GPU driver like the GPUs it connects.
+    if function.is_gpu or is_switch(function):
         return HOST_GPU_DRIVERS.get(function.vendor)
     return None
 
@@ -63,6 +64,6 @@ def binding_modules(function: PciFunction) -> frozenset[str]:
         found.add(function.driver.replace("-", "_"))
     if function.pci_class >> 8 == CLASS_AUDIO:
         found.add(HOST_AUDIO_DRIVER)
-    if function.is_display:
+    if function.is_gpu or is_switch(function):
         found |= GPU_DRIVER_MODULES.get(function.vendor, frozenset())
     return frozenset(found)

@@ -43,6 +43,19 @@ def plan_and_render(facts: HostFacts, spec: Spec) -> tuple[Plan, tuple[Artifact,
     return planned, render(planned)
 
 
+def render_bundle(
+    facts: HostFacts, spec: Spec, source: str
+) -> tuple[Plan, dict[str, tuple[str, int]]]:
+    """Plan and render into the files `pvegpu render --out` writes (path -> content, mode),
+    in memory, MANIFEST.json with its apply steps: what `apply --spec` and the Ansible
+    module `pvegpu.proxmox.gpu_split` apply. `source` names the spec in MANIFEST.json."""
+    from pvegpu.rendering.bundle import bundle_files
+    from pvegpu.rendering.review.apply_doc import manifest_header
+
+    planned, artifacts = plan_and_render(facts, spec)
+    return planned, bundle_files(artifacts, **manifest_header(planned, artifacts, source))
+
+
 def discover_cluster(spec: Spec, roots: Mapping[str, Path]) -> dict[str, HostFacts]:
     """Each node's facts from its root (by node name), with the files its own pools'
     servers need. The nodes are checked against the spec by `plan_cluster`."""
@@ -58,3 +71,21 @@ def plan_and_render_cluster(
 
     planned = plan_cluster(facts, spec)
     return planned, render_cluster(planned)
+
+
+def render_cluster_bundles(
+    facts: Mapping[str, HostFacts], spec: Spec, source: str
+) -> tuple[ClusterPlan, dict[str, dict[str, tuple[str, int]]]]:
+    """The cluster planned once, and each node's bundle as the files `pvegpu render`
+    writes under OUT/<node>/ (pci.cfg in the writer's alone), in memory, by node: what the
+    Ansible module `pvegpu.proxmox.gpu_cluster_plan` hands each node."""
+    from pvegpu.rendering.cluster import cluster_files
+
+    planned, rendered = plan_and_render_cluster(facts, spec)
+    files = cluster_files(planned, rendered, source)
+    bundles: dict[str, dict[str, tuple[str, int]]] = {node: {} for node in planned.nodes}
+    for rel, value in files.items():
+        node, _, inside = rel.partition("/")
+        if inside and node in bundles:
+            bundles[node][inside] = value
+    return planned, bundles

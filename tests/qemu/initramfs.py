@@ -25,6 +25,7 @@ MODULES = (
     "snd-hda-intel",  # ich9-intel-hda: the GPUs' audio functions and the board's own
     "e1000",  # the foreign device in a GPU's group
     "virtio_pci",  # virtio-gpu-pci: the other card in a slot
+    "nvme",  # the NVMe with SR-IOV of tests/test_sriov_qemu.py, standing in for a GPU's VFs
 )
 TOOLS = ("qemu-system-x86_64", "busybox", "dash", "kmod", "depmod", "cpio", "dpkg-deb", "ldd")
 # Applets that must not shadow the real thing: busybox itself (a link to itself is ELOOP

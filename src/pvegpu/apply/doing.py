@@ -24,6 +24,7 @@ from pvegpu.rendering.review.actions import (
     CheckGpus,
     CheckHolders,
     CheckNode,
+    CheckNodes,
     ContainerReload,
     EnableUnit,
     HostCommand,
@@ -320,6 +321,17 @@ def check_gpus(at: Applying, action: CheckGpus) -> Note:
     if seen != want:
         raise step_failed(
             f"CT {action.vmid}", f"{tool.name} lists {list(seen)}, expected {list(want)}"
+        )
+    return None
+
+
+def check_nodes(at: Applying, action: CheckNodes) -> Note:
+    argv = ("stat", "-c", "%n %t:%T", *action.paths)
+    out = checked(at.host, pct_exec(action.vmid, *argv), f"stat in CT {action.vmid}").stdout
+    seen = tuple(line.strip() for line in out.splitlines() if line.strip())
+    if seen != action.expected():
+        raise step_failed(
+            f"CT {action.vmid}", f"its nodes are {list(seen)}, expected {list(action.expected())}"
         )
     return None
 

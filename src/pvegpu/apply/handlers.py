@@ -23,6 +23,7 @@ from pvegpu.rendering.review.actions import (
     CheckGpus,
     CheckHolders,
     CheckNode,
+    CheckNodes,
     ContainerReload,
     EnableUnit,
     HostCommand,
@@ -170,6 +171,7 @@ HANDLERS: Mapping[type[Action], Handlers[Any]] = {
     ),
     CheckDrivers: Handlers(do=doing.check_drivers),
     CheckGpus: Handlers(do=doing.check_gpus, host_commands=_pct),
+    CheckNodes: Handlers(do=doing.check_nodes, host_commands=_pct),
     WaitHealthy: Handlers(do=doing.wait_healthy, host_commands=_pct),
     Manual: Handlers(do=None),
 }

@@ -22,7 +22,13 @@ from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts, PciFunction
 from pvegpu.model.paths import CONTAINER_LIBDIRS, DPKG_STATUS, SYSTEM_UNIT_PATH, dropin_dirs
 from pvegpu.model.plan import Finding, Severity
+from pvegpu.planning.acs import check_findings as acs_check_findings
+from pvegpu.planning.driverctl import driverctl_findings
+from pvegpu.planning.fabric import check_findings as fabric_check_findings
 from pvegpu.planning.findings import host_findings
+from pvegpu.planning.mdev import check_findings as mdev_check_findings
+from pvegpu.planning.mig import check_findings as mig_check_findings
+from pvegpu.planning.sriov import check_findings as sriov_check_findings
 from pvegpu.planning.unit_gpus import VISIBLE, unit_demand
 from pvegpu.pvefiles.guestconf import parse_lines, split_sections
 from pvegpu.pvefiles.hostpci import host_ids
@@ -161,6 +167,12 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
                 )
     yield from _mappings(reader, facts)
     yield from host_findings(facts)
+    yield from acs_check_findings(facts)
+    yield from fabric_check_findings(facts)
+    yield from driverctl_findings(facts)
+    yield from mdev_check_findings(facts)
+    yield from mig_check_findings(facts)
+    yield from sriov_check_findings(facts)
 
 
 def _mappings(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:

@@ -12,7 +12,7 @@ import sys
 from pvegpu.host.discover import discover
 from pvegpu.host.facts_dump import facts_to_json
 from pvegpu.model.facts import HostFacts
-from pvegpu.vendors import DRIVER_VERSION_VENDORS, Vendor
+from pvegpu.vendors import Vendor
 
 
 def run_discover(args: argparse.Namespace) -> int:
@@ -30,38 +30,119 @@ def _driver(facts: HostFacts, vendor: Vendor) -> str:
     return "-" if loaded is None else f"{loaded.version} ({loaded.flavor})"
 
 
+def _partition_lines(facts: HostFacts) -> list[str]:
+    """The virtual GPU types and instances of each parent, then each GPU's MIG instances
+    with their capability node minors (what a container must keep)."""
+    lines = []
+    for parent in sorted(
+        {t.parent for t in facts.mdev_types} | {i.parent for i in facts.mdev_instances}
+    ):
+        types = [
+            t.type_id + (f" ({t.name})" if t.name else "")
+            for t in facts.mdev_types
+            if t.parent == parent
+        ]
+        live = [i for i in facts.mdev_instances if i.parent == parent]
+        used = ", ".join(f"{i.type_id or '?'}" + (f" {i.uuid}" if i.uuid else "") for i in live)
+        lines.append(
+            f"vGPU {parent.short}: types {', '.join(types) or '-'}; in use: {used or 'none'}"
+        )
+    by_gpu: dict[int, list[str]] = {}
+    for cap in facts.mig_caps:
+        if cap.gpu_minor is not None:
+            what = f"gi{cap.gpu_instance}" + (
+                "" if cap.compute_instance is None else f"/ci{cap.compute_instance}"
+            )
+            by_gpu.setdefault(cap.gpu_minor, []).append(f"{what} cap{cap.minor}")
+    host_wide = [f"{c.name} cap{c.minor}" for c in facts.mig_caps if c.gpu_minor is None]
+    for minor, instances in sorted(by_gpu.items()):
+        gpu = next((g for g in facts.gpus if g.node_minor == minor), None)
+        name = f"{gpu.address.short} ({gpu.node_path})" if gpu else f"minor {minor}"
+        lines.append(f"MIG {name}: {', '.join(instances)}")
+    if host_wide:
+        lines.append(f"MIG host-wide: {', '.join(host_wide)}")
+    return lines
+
+
+def _fabric_line(facts: HostFacts) -> str:
+    """The host's NVSwitches and the Fabric Manager that programs them (planning/fabric.py)."""
+    manager = facts.fabric_manager
+    state = "installed, not enabled" if manager.installed else "not installed"
+    if manager.enabled:
+        state = "enabled"
+    mode = "" if manager.mode is None else f", FABRIC_MODE={manager.mode}"
+    switches = " ".join(s.address.short for s in facts.nvswitches)
+    return f"NVSwitch {switches}: Fabric Manager {state}{mode}"
+
+
 def format_table(facts: HostFacts) -> str:
     """The human view: host line, one row per GPU, then the GPUs of each NUMA node."""
     iommu = str(facts.iommu_mode)
     if facts.iommu.enabled:
         count = len(facts.iommu.units)
         iommu += f" ({facts.iommu.vendor or 'unknown'}, {count} unit{'s' if count > 1 else ''})"
-    drivers = "".join(f", {v.host_driver} {_driver(facts, v)}" for v in DRIVER_VERSION_VENDORS)
+    drivers = "".join(f", {v.host_driver} {_driver(facts, v)}" for v in facts.reported_drivers())
     lines = [
         f"node {facts.node}: IOMMU {iommu}, SEV-SNP {'on' if facts.sev_snp else 'off'}{drivers}",
         "",
     ]
     header = ("GPU", "ADDRESS", "ID", "NUMA", "GROUP", "DRIVER", "MINOR", "WITH", "MODEL")
-    rows = [
-        (
-            str(index),
-            str(gpu.address),
-            gpu.vendor_device,
-            _dash(gpu.numa_node),
-            _dash(gpu.iommu_group),
-            _dash(gpu.driver),
-            _dash(gpu.node_minor),
-            ",".join(f".{c.address.function}" for c in gpu.companions) or "-",
-            gpu.model or "-",
+    rows = []
+    for index, gpu in enumerate(facts.gpus):
+        rows.append(
+            (
+                str(index),
+                str(gpu.address),
+                gpu.vendor_device,
+                _dash(gpu.numa_node),
+                _dash(gpu.iommu_group),
+                _dash(gpu.driver),
+                _dash(gpu.node_minor),
+                ",".join(f".{c.address.function}" for c in gpu.companions) or "-",
+                gpu.model or "-",
+            )
         )
-        for index, gpu in enumerate(facts.gpus)
-    ]
+        # SR-IOV VFs under their PF: slices of this GPU, not GPUs of their own.
+        rows.extend(
+            (
+                f"{index}.vf{n}",
+                str(vf.address),
+                vf.vendor_device,
+                _dash(vf.numa_node),
+                _dash(vf.iommu_group),
+                _dash(vf.driver),
+                "-",
+                "-",
+                f"virtual function {n} of {gpu.address.short}",
+            )
+            for n, vf in enumerate(facts.virtual_functions(gpu.address))
+        )
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
     for row in (header, *rows):
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     if not rows:
-        lines.append("(no display controllers: no PCI function of class 0x03)")
+        lines.append("(no GPUs: no PCI function of class 0x03 or 0x12)")
     lines.append("")
+    # Only GPUs a DRM driver holds have them: a host without keeps the table it had.
+    drm_lines = [
+        f"DRM {gpu.address.short}: /dev/dri/card{gpu.drm_card}, /dev/dri/renderD{gpu.drm_render}"
+        for gpu in facts.gpus
+        if gpu.drm_card is not None and gpu.drm_render is not None
+    ]
+    if drm_lines:
+        lines += [*drm_lines, ""]
+    sriov_lines = [
+        f"SR-IOV {gpu.address.short}: {sriov.num_vfs} of {sriov.total_vfs} VFs, "
+        f"sriov_drivers_autoprobe {int(sriov.drivers_autoprobe)}"
+        for gpu in facts.gpus
+        if (sriov := gpu.function.sriov) is not None
+    ]
+    if sriov_lines:
+        lines += [*sriov_lines, ""]
+    if partitions := _partition_lines(facts):
+        lines += [*partitions, ""]
+    if facts.nvswitches:
+        lines += [_fabric_line(facts), ""]
     for node in facts.numa_nodes:
         on_node = [g.address.short for g in facts.gpus if g.numa_node == node.id]
         lines.append(f"NUMA {node.id} (cpus {node.cpus}): {' '.join(on_node) or '-'}")

@@ -1,6 +1,6 @@
 """Serving engines: the one plug-in point for what runs a pool's inference server.
 
-An engine is one package here (`sglang/`) behind the `Engine` protocol; the spec's
+An engine is one package here (`sglang/`, `vllm/`) behind the `Engine` protocol; the spec's
 `engine` value picks it through `engine_for`, the only place an engine name is compared.
 What any engine's server needs decided the same way (the GPUs, P2P, NUMA pinning, memory
 fit, the container's files and NVIDIA userspace) is engine-neutral and lives in
@@ -71,7 +71,13 @@ def _sglang() -> Engine:
     return SGLANG
 
 
-_REGISTRY: dict[str, Callable[[], Engine]] = {"sglang": _sglang}
+def _vllm() -> Engine:
+    from pvegpu.engines.vllm.engine import VLLM
+
+    return VLLM
+
+
+_REGISTRY: dict[str, Callable[[], Engine]] = {"sglang": _sglang, "vllm": _vllm}
 
 ENGINE_NAMES: tuple[str, ...] = tuple(_REGISTRY)
 """Every `engine` value pvegpu can serve with."""

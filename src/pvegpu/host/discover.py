@@ -21,8 +21,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from pvegpu.host import sysfs
+from pvegpu.host.acs import override_settings, read_acs_ports
 from pvegpu.host.boot import read_boot
+from pvegpu.host.driverctl import read_driverctl
+from pvegpu.host.fabric import read_fabric_manager
 from pvegpu.host.listing import Listing
+from pvegpu.host.partitions import read_mdev, read_mig
 from pvegpu.host.reader import RECAPTURE, RootReader, Trace, fail
 from pvegpu.model.facts import (
     GPU,
@@ -35,10 +39,11 @@ from pvegpu.model.facts import (
     NumaNode,
     PcieLink,
     PciFunction,
+    Sriov,
     VfioIdsSetting,
     moves_with,
 )
-from pvegpu.model.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT
+from pvegpu.model.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT, SPLIT_UDEV_RULE
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import DRIVER_VERSION_VENDORS, VENDORS, GpuNodeSource, Vendor
 
@@ -103,10 +108,19 @@ def read_host(reader: RootReader) -> HostFacts:
     groups = _iommu_groups(reader, known, group_names)
     _check_groups(functions, groups)
     cmdline = reader.need("proc/cmdline", "the kernel command line")
+    mdev_types, mdev_instances = read_mdev(reader, functions)
+    boot = read_boot(reader)
+    gpus = _gpus(reader, functions)
+    # The ports' ACS matters only while the override makes the groups lie (host/acs.py).
+    acs_ports = (
+        read_acs_ports(reader, functions, tuple(g.function for g in gpus))
+        if override_settings(cmdline, boot)
+        else ()
+    )
     return HostFacts(
         node=node,
         functions=functions,
-        gpus=_gpus(reader, functions),
+        gpus=gpus,
         numa_nodes=numa,
         iommu_groups=groups,
         iommu=IommuState(enabled=bool(units), units=units),
@@ -119,8 +133,14 @@ def read_host(reader: RootReader) -> HostFacts:
         ),
         cmdline=cmdline.strip(),
         vfio_ids=_vfio_ids(reader, cmdline),
-        boot=read_boot(reader),
+        boot=boot,
+        acs_ports=acs_ports,
+        driverctl=read_driverctl(reader),
         files=_config_files(reader),
+        mdev_types=mdev_types,
+        mdev_instances=mdev_instances,
+        mig_caps=read_mig(reader),
+        fabric_manager=read_fabric_manager(reader, functions),
     )
 
 
@@ -204,6 +224,60 @@ def _function(reader: RootReader, name: str, cpus: Callable[[str], CpuList]) -> 
         link=link,
         # Proxmox treats these directories as "mdev capable" and then wants `mdev 1`.
         mdev_capable=any(listing.is_dir(d, f"{base}/{d}") for d in MDEV_DIRS),
+        physfn=_function_link(reader, base, real, "physfn") if listing.link("physfn") else None,
+        sriov=_sriov(reader, listing, base, real) if "sriov_totalvfs" in listing else None,
+    )
+
+
+def _function_link(reader: RootReader, base: str, real: str, name: str) -> PciAddress:
+    """The address a `physfn` / `virtfnN` link of a device names (a sibling device)."""
+    path = f"{base}/{name}"
+    target = reader.readlink(name, at=real, subject=path)
+    if target is None or reader.directory(name, at=real, subject=path) is None:
+        fail(
+            "dangling-link",
+            path,
+            f"points to {target!r}, which is not a PCI device directory under the root",
+            "an SR-IOV link names a device the kernel lists; " + RECAPTURE,
+        )
+    return _parse(path, target.rstrip("/").rpartition("/")[2], PciAddress.parse)
+
+
+def _sriov(reader: RootReader, listing: Listing, base: str, real: str) -> Sriov:
+    """A physical function's SR-IOV attributes and its `virtfn0..N-1` links."""
+
+    def number(file: str) -> int:
+        path = f"{base}/{file}"
+        return _parse(path, listing.need(file, "a number of VFs", path), sysfs.count)
+
+    total, num = number("sriov_totalvfs"), number("sriov_numvfs")
+    if num > total:
+        fail(
+            "bad-value",
+            f"{base}/sriov_numvfs",
+            f"says {num} VFs, more than sriov_totalvfs ({total})",
+        )
+    autoprobe_path = f"{base}/sriov_drivers_autoprobe"
+    # Kernels before 4.12 have no such file: their VFs are always probed.
+    autoprobe = listing.read("sriov_drivers_autoprobe", autoprobe_path)
+    vfs = []
+    for index in range(num):
+        name = f"virtfn{index}"
+        if not listing.link(name):
+            fail(
+                "missing-file",
+                f"{base}/{name}",
+                f"does not exist, but sriov_numvfs says {num} VFs",
+                RECAPTURE,
+            )
+        vfs.append(_function_link(reader, base, real, name))
+    return Sriov(
+        total_vfs=total,
+        num_vfs=num,
+        drivers_autoprobe=(
+            True if autoprobe is None else _parse(autoprobe_path, autoprobe, sysfs.flag)
+        ),
+        vfs=tuple(vfs),
     )
 
 
@@ -309,13 +383,42 @@ def _gpus(reader: RootReader, functions: tuple[PciFunction, ...]) -> tuple[GPU, 
         by_slot.setdefault((a.domain, a.bus, a.device), []).append(fn)
     gpus = []
     for fn in functions:
-        if not fn.is_display:
+        # A VF (an iGPU's or a vGPU card's) is a slice of its PF's GPU, not a GPU.
+        if not fn.is_gpu or fn.is_virtual_function:
             continue
         a = fn.address
         companions = tuple(o for o in by_slot[(a.domain, a.bus, a.device)] if moves_with(fn, o))
         minor, model = _gpu_information(reader, fn.address)
-        gpus.append(GPU(fn, companions, minor, model))
+        card, render = _drm_nodes(reader, fn.address)
+        gpus.append(GPU(fn, companions, minor, model, drm_card=card, drm_render=render))
     return tuple(gpus)
+
+
+_DRM_NODE = re.compile(r"(card|renderD)([0-9]+)")
+
+
+def _drm_nodes(reader: RootReader, address: PciAddress) -> tuple[int | None, int | None]:
+    """The GPU's DRM card and render node numbers (each its node's minor on major 226),
+    from the `drm/` directory its DRM driver adds under the PCI device; (None, None)
+    while no DRM driver holds it (vfio-pci, NVIDIA without nvidia-drm)."""
+    path = f"{PCI_DEVICES}/{address}/drm"
+    found: dict[str, int] = {}
+    for name in reader.listdir(path, lambda n: _DRM_NODE.fullmatch(n) is not None):
+        match = _DRM_NODE.fullmatch(name)
+        assert match is not None  # kept by the filter
+        kind, number = match.group(1), int(match.group(2))
+        if kind in found:
+            fail(
+                "bad-value",
+                f"{path}/{name}",
+                f"is a second {kind} node of one GPU ({kind}{found[kind]} is the first)",
+                RECAPTURE,
+            )
+        found[kind] = number
+    render = found.get("renderD")
+    if render is not None and render < 128:
+        fail("bad-value", f"{path}/renderD{render}", "is numbered below 128", RECAPTURE)
+    return found.get("card"), render
 
 
 def _gpu_information(reader: RootReader, address: PciAddress) -> tuple[int | None, str | None]:
@@ -392,10 +495,12 @@ def _config_files(reader: RootReader) -> tuple[ConfigFile, ...]:
     paths += _modprobe_confs(reader)
     # Host units: the split unit of an earlier run (the new one patches it) and any
     # hand-made unit that also moves GPUs between drivers (the planner warns).
-    paths += [f"etc/systemd/system/{n}" for n in reader.listdir("etc/systemd/system", _is_unit)]
+    units = [f"etc/systemd/system/{n}" for n in reader.listdir("etc/systemd/system", _is_unit)]
+    # A masked unit (`systemctl mask`) is a link to /dev/null: no unit, nothing to read.
+    paths += [u for u in units if reader.readlink(u) != "/dev/null"]
     # pvegpu's installed split script and initramfs hook: read so a re-render patches,
     # not replaces, them.
-    paths += [p for p in (SPLIT_SCRIPT, SPLIT_INITRAMFS_HOOK) if reader.exists(p)]
+    paths += [p for p in (SPLIT_SCRIPT, SPLIT_INITRAMFS_HOOK, SPLIT_UDEV_RULE) if reader.exists(p)]
     return tuple(ConfigFile(p, reader.need(p, "a readable file")) for p in sorted(paths))
 
 

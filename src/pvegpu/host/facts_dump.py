@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from pvegpu.model.bootconfig import BootConfig
-from pvegpu.model.facts import GPU, GpuDriver, HostFacts, IommuGroup, PciFunction
+from pvegpu.model.facts import GPU, FabricManager, GpuDriver, HostFacts, IommuGroup, PciFunction
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import DRIVER_VERSION_VENDORS
 
@@ -28,6 +28,9 @@ SCHEMA = "pvegpu.facts/1"
 GPU_KEYS = {"node_minor": "nvidia_minor"}
 """GPU fields whose key in the document is the name they had while only NVIDIA's GPUs had
 a node minor: documents and snapshots written then read the same."""
+GPU_OPTIONAL = ("drm_card", "drm_render")
+"""GPU fields left out of the document while None: a GPU no DRM driver holds (every
+NVIDIA GPU without nvidia-drm) reads as it did before DRM nodes were discovered."""
 
 _NAMES: dict[type, tuple[str, ...]] = {}
 _SCALARS = (str, int, bool, float)
@@ -63,8 +66,10 @@ def _gpu(gpu: GPU) -> dict[str, Any]:
         "companions": [str(c.address) for c in gpu.companions],
     }
     for name in _names(GPU):
-        if name not in ("function", "companions"):
-            doc[GPU_KEYS.get(name, name)] = _value(getattr(gpu, name))
+        value = getattr(gpu, name)
+        if name in ("function", "companions") or (name in GPU_OPTIONAL and value is None):
+            continue
+        doc[GPU_KEYS.get(name, name)] = _value(value)
     return doc
 
 
@@ -121,8 +126,21 @@ def _fields(facts: HostFacts) -> Iterator[tuple[str, Any]]:
             # documents of hosts without them read as before it existed.
             if value != BootConfig():
                 yield name, _value(value)
+        elif name in _OMITTED_WHILE_EMPTY:
+            if value:
+                yield name, _value(value)
+        elif name == "fabric_manager":
+            # Left out while it has its default (no NVSwitch, so not read), as above.
+            if value != FabricManager():
+                yield name, _value(value)
         else:
             yield name, _value(value)
+
+
+_OMITTED_WHILE_EMPTY = frozenset({"acs_ports", "driverctl"})
+_OMITTED_WHILE_EMPTY |= {"mdev_types", "mdev_instances", "mig_caps"}  # no vGPU, no MIG
+"""Fields left out of the document while empty (no ACS override, no driverctl), so the
+documents of hosts without them read as before they existed (facts_json likewise)."""
 
 
 class _Text(str):
@@ -175,9 +193,21 @@ def _function_text(fn: PciFunction, local_cpus: str | None) -> str:
         f'    "driver_override": {_string(fn.driver_override)},\n'
         f'    "local_cpus": {_string(local_cpus)},\n'
         f'    "link": {link_text},\n'
-        f'    "mdev_capable": {"true" if fn.mdev_capable else "false"}\n'
+        f'    "mdev_capable": {"true" if fn.mdev_capable else "false"}'
+        f"{_sriov_text(fn)}\n"
         "  }"
     )
+
+
+def _sriov_text(fn: PciFunction) -> str:
+    """The SR-IOV keys, left out while they have their default (no SR-IOV), so
+    documents of hosts without VFs read as before they existed."""
+    text = ""
+    if fn.physfn is not None:
+        text += f',\n    "physfn": "{fn.physfn}"'
+    if fn.sriov is not None:
+        text += ',\n    "sriov": ' + json.dumps(_value(fn.sriov), indent=2).replace(_NL, "\n    ")
+    return text
 
 
 def _group_text(group: IommuGroup) -> str:

@@ -23,7 +23,7 @@ from pvegpu.errors import DiscoveryError
 
 # Writing the document needs no converter (pvegpu.host.facts_dump, what `discover --json`
 # imports); the converter below reads it, and serves types that embed HostFacts parts.
-from pvegpu.host.facts_dump import GPU_KEYS, driver_keys
+from pvegpu.host.facts_dump import GPU_KEYS, GPU_OPTIONAL, driver_keys
 from pvegpu.host.facts_dump import SCHEMA as SCHEMA
 from pvegpu.host.facts_dump import facts_to_json as facts_to_json
 from pvegpu.host.facts_dump import unstructure_facts as unstructure_facts
@@ -65,11 +65,14 @@ def _make_converter() -> cattrs.Converter:
     id4, id6 = _hex(4), _hex(6)
     hex4 = override(unstruct_hook=id4[0], struct_hook=id4[1])
     klass = override(rename="class", unstruct_hook=id6[0], struct_hook=id6[1])
+    # SR-IOV keys are left out while they have their default (no SR-IOV), so documents
+    # of hosts without VFs read as before they existed.
+    absent = override(omit_if_default=True)
     conv.register_unstructure_hook(
         PciFunction,
         make_dict_unstructure_fn(
             PciFunction, conv, vendor=hex4, device=hex4, subsystem_vendor=hex4,
-            subsystem_device=hex4, pci_class=klass,
+            subsystem_device=hex4, pci_class=klass, physfn=absent, sriov=absent,
         ),
     )  # fmt: skip
     conv.register_structure_hook(
@@ -79,12 +82,24 @@ def _make_converter() -> cattrs.Converter:
             subsystem_device=hex4, pci_class=klass,
         ),
     )  # fmt: skip
-    minor = override(rename=GPU_KEYS["node_minor"])
-    conv.register_unstructure_hook(GPU, make_dict_unstructure_fn(GPU, conv, node_minor=minor))
-    conv.register_structure_hook(GPU, make_dict_structure_fn(GPU, conv, node_minor=minor))
+    gpu_keys: dict[str, Any] = {"node_minor": override(rename=GPU_KEYS["node_minor"])}
+    gpu_keys |= {name: override(omit_if_default=True) for name in GPU_OPTIONAL}
+    conv.register_unstructure_hook(GPU, make_dict_unstructure_fn(GPU, conv, **gpu_keys))
+    conv.register_structure_hook(GPU, make_dict_structure_fn(GPU, conv, **gpu_keys))
     # `boot` is left out while it is empty (no boot files read, as on every bundled
     # fixture), so documents of hosts without them read as before it existed.
-    facts_fields = make_dict_unstructure_fn(HostFacts, conv, boot=override(omit_if_default=True))
+    facts_fields = make_dict_unstructure_fn(
+        HostFacts,
+        conv,
+        boot=override(omit_if_default=True),
+        # Left out while empty, as facts_dump writes them (its _OMITTED_WHILE_EMPTY).
+        acs_ports=override(omit_if_default=True),
+        driverctl=override(omit_if_default=True),
+        mdev_types=override(omit_if_default=True),
+        mdev_instances=override(omit_if_default=True),
+        mig_caps=override(omit_if_default=True),
+        fabric_manager=override(omit_if_default=True),
+    )
 
     def unstructure(facts: HostFacts) -> dict[str, Any]:
         # `gpu_drivers` is a key per vendor in the document (facts_dump.driver_keys), in

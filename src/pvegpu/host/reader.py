@@ -243,13 +243,16 @@ class RootReader:
 
     # -- files
 
-    def read_bytes(self, rel: str, *, at: str = "", subject: str | None = None) -> bytes | None:
-        """The bytes of regular file `rel`, or None when it does not exist."""
+    def read_bytes(
+        self, rel: str, *, at: str = "", subject: str | None = None, limit: int | None = None
+    ) -> bytes | None:
+        """The bytes of regular file `rel`, or None when it does not exist. `limit`: a
+        smaller cap than the reader's for this file (a PCI `config` is 4 KiB at most)."""
         subject = subject or rel
         found = self._resolve(rel, True, at, subject)
-        return None if found is None else self.read_found(*found, subject)
+        return None if found is None else self.read_found(*found, subject, limit=limit)
 
-    def read_found(self, real: str, mode: int, subject: str) -> bytes:
+    def read_found(self, real: str, mode: int, subject: str, *, limit: int | None = None) -> bytes:
         """The bytes of `real`, resolved by this reader, whose mode (lstat, or the d_type
         of a listing) says what it is: anything but a regular file is refused unopened."""
         if not stat.S_ISREG(mode):
@@ -259,11 +262,12 @@ class RootReader:
                 f"is {kind(mode)}, where a regular file is expected; it was not opened",
                 "replace it with the file the kernel or Proxmox writes there; " + RECAPTURE,
             )
-        return self.read_regular(real, subject)
+        return self.read_regular(real, subject, limit=limit)
 
-    def read_regular(self, real: str, subject: str) -> bytes:
+    def read_regular(self, real: str, subject: str, *, limit: int | None = None) -> bytes:
         """`read_found` of a path a listing's d_type says is a regular file."""
-        data = read_regular(self._prefix + real, subject, self.max_bytes)
+        cap = self.max_bytes if limit is None else min(limit, self.max_bytes)
+        data = read_regular(self._prefix + real, subject, cap)
         if self.trace is not None:
             self.trace.files[real] = data
         return data

@@ -27,6 +27,7 @@ from pvegpu.model.facts import ConfigFile, FileStat, HostFacts
 from pvegpu.model.paths import (
     CONTAINER_LIBDIRS,
     DPKG_STATUS,
+    GROUP_FILE,
     HOME_DEPTH,
     HOME_DIRS,
     OTHER_UNIT_DIRS,
@@ -35,6 +36,7 @@ from pvegpu.model.paths import (
     root_relative,
 )
 from pvegpu.model.schema import ServingSpec, Spec
+from pvegpu.pvefiles.lxcconf import unprivileged
 from pvegpu.vendors import CONTAINER_USERSPACE
 
 InstalledFiles = Callable[[RootReader, ServingSpec, str], Iterable[ConfigFile]]
@@ -95,6 +97,8 @@ def read_serving(reader: RootReader, spec: Spec, installed: InstalledFiles) -> S
     """
     found = _Found(reader)
     for pool in spec.pools:
+        if pool.lxc is not None:
+            _add_groups(found, pool.lxc.vmid)
         serving = pool.lxc.serving if pool.lxc else None
         if pool.lxc is None or serving is None:
             continue
@@ -115,6 +119,18 @@ def read_serving(reader: RootReader, spec: Spec, installed: InstalledFiles) -> S
             for file in installed(reader, serving, directory):
                 found.files.setdefault(file.path, file)
     return ServingFiles(tuple(found.files.values()), tuple(found.stats.values()))
+
+
+def _add_groups(found: _Found, vmid: int) -> None:
+    """An unprivileged container's /etc/group: the gid its device nodes get inside
+    (planning/container_groups.py). A privileged one's ids are the host's: not read."""
+    reader = found.reader
+    config = reader.read(f"etc/pve/lxc/{vmid}.conf")
+    if config is None or not unprivileged(config):
+        return
+    location = locate_rootfs(vmid, config, reader.read(STORAGE_CFG))
+    if location.path is not None:
+        found.add(f"{location.path}/{GROUP_FILE}")
 
 
 def _rootfs_candidates(reader: RootReader, vmid: int, spec_rootfs: str | None) -> list[str]:

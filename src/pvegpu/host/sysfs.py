@@ -155,6 +155,22 @@ def module_flavor(raw: str) -> KernelModuleFlavor:
     return KernelModuleFlavor.PROPRIETARY if "P" in text else KernelModuleFlavor.OPEN
 
 
+def count(raw: str) -> int:
+    """`7\\n` -> 7: a count attribute (`sriov_totalvfs`, `sriov_numvfs`)."""
+    text = _one_line(raw)
+    if not _NUMBER.fullmatch(text):
+        raise ValueError(f"expected a number such as 7, got {text!r}")
+    return int(text)
+
+
+def flag(raw: str) -> bool:
+    """`1\\n` -> True: a 0/1 attribute (`sriov_drivers_autoprobe`)."""
+    text = _one_line(raw)
+    if text not in ("0", "1"):
+        raise ValueError(f"expected 0 or 1, got {text!r}")
+    return text == "1"
+
+
 def proc_devices(raw: str) -> tuple[CharMajor, ...]:
     """The "Character devices:" section of /proc/devices (block majors are ignored)."""
     lines = raw.splitlines()

@@ -1,6 +1,7 @@
 """The values a pool's server is made of: the decision `plan()` puts on each serving pool.
 
-`engines.sglang.build.decide_serving` is the only way to get an `SglangServing`; this module
+`engines.sglang.build.decide_serving` is the only way to get an `SglangServing` (and
+`engines.vllm.build.decide_serving` of its `VllmServing` extension); this module
 holds values only, so the plan models can carry them without importing any checks.
 """
 
@@ -110,8 +111,12 @@ def _check_key(instance: SglangServing, attribute: attrs.Attribute[object], valu
 
 
 def _check_tp(instance: SglangServing, attribute: attrs.Attribute[int], value: int) -> None:
-    if value < 1 or value != len(instance.cuda_visible_devices):
-        raise ValueError(f"tp_size {value} != {len(instance.cuda_visible_devices)} pool GPUs")
+    # attrs runs validators once every field is set, so a subclass's stages are known.
+    gpus = len(instance.cuda_visible_devices)
+    if value < 1 or value * instance.pipeline_stages != gpus:
+        raise ValueError(
+            f"tp_size {value} x {instance.pipeline_stages} pipeline stages != {gpus} pool GPUs"
+        )
 
 
 @attrs.frozen
@@ -135,7 +140,8 @@ class SglangServing:
     """Indices of the pool's GPUs among the GPUs the container sees, in PCI order."""
     gpus: tuple[GPU, ...]
     tp_size: int = attrs.field(validator=_check_tp)
-    """Always the pool's GPU count: the validator and `decide_serving` see to it."""
+    """The pool's GPU count over the pipeline stages: the validator and `decide_serving`
+    see to it."""
     options: tuple[tuple[str, ...], ...]
     """The launch_server options, each with its values: one line of ExecStart each."""
     environment: tuple[tuple[str, str], ...]
@@ -160,8 +166,13 @@ class SglangServing:
 
     @property
     def engine(self) -> str:
-        """The spec's `engine`: pvegpu decides SGLang servers only."""
+        """The spec's `engine` of the server (each engine's decided class says its own)."""
         return "sglang"
+
+    @property
+    def pipeline_stages(self) -> int:
+        """Pipeline stages: TP x stages is the pool's GPU count (SGLang's servers: 1)."""
+        return 1
 
     @property
     def unit_path(self) -> str:
@@ -171,3 +182,32 @@ class SglangServing:
     @property
     def argv(self) -> tuple[str, ...]:
         return (self.python, "-m", "sglang.launch_server", *(w for o in self.options for w in o))
+
+
+@attrs.frozen
+class VllmServing(SglangServing):
+    """A pool's vLLM server, decided by `engines.vllm.build.decide_serving` only.
+
+    It extends `SglangServing`, the decided server `Pool.serving` and every renderer are
+    typed by, so that both engines' servers go through the same planner, renderers,
+    runbook and `check` unchanged; `tp_size` is `--tensor-parallel-size`.
+    """
+
+    pp_size: int
+    """`--pipeline-parallel-size`: TP x PP = the pool's GPU count."""
+    executable: str
+    """The `vllm` console script of the unit's Python environment."""
+    mtp_config: str | None
+    """The `--speculative-config` JSON MTP writes, or None."""
+
+    @property
+    def engine(self) -> str:
+        return "vllm"
+
+    @property
+    def pipeline_stages(self) -> int:
+        return self.pp_size
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return (self.executable, "serve", *(w for o in self.options for w in o))

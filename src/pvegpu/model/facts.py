@@ -9,11 +9,17 @@ from typing import TypeVar
 import attrs
 
 from pvegpu.model.bootconfig import BootConfig
+from pvegpu.model.ports import PortAcs
 from pvegpu.pci import CpuList, PciAddress
-from pvegpu.vendors import Vendor, vendor_of
+from pvegpu.vendors import DRIVER_VERSION_VENDORS, Vendor, vendor_of
+from pvegpu.vendors.nvswitch import is_switch
 
 CLASS_DISPLAY = 0x03
 CLASS_BRIDGE = 0x06
+CLASS_ACCELERATOR = 0x12
+"""Processing accelerators (0x1200: Instinct MI300X, Gaudi): GPUs for pvegpu."""
+SUBCLASS_BRIDGE_OTHER = 0x80
+"""0x0680, "bridge, other": an endpoint such as an NVSwitch, not a bridge to skip."""
 
 
 class IommuGroupType(StrEnum):
@@ -52,6 +58,22 @@ class PcieLink:
 
 
 @attrs.frozen(order=True)
+class Sriov:
+    """A physical function's SR-IOV state, as its sysfs directory shows it."""
+
+    total_vfs: int
+    """`sriov_totalvfs`: how many VFs the device can have."""
+    num_vfs: int
+    """`sriov_numvfs`: how many exist now (the PF's driver creates them when it is
+    written; 0 before that, and whenever the PF has no driver)."""
+    drivers_autoprobe: bool = True
+    """`sriov_drivers_autoprobe`: whether a VF created now is probed by a driver (1, the
+    kernel's default) or by none until its driver_override is set (0)."""
+    vfs: tuple[PciAddress, ...] = ()
+    """The VFs in `virtfnN` order (virtfn0 first)."""
+
+
+@attrs.frozen(order=True)
 class PciFunction:
     """One PCI function as sysfs shows it."""
 
@@ -71,6 +93,16 @@ class PciFunction:
     local_cpus: CpuList | None = None
     link: PcieLink | None = None
     mdev_capable: bool = False
+    physfn: PciAddress | None = None
+    """SR-IOV: the physical function this is a virtual function of (its `physfn` link);
+    None for every other function. A VF is a slice of its PF's device, never a GPU."""
+    sriov: Sriov | None = None
+    """SR-IOV: a physical function's `sriov_*` attributes and `virtfnN` links; None for
+    a function without the capability (and for every VF)."""
+
+    @property
+    def is_virtual_function(self) -> bool:
+        return self.physfn is not None
 
     @property
     def base_class(self) -> int:
@@ -78,11 +110,23 @@ class PciFunction:
 
     @property
     def is_bridge(self) -> bool:
-        return self.base_class == CLASS_BRIDGE
+        # Class 0x0680 ("bridge, other") is an endpoint with nothing behind it (an NVIDIA
+        # NVSwitch): vfio-pci takes it like any device, so it is a group member, not a
+        # bridge that stays on pcieport.
+        return (
+            self.base_class == CLASS_BRIDGE
+            and (self.pci_class >> 8) & 0xFF != SUBCLASS_BRIDGE_OTHER
+        )
 
     @property
     def is_display(self) -> bool:
         return self.base_class == CLASS_DISPLAY
+
+    @property
+    def is_gpu(self) -> bool:
+        """A GPU for pvegpu: a display controller (0x03) or a processing accelerator
+        (0x12: Instinct MI300X, Gaudi), which pools, the split and mappings take alike."""
+        return self.base_class in (CLASS_DISPLAY, CLASS_ACCELERATOR)
 
     @property
     def vendor_device(self) -> str:
@@ -104,12 +148,16 @@ def moves_with(gpu: PciFunction, other: PciFunction) -> bool:
         and other.address.slot == gpu.address.slot
         and other.iommu_group == gpu.iommu_group
         and not other.is_bridge
+        # A VF in its PF's group (no ACS) is still its own device, never a companion:
+        # it stays where it is (a pool names it, or the group is refused whole).
+        and other.physfn is None
     )
 
 
 @attrs.frozen(order=True)
 class GPU:
-    """A PCI display controller (class 0x03xxxx, any vendor) and its companion functions."""
+    """A PCI display controller (class 0x03xxxx) or processing accelerator (0x12xxxx),
+    any vendor, and its companion functions."""
 
     function: PciFunction
     companions: tuple[PciFunction, ...] = ()
@@ -121,6 +169,10 @@ class GPU:
     /dev/nvidiaN), from the vendor's per-GPU information file; None while unknown. The
     facts JSON keeps its first key, `nvidia_minor`."""
     model: str | None = None
+    drm_card: int | None = None
+    """N of its DRM card node /dev/dri/cardN (the node's minor), when a DRM driver holds it."""
+    drm_render: int | None = None
+    """N of its DRM render node /dev/dri/renderDN (the node's minor: 128 and up)."""
 
     @property
     def address(self) -> PciAddress:
@@ -148,12 +200,22 @@ class GPU:
         return vendor_of(self.function)
 
     @property
-    def node_path(self) -> str | None:
-        """Its per-GPU device node now (`/dev/nvidia4`), None while its minor is unknown."""
+    def container_minor(self) -> int | None:
+        """The minor of the node a container gets for it: its vendor's own node
+        (`node_minor`), or its DRM render node for a vendor reached through DRM."""
         vendor = self.vendor
-        if vendor is None or vendor.nodes is None or self.node_minor is None:
+        nodes = vendor.nodes if vendor is not None else None
+        return self.drm_render if nodes is not None and nodes.drm else self.node_minor
+
+    @property
+    def node_path(self) -> str | None:
+        """Its per-GPU device node now (`/dev/nvidia4`, `/dev/dri/renderD128`), None while
+        its minor is unknown."""
+        vendor = self.vendor
+        minor = self.container_minor
+        if vendor is None or vendor.nodes is None or minor is None:
             return None
-        return vendor.nodes.path(self.node_minor)
+        return vendor.nodes.path(minor)
 
     @property
     def functions(self) -> tuple[PciFunction, ...]:
@@ -258,6 +320,73 @@ class FileStat:
     size: int
 
 
+@attrs.frozen(order=True)
+class DriverctlOverride:
+    """A driver override driverctl persists (`/etc/driverctl.d/pci-<ADDR>`, its content
+    the driver's name): its udev rule and `driverctl@.service` apply it at every boot."""
+
+    address: PciAddress
+    driver: str
+
+    @property
+    def path(self) -> str:
+        """The file, relative to the root."""
+        return f"etc/driverctl.d/pci-{self.address}"
+
+
+@attrs.frozen(order=True)
+class MdevType:
+    """A virtual GPU type a PCI function offers: a directory of the kernel's
+    `mdev_supported_types` (`nvidia-558`, `i915-GVTg_V5_4`) or one line of a vendor's
+    vGPU types on an SR-IOV virtual function (`Vendor.vgpu`), named as `mdev=` names it."""
+
+    parent: PciAddress
+    type_id: str
+    name: str | None = None
+    available_instances: int | None = None
+    """How many more the parent can create now; None where the vendor does not say."""
+
+
+@attrs.frozen(order=True)
+class MdevInstance:
+    """A virtual GPU that exists now on a parent function: a mediated device
+    (`/sys/bus/mdev/devices/<uuid>`) or a vendor vGPU type set on a virtual function."""
+
+    parent: PciAddress
+    type_id: str | None
+    uuid: str | None = None
+    """None for a vendor vGPU on a virtual function (no mediated device of its own)."""
+
+
+@attrs.frozen(order=True)
+class MigCap:
+    """A MIG capability node the GPU driver lists (`Vendor.mig`): `nvidia-cap<minor>`."""
+
+    minor: int
+    """Of its node under the capability directory (`/dev/nvidia-caps/nvidia-cap12`)."""
+    gpu_minor: int | None = None
+    """The node minor of its GPU (`GPU.node_minor`); None for the host-wide ones."""
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+    """None for a GPU instance's own node (and the host-wide ones)."""
+    name: str = ""
+    """What it is, as the driver's procfs names it: `mig/config`, `gpu0/mig/gi1/ci0`."""
+
+
+@attrs.frozen
+class FabricManager:
+    """The host's Fabric Manager, the service that programs an HGX board's NVSwitches:
+    whether its unit is installed and enabled, and the mode its configuration sets."""
+
+    installed: bool = False
+    """Its unit file is in one of systemd's unit directories."""
+    enabled: bool = False
+    """A `*.wants/` directory of etc/systemd/system links it: it starts at boot."""
+    mode: int | None = None
+    """`FABRIC_MODE` of its configuration file: 0 full passthrough, 1 shared NVSwitch
+    multitenancy, 2 vGPU; None where the file is absent or does not set it."""
+
+
 @attrs.frozen
 class HostFacts:
     node: str
@@ -277,6 +406,21 @@ class HostFacts:
     """Files whose name and size matter, not their content (serving.read_serving_files)."""
     boot: BootConfig = attrs.field(factory=BootConfig)
     """The next boot's kernel command lines and early modules (`/proc/cmdline` is this one)."""
+    mdev_types: tuple[MdevType, ...] = ()
+    """Virtual GPU types the functions offer (mediated device parents, vendor vGPU VFs)."""
+    mdev_instances: tuple[MdevInstance, ...] = ()
+    """Virtual GPUs that exist now, by parent function."""
+    mig_caps: tuple[MigCap, ...] = ()
+    """MIG capability nodes the GPU driver lists (its MIG instances and host-wide ones)."""
+    acs_ports: tuple[PortAcs, ...] = ()
+    """The bridges above the GPUs and their ACS, in address order: read only while
+    `pcie_acs_override` is on (this boot or the next), when the IOMMU groups stop saying
+    what the hardware isolates (`pvegpu.host.acs`)."""
+    driverctl: tuple[DriverctlOverride, ...] = ()
+    """driverctl's persisted overrides, in address order: a second binder at every boot."""
+    fabric_manager: FabricManager = attrs.field(factory=FabricManager)
+    """The host's NVLink Fabric Manager service (`vendors/nvswitch.py`), read only on a
+    host with NVSwitches; its default (not installed) everywhere else."""
 
     _index: _FactsIndex | None = attrs.field(default=None, init=False, eq=False, repr=False)
     """Lookups by key, built on first use (see `_lookups`); not a fact, never compared."""
@@ -307,11 +451,33 @@ class HostFacts:
         """Every function of the address's slot (`dddd:bb:dd`), in facts order."""
         return self._lookups.slots.get(address.slot, ())
 
+    def virtual_functions(self, address: PciAddress) -> tuple[PciFunction, ...]:
+        """The VFs of physical function `address` that discovery saw, in virtfnN order."""
+        function = self.function(address)
+        if function is None or function.sriov is None:
+            return ()
+        found = (self.function(vf) for vf in function.sriov.vfs)
+        return tuple(f for f in found if f is not None)
+
+    @property
+    def nvswitches(self) -> tuple[PciFunction, ...]:
+        """The host's NVSwitches (`vendors.nvswitch.is_switch`), in address order."""
+        return tuple(f for f in self.functions if is_switch(f))
+
     def stats_in(self, directory: str) -> tuple[FileStat, ...]:
         """Stats of the files directly in `directory` (relative to the root)."""
         prefix = directory.rstrip("/") + "/"
         return tuple(
             s for s in self.stats if s.path.startswith(prefix) and "/" not in s.path[len(prefix) :]
+        )
+
+    def reported_drivers(self) -> tuple[Vendor, ...]:
+        """The vendors whose driver version a summary of the host gives: those with a GPU
+        here or their driver loaded (an Intel box's summary says nothing of NVIDIA)."""
+        return tuple(
+            v
+            for v in DRIVER_VERSION_VENDORS
+            if self.gpu_driver(v.host_driver) is not None or any(g.vendor is v for g in self.gpus)
         )
 
     def gpu_driver(self, driver: str | None) -> GpuDriver | None:

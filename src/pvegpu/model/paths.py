@@ -15,6 +15,8 @@ SPLIT_UNIT = f"etc/systemd/system/{SPLIT_UNIT_NAME}"
 SPLIT_MODPROBE = "etc/modprobe.d/pvegpu-vfio.conf"
 SPLIT_INITRAMFS_HOOK = "etc/initramfs-tools/hooks/pvegpu-vfio-split"
 """Copies the split script into the initramfs, where the modprobe.d hook needs it."""
+SPLIT_UDEV_RULE = "etc/udev/rules.d/70-pvegpu-vfio-split.rules"
+"""Runs the split script for each SR-IOV VF the kernel creates (only with VFs to pin)."""
 
 # pmxcfs (/etc/pve): every file there reads back as 0640 root:www-data, whatever mode was
 # written, so the guest configs and pci.cfg are rendered with it.
@@ -23,6 +25,8 @@ PVE_MODE = 0o640
 # Inside a container's root filesystem.
 CONTAINER_LIBDIRS = ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu")
 DPKG_STATUS = "var/lib/dpkg/status"
+GROUP_FILE = "etc/group"
+"""A container's group database, relative to its root file system."""
 UNIT_DIR = "etc/systemd/system"
 # Where else a copy of the unit tends to live: other unit directories (systemd would
 # load these if /etc's copy went away) and admins' homes (the "local copy" that drifts).

@@ -14,6 +14,7 @@ from pvegpu.pvefiles.lxcconf import GpuLines
 from pvegpu.pvefiles.pcicfg import PciMap as PciMap
 from pvegpu.pvefiles.pcicfg import PciMapping as PciMapping
 from pvegpu.pvefiles.qemuconf import NumaPin
+from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
 
 
 class PoolKind(StrEnum):
@@ -74,6 +75,11 @@ class LxcContainer:
     is pinned to (CPUAffinity= inside the container needs those CPUs). None: unpinned."""
     cpuset_policy: CpusetPolicy = CpusetPolicy.NUMA
     """The spec's `lxc.cpuset`: KEEP leaves `cpuset` None whatever the server's pin."""
+    nodes: DeviceNodes = CONTAINER_NODES
+    """The device nodes of the pool's GPUs' vendor, which its lines hand over."""
+    group_gid: int | None = None
+    """The gid of the container's own render group, read from its /etc/group, which its
+    devN entries get when the spec gives no `gid` (an unprivileged container)."""
 
     @property
     def config_path(self) -> str:
@@ -89,7 +95,7 @@ class VmGuest:
     mapping_id: str = ""
     """The pool's PCI mapping, which every hostpci line of the pool names."""
     count: int = 0
-    """How many hostpci lines: one per GPU of the pool."""
+    """How many hostpci lines: one per GPU of the pool (and per NVSwitch of a whole board)."""
     numa_pin: NumaPin | None = None
     """The host node the VM is pinned to; plan() sets it exactly when `numa` is on."""
     mapped: tuple[str, ...] = ()
@@ -121,6 +127,9 @@ class Pool:
     mapping: PciMapping | None = None
     serving: SglangServing | None = None
     """The server plan() decided for the pool's container (its last step), if the spec asks one."""
+    nvswitches: tuple[PciFunction, ...] = ()
+    """The NVSwitches that go with the GPUs (a vfio pool with a whole NVSwitch board,
+    planning/fabric.py); they are in `functions` and the mapping too."""
 
     @property
     def size(self) -> int:

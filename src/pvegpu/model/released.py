@@ -9,6 +9,8 @@ from __future__ import annotations
 import attrs
 
 from pvegpu.model.facts import ConfigFile
+from pvegpu.pvefiles.lxccaps import CapsRemoval
+from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
 
 
 @attrs.frozen
@@ -22,7 +24,8 @@ class ContainerGpusRemoved:
     vmid: int
     config: ConfigFile
     minors: tuple[int, ...]
-    """The N of each `/dev/nvidiaN` whose devN, bind mount and `c 195:N` lines go."""
+    """The minor of each GPU node (`nodes`: /dev/nvidiaN, a render node) whose devN, bind
+    mount and `c <major>:N` lines go."""
     keys: tuple[str, ...]
     """The removed lines' keys in file order (`dev0`, `lxc.mount.entry`), for the reason."""
     shared_majors: frozenset[int] | None = None
@@ -31,6 +34,11 @@ class ContainerGpusRemoved:
     gone once no GPU is left on nvidia, and a container without a GPU has no use for them."""
     shared_keys: tuple[str, ...] = ()
     """The keys of those shared-node lines, for the reason."""
+    nodes: DeviceNodes = CONTAINER_NODES
+    """The node family the lines are of (the vendor's own nodes or the DRM ones)."""
+    mig_caps: CapsRemoval | None = None
+    """The MIG capability nodes of those GPUs' instances its lines hand over, which go with
+    them (and the host-wide ones once it holds no instance); None: none (planning/mig.py)."""
 
     @property
     def config_path(self) -> str:

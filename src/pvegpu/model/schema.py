@@ -80,6 +80,8 @@ class ServingSpec:
     environment_file: str | None = None
     """`EnvironmentFile=` of the unit: a root-only file in the container that holds the
     secrets (HF_TOKEN, API keys). pvegpu never reads it, so no secret reaches a bundle."""
+    pipeline_parallel_size: int | None = None
+    """vLLM only: pipeline stages; TP is then the pool's GPU count divided by them."""
 
 
 @attrs.frozen
@@ -90,6 +92,9 @@ class LxcSpec:
     gid: int | None = None
     cpuset: CpusetPolicy = CpusetPolicy.NUMA
     serving: ServingSpec | None = None
+    display: bool = False
+    """Also the GPUs' DRM card nodes (display, modesetting); the render node is enough
+    for compute and video."""
 
 
 @attrs.frozen

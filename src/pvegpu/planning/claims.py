@@ -52,25 +52,35 @@ def vm_may_hold(pool: Pool, vmid: int) -> bool:
     return pool.vm is None or pool.vm.vmid == vmid
 
 
+def container_node(gpu: GPU) -> tuple[int, int] | None:
+    """(major, minor) of the node a container gets for the GPU, None while unknown."""
+    vendor = gpu.vendor
+    minor = gpu.container_minor
+    if vendor is None or vendor.nodes is None or minor is None:
+        return None
+    return vendor.nodes.major, minor
+
+
 def _host_id(function: PciFunction) -> HostId:
     a = function.address
     return HostId(a.domain, a.bus, a.device, a.function)
 
 
 class Claims:
-    """The pools' GPUs by `/dev/nvidiaN` minor and their functions by slot, for lookups
-    from every guest line on the host."""
+    """The pools' GPUs by their container node (major, minor: `/dev/nvidia4` is 195:4, a
+    render node 226:128) and their functions by slot, for lookups from every guest line
+    on the host."""
 
     def __init__(self, pools: Sequence[Pool], host_gpus: Sequence[GPU] = ()) -> None:
         self.pools = tuple(pools)
         self.host_gpus = tuple(host_gpus)
         """Every GPU of the host, in a pool or not."""
-        self.by_minor: dict[int, tuple[GPU, Pool]] = {}
+        self.by_node: dict[tuple[int, int], tuple[GPU, Pool]] = {}
         self._slots: dict[tuple[int, int, int], list[Claim]] = {}
         for pool in pools:
             for gpu in pool.gpus:
-                if gpu.node_minor is not None:
-                    self.by_minor[gpu.node_minor] = (gpu, pool)
+                if (node := container_node(gpu)) is not None:
+                    self.by_node[node] = (gpu, pool)
             for function in pool.functions:
                 claim = Claim(function, pool, _host_id(function))
                 key = (claim.host.domain, claim.host.bus, claim.host.device)

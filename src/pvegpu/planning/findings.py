@@ -10,8 +10,11 @@ from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import GPU, HostFacts
 from pvegpu.model.paths import SPLIT_MODPROBE, SPLIT_UNIT
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.pci import PciAddress
+from pvegpu.planning.acs import acs_findings, multifunction_findings
+from pvegpu.planning.driverctl import driverctl_findings
 from pvegpu.pvefiles.lxcconf import raw_uvm_majors
-from pvegpu.vendors import CONTAINER_NODES, Vendor
+from pvegpu.vendors import VENDORS
 
 _LXC_CONFIG = re.compile(r"etc/pve/lxc/([0-9]+)\.conf")
 
@@ -42,6 +45,8 @@ def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
                 "cross-socket traffic for every transfer",
             )
         gpu_addresses = {g.address for g in pool.gpus}
+        # A whole board's NVSwitches go because of the fabric (fabric-manager-in-guest).
+        gpu_addresses |= {s.address for s in pool.nvswitches}
         extra = [f for f in pool.functions if f.address not in gpu_addresses]
         if pool.kind is PoolKind.VFIO and extra:
             yield Finding(
@@ -53,6 +58,8 @@ def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
             )
     yield from _minors_after_reboot(facts, pools)
     yield from _other_binders(facts)
+    yield from driverctl_findings(facts, pools)
+    yield from multifunction_findings(facts, pools)
     yield from _shadowing_softdeps(facts, pools)
     if facts.sev_snp:
         yield Finding(
@@ -86,30 +93,36 @@ def host_findings(facts: HostFacts, rewritten: frozenset[int] = frozenset()) -> 
                     "not only the VM's: bind by address instead (pvegpu's split)",
                 )
     yield from _stale_dynamic_majors(facts, rewritten)
+    yield from acs_findings(facts)
 
 
 def _stale_dynamic_majors(facts: HostFacts, rewritten: frozenset[int]) -> Iterator[Finding]:
-    """Raw-style containers allow the dynamic node (nvidia-uvm) by the major the kernel
-    handed out when its module loaded: after a driver update it can differ from the
-    rendered rule, and the container's CUDA fails."""
-    nodes = CONTAINER_NODES
-    major = facts.char_major(nodes.dynamic_module)
-    if major is None:
-        return
-    for file in facts.files:
-        vmid = _container_of(file.path)
-        if vmid is None or vmid in rewritten:
+    """Raw-style containers allow a dynamic node (nvidia-uvm, AMD's kfd) by the major the
+    kernel handed out when its module loaded: after a driver update it can differ from
+    the rendered rule, and the container's GPU userspace fails to open the node."""
+    for vendor in VENDORS:
+        nodes = vendor.nodes
+        dynamic = nodes.dynamic if nodes is not None else None
+        if nodes is None or dynamic is None:
             continue
-        allowed = raw_uvm_majors(file.content, nodes)
-        if allowed is not None and major not in allowed:
-            yield Finding(
-                Severity.ERROR,
-                "container-uvm-major-stale",
-                file.path,
-                f"CT {vmid} bind-mounts {nodes.dynamic_node} but allows no `c {major}:` rule: "
-                f"{nodes.dynamic_module}'s major is {major} now (/proc/devices), so CUDA "
-                'fails in the container; render and apply again (or use devices = "dev")',
-            )
+        major = facts.char_major(dynamic.module)
+        if major is None:
+            continue
+        for file in facts.files:
+            vmid = _container_of(file.path)
+            if vmid is None or vmid in rewritten:
+                continue
+            allowed = raw_uvm_majors(file.content, nodes)
+            if allowed is not None and major not in allowed:
+                yield Finding(
+                    Severity.ERROR,
+                    f"container-{dynamic.module.removeprefix('nvidia-')}-major-stale",
+                    file.path,
+                    f"CT {vmid} bind-mounts {dynamic.node} but allows no `c {major}:` rule: "
+                    f"{dynamic.module}'s major is {major} now (/proc/devices), so "
+                    f"{dynamic.user} fails in the container; render and apply again (or use "
+                    'devices = "dev")',
+                )
 
 
 def _container_of(path: str) -> int | None:
@@ -119,44 +132,72 @@ def _container_of(path: str) -> int | None:
 
 
 def _minors_after_reboot(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
-    """/dev/nvidiaN numbers are handed out at probe time, normally in PCI order.
+    """Node numbers are handed out at probe time, normally in PCI order.
 
-    Right after a runtime split the container GPUs keep their minors; after the next
-    boot nvidia numbers only the GPUs it still gets, so a container config naming
-    /dev/nvidia4 can point at nothing (and the container fails to start).
+    Right after a runtime split the container GPUs keep their numbers; after the next
+    boot a driver numbers only the GPUs it still gets, so a container config naming
+    /dev/nvidia4 (or /dev/dri/renderD130) can point at nothing, or at another GPU.
+    NVIDIA's driver numbers its own GPUs from 0; the DRM core numbers every DRM device of
+    the host (a BMC's display too) from 128 for render nodes.
     """
     to_vfio = {g.address for p in pools if p.kind is PoolKind.VFIO for g in p.gpus}
-    # Each vendor's driver numbers its own GPUs: those it still gets at the next boot.
-    stays: dict[Vendor, list[GPU]] = defaultdict(list)
+    stays: dict[object, list[GPU]] = defaultdict(list)
     for g in facts.gpus:
         vendor = g.vendor
-        if vendor is None or vendor.gpu_information is None or g.address in to_vfio:
+        if g.address in to_vfio:
             continue
-        if host_driver(g.function) == vendor.host_driver:
+        if g.drm_render is not None:
+            stays["drm"].append(g)
+        own = vendor is not None and vendor.gpu_information is not None
+        if own and vendor is not None and host_driver(g.function) == vendor.host_driver:
             stays[vendor].append(g)
-    by_address = [sorted(gpus, key=lambda g: g.address) for gpus in stays.values()]
-    expected = {g.address: n for gpus in by_address for n, g in enumerate(gpus)}
+    expected: dict[tuple[object, PciAddress], int] = {}
+    for numbering, gpus in stays.items():
+        first = _FIRST_RENDER_MINOR if numbering == "drm" else 0
+        for n, g in enumerate(sorted(gpus, key=lambda g: g.address)):
+            expected[(numbering, g.address)] = first + n
     for pool in pools:
         if pool.kind is not PoolKind.LXC:
             continue
-        moved = [
-            f"{g.address.short}: {g.node_minor} -> {expected[g.address]}"
-            for g in pool.gpus
-            if g.node_minor is not None
-            and g.address in expected
-            and g.node_minor != expected[g.address]
-        ]
+        moved = []
+        for g in pool.gpus:
+            nodes = g.vendor.nodes if g.vendor is not None else None
+            minor = g.container_minor
+            if nodes is None or minor is None:
+                continue
+            family: object = "drm" if nodes.drm else g.vendor
+            after = expected.get((family, g.address))
+            if after is not None and after != minor:
+                moved.append(f"{g.address.short}: {minor} -> {after}")
         if moved:
+            named = {_numbering(g) for g in pool.gpus}
             yield Finding(
                 Severity.WARNING,
                 "minors-change-at-reboot",
                 pool.name,
-                "the container config names today's /dev/nvidiaN minors, but after a reboot "
-                "with the split nvidia numbers its GPUs afresh (probe order, normally PCI "
-                f"order): {', '.join(moved)}. Reboot, then run pvegpu plan again before "
-                "starting the container: the runbook does, and stops there",
+                f"the container config names today's {' and '.join(sorted(named))} minors, "
+                f"but after a reboot with the split {_numberer(pool)} numbers its GPUs afresh "
+                f"(probe order, normally PCI order): {', '.join(moved)}. Reboot, then run "
+                "pvegpu plan again before starting the container: the runbook does, and "
+                "stops there",
                 reboot_first=True,
             )
+
+
+_FIRST_RENDER_MINOR = 128
+
+
+def _numbering(gpu: GPU) -> str:
+    nodes = gpu.vendor.nodes if gpu.vendor is not None else None
+    return nodes.gpu_path.format(minor="N") if nodes is not None else "node"
+
+
+def _numberer(pool: Pool) -> str:
+    """Who numbers the pool's nodes: its vendor's driver, or the DRM core."""
+    vendor = pool.gpus[0].vendor if pool.gpus else None
+    if vendor is None or vendor.nodes is None or vendor.nodes.drm:
+        return "the DRM core"
+    return vendor.host_driver
 
 
 # What a unit that moves PCI devices between drivers has to write somewhere.

@@ -17,16 +17,18 @@ from pvegpu.errors import Problem
 from pvegpu.model.facts import GPU, HostFacts
 from pvegpu.model.plan import Finding, LxcContainer, Plan, Pool, Severity, VmGuest
 from pvegpu.model.schema import CpusetPolicy, DeviceStyle, PoolSpec
+from pvegpu.planning.container_groups import render_gid
 from pvegpu.planning.mapping_moves import old_mappings
+from pvegpu.planning.mig import mig_lines
 from pvegpu.pvefiles import hostpci, lxcconf, qemuconf
 from pvegpu.pvefiles.pcicfg import PciMapping
-from pvegpu.vendors import CONTAINER_NODES
+from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
 
 
-def gpu_majors(facts: HostFacts) -> frozenset[int]:
-    """The container nodes' fixed major plus every major of their driver stack in
-    /proc/devices (the dynamic ones): old cgroup rules on them are GPU lines."""
-    return CONTAINER_NODES.majors((c.major, c.name) for c in facts.char_majors)
+def gpu_majors(facts: HostFacts, nodes: DeviceNodes) -> frozenset[int]:
+    """The nodes' fixed major plus every major of their driver stack in /proc/devices
+    (the dynamic ones): old cgroup rules on them are GPU lines."""
+    return nodes.majors((c.major, c.name) for c in facts.char_majors)
 
 
 def lxc_container(
@@ -60,83 +62,142 @@ def lxc_container(
                 "Proxmox creates them",
             )
         )
-    own.extend(_gpu_problems(gpus))
-    uvm_major = facts.char_major(CONTAINER_NODES.dynamic_module)
-    if uvm_major is None:
-        if container.devices is DeviceStyle.RAW:
-            own.append(
-                Problem(
-                    "nvidia-uvm-major-unknown",
-                    path,
-                    "raw device lines need the nvidia-uvm major, but /proc/devices has no "
-                    "nvidia-uvm (the module is not loaded)",
-                    'load it (nvidia-modprobe -u -c=0) and discover again, or use devices = "dev"',
-                )
-            )
-        else:
-            # Proxmox stats each devN node at start; a missing /dev/nvidia-uvm fails it.
-            findings.append(
-                Finding(
-                    Severity.WARNING,
-                    "nvidia-uvm-not-loaded",
-                    path,
-                    "nvidia-uvm is not loaded, and the container's devN entry for "
-                    "/dev/nvidia-uvm fails its start without it: load it "
-                    "(nvidia-modprobe -u -c=0) before starting the container",
-                )
-            )
-    elif container.devices is DeviceStyle.RAW:
-        findings.append(
-            Finding(
-                Severity.INFO,
-                "nvidia-uvm-major-dynamic",
-                path,
-                f"raw lines give the container nvidia-uvm by major {uvm_major} "
-                f"(`c {uvm_major}:0`, `c {uvm_major}:1`), the one /proc/devices shows now; the "
-                "kernel hands that number out when nvidia-uvm loads, so a driver update (or "
-                "another module loading first) can change it and CUDA in the container then "
-                "fails. After a driver update run `pvegpu check` (it reports the stale rule) "
-                'and render again, or use devices = "dev", which needs no major',
-            )
-        )
+    nodes = _pool_nodes(gpus, own)
+    if nodes is None:
+        problems.extend(own)
+        return container
+    own.extend(_gpu_problems(gpus, nodes))
+    dynamic_major = _dynamic_node(facts, nodes, container, own, findings)
+    gid = container.gid
+    if gid is None and nodes.drm and container.config is not None:
+        gid = render_gid(facts, container, own, findings)
     problems.extend(own)
     if own or container.config is None:
         return container
     lines = lxcconf.gpu_lines(
-        CONTAINER_NODES,
+        nodes,
         gpus,
         container.devices,
         mode=container.mode,
-        gid=container.gid,
-        uvm_major=uvm_major,
+        gid=gid,
+        uvm_major=dynamic_major,
+        display=spec.lxc.display,
     )
-    problems.extend(lxcconf.dev_slot_problems(container.config.content, CONTAINER_NODES, lines))
-    return attrs.evolve(container, gpu_lines=lines, gpu_majors=gpu_majors(facts))
+    # The capability nodes of its MIG instances stay with it (planning/mig.py).
+    lines = mig_lines(facts, attrs.evolve(container, gid=gid), gpus, lines, problems, findings)
+    problems.extend(lxcconf.dev_slot_problems(container.config.content, nodes, lines))
+    majors = gpu_majors(facts, nodes)
+    group_gid = gid if container.gid is None else None
+    return attrs.evolve(
+        container, gpu_lines=lines, gpu_majors=majors, nodes=nodes, group_gid=group_gid
+    )
 
 
-def _gpu_problems(gpus: Sequence[GPU]) -> list[Problem]:
+def _pool_nodes(gpus: Sequence[GPU], problems: list[Problem]) -> DeviceNodes | None:
+    """The device nodes of the pool's vendor, or None with the refusal: a GPU of a vendor
+    with none pvegpu knows, or GPUs of two vendors (one container config gets one
+    vendor's lines, which one pool's userspace opens)."""
+    vendors = {g.vendor for g in gpus}
+    unknown = [g for g in gpus if g.vendor is None or g.vendor.nodes is None]
+    for gpu in unknown:
+        problems.append(
+            Problem(
+                "lxc-gpu-vendor-unknown",
+                str(gpu.address),
+                f"is a {gpu.vendor_device}; pvegpu knows no device nodes of its vendor to "
+                "hand to a container",
+                "give this GPU to a vfio pool, or leave it out of the container's pool",
+            )
+        )
+    if unknown:
+        return None
+    if len(vendors) > 1:
+        names = sorted(v.name for v in vendors if v is not None)
+        problems.append(
+            Problem(
+                "lxc-pool-mixed-vendors",
+                ", ".join(str(g.address) for g in gpus),
+                f"are GPUs of {' and '.join(names)}: a container pool hands over one "
+                "vendor's device nodes, which one userspace opens",
+                "split them into one pool per vendor (each with its own container)",
+            )
+        )
+        return None
+    vendor = next(iter(vendors)) if vendors else None
+    return vendor.nodes if vendor is not None else CONTAINER_NODES
+
+
+def _dynamic_node(
+    facts: HostFacts,
+    nodes: DeviceNodes,
+    container: LxcContainer,
+    problems: list[Problem],
+    findings: list[Finding],
+) -> int | None:
+    """The major of the nodes' dynamic node (nvidia-uvm, kfd) for raw lines, with what its
+    module's absence, or its number's changing, means for the container."""
+    dynamic = nodes.dynamic
+    if dynamic is None:
+        return None
+    path, module = container.config_path, dynamic.module
+    major = facts.char_major(module)
+    if major is None:
+        if container.devices is DeviceStyle.RAW:
+            problems.append(
+                Problem(
+                    f"{module}-major-unknown",
+                    path,
+                    f"raw device lines need the {module} major, but /proc/devices has no "
+                    f"{module} (the module is not loaded)",
+                    f'load it ({dynamic.load}) and discover again, or use devices = "dev"',
+                )
+            )
+        else:
+            # Proxmox stats each devN node at start; a missing node fails it.
+            findings.append(
+                Finding(
+                    Severity.WARNING,
+                    f"{module}-not-loaded",
+                    path,
+                    f"{module} is not loaded, and the container's devN entry for "
+                    f"{dynamic.node} fails its start without it: load it "
+                    f"({dynamic.load}) before starting the container",
+                )
+            )
+    elif container.devices is DeviceStyle.RAW:
+        rules = ", ".join(f"`c {major}:{m}`" for m in dynamic.minors)
+        findings.append(
+            Finding(
+                Severity.INFO,
+                f"{module}-major-dynamic",
+                path,
+                f"raw lines give the container {module} by major {major} ({rules}), the one "
+                f"/proc/devices shows now; the kernel hands that number out when {module} "
+                "loads, so a driver update (or another module loading first) can change it "
+                f"and {dynamic.user} in the container then fails. After a driver update run "
+                "`pvegpu check` (it reports the stale rule) and render again, or use "
+                'devices = "dev", which needs no major',
+            )
+        )
+    return major
+
+
+def _gpu_problems(gpus: Sequence[GPU], nodes: DeviceNodes) -> list[Problem]:
     problems: list[Problem] = []
     for gpu in gpus:
-        if gpu.vendor is None or gpu.vendor.nodes is not CONTAINER_NODES:
-            problems.append(
-                Problem(
-                    "lxc-gpu-not-nvidia",
-                    str(gpu.address),
-                    f"is a {gpu.vendor_device}; only NVIDIA device nodes are handed to "
-                    "containers so far",
-                    "give this GPU to a vfio pool, or leave it out of the container's pool",
-                )
+        if gpu.container_minor is not None:
+            continue
+        vendor = gpu.vendor
+        driver = vendor.host_driver if vendor is not None else "its driver"
+        problems.append(
+            Problem(
+                "gpu-minor-unknown",
+                str(gpu.address),
+                f"is on {gpu.driver or 'no driver'}, so its {nodes.gpu_path.format(minor='N')} "
+                f"minor is unknown ({driver} assigns it when it binds)",
+                f"return it to {driver} first (pvegpu-vfio-split revert), then plan again",
             )
-        elif gpu.node_minor is None:
-            problems.append(
-                Problem(
-                    "gpu-minor-unknown",
-                    str(gpu.address),
-                    f"is on {gpu.driver or 'no driver'}, so its /dev/nvidiaN minor is unknown "
-                    "(nvidia assigns it when it binds)",
-                    "return it to nvidia first (pvegpu-vfio-split revert), then plan again",
-                )
-            )
+        )
     return problems
 
 
@@ -148,12 +209,15 @@ def vm_guest(
     problems: list[Problem],
     findings: list[Finding],
     pool_mappings: Collection[str] = (),
+    *,
+    switches: int = 0,
 ) -> VmGuest | None:
     """The VM of a vfio pool: its hostpci lines over the pool's mapping, its NUMA pin.
 
     `pool_mappings`: the mapping ids of every pool of the spec. A mapping the pool's GPUs
     leave is an old one whose lines the VM's follow them, unless it is a pool's mapping:
-    then a line on it is that pool's, judged by host_guests.py.
+    then a line on it is that pool's, judged by host_guests.py. `switches`: how many
+    NVSwitches the mapping carries besides the GPUs (a whole board), a line each.
     """
     if spec.vfio is None or spec.vfio.vm is None:
         return None
@@ -181,7 +245,7 @@ def vm_guest(
     if config is not None:
         pcie = qemuconf.is_q35(config.content)
         if mapping_id:
-            args = (config.content, mapping_id, len(gpus))
+            args = (config.content, mapping_id, len(gpus) + switches)
             own = qemuconf.hostpci_problems(*args, numa=numa, mapped=mapped, old=old, subject=path)
             problems.extend(own)
             if not own:
@@ -203,7 +267,7 @@ def vm_guest(
         numa,
         config,
         mapping_id=mapping_id,
-        count=len(gpus),
+        count=len(gpus) + switches,
         numa_pin=pin,
         mapped=mapped,
         pcie=pcie,

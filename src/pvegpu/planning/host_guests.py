@@ -27,12 +27,18 @@ from pvegpu.errors import Problem
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.model.released import ContainerGpusRemoved
-from pvegpu.planning.claims import Claims, by_destination, container_may_hold, vm_may_hold
+from pvegpu.planning.claims import (
+    Claims,
+    by_destination,
+    container_may_hold,
+    container_node,
+    vm_may_hold,
+)
 from pvegpu.planning.guests import gpu_majors
 from pvegpu.planning.mapping_moves import VM_DIR, MappingOutcome, mapping_outcome
 from pvegpu.pvefiles import hostpci, lxcconf
 from pvegpu.pvefiles.guestconf import ConfLine, Section, is_pending, is_snapshot, split_sections
-from pvegpu.vendors import CONTAINER_NODES
+from pvegpu.vendors import VENDORS, DeviceNodes
 from pvegpu.wording import plural
 
 LXC_DIR = "etc/pve/lxc/"
@@ -67,13 +73,33 @@ def judge_guests(
     if not pools:
         return GuestVerdict()
     own = {p.lxc.vmid for p in pools if p.lxc is not None}
-    majors = gpu_majors(facts)
+    families = _node_families(facts, pools)
     for file in facts.files:
         if (vmid := _vmid(file.path, LXC_DIR)) is not None:
-            _container(file, vmid, vmid in own, claims, majors, out)
+            _container(file, vmid, vmid in own, claims, families, out)
         elif (vmid := _vmid(file.path, VM_DIR)) is not None:
             _vm(facts.node, file, vmid, claims, mappings, out)
     return GuestVerdict(tuple(out.removed), tuple(out.problems), tuple(out.findings))
+
+
+@attrs.frozen
+class _Family:
+    """One stack's device nodes (NVIDIA's, or the DRM nodes AMD and Intel GPUs are handed
+    over by) and the char majors of its driver stack on this host."""
+
+    nodes: DeviceNodes
+    majors: frozenset[int]
+
+
+def _node_families(facts: HostFacts, pools: Sequence[Pool]) -> list[_Family]:
+    """The node families of the pools' GPUs, once each: the lines other containers may
+    hold them by."""
+    found: dict[int, DeviceNodes] = {}
+    for gpu in (g for p in pools for g in p.gpus):
+        nodes = gpu.vendor.nodes if gpu.vendor is not None else None
+        if nodes is not None and nodes.major not in found:
+            found[nodes.major] = nodes
+    return [_Family(n, gpu_majors(facts, n)) for n in found.values()]
 
 
 def _vmid(path: str, directory: str) -> int | None:
@@ -106,20 +132,63 @@ def _container(
     vmid: int,
     own: bool,
     claims: Claims,
-    majors: frozenset[int],
+    families: Sequence[_Family],
     out: _Collected,
 ) -> None:
+    snapshots: list[Finding] = []
+    losses = [
+        loss
+        for f in families
+        if (loss := _losses(file, vmid, own, claims, f, out, snapshots)) is not None
+    ]
+    if len(losses) > 1:
+        # One artifact per config: two stacks' lines (a GPU's /dev/nvidiaN and its DRM
+        # nodes) would need one patch that knows both.
+        out.problems.append(
+            Problem(
+                "container-loses-gpus-of-two-stacks",
+                file.path,
+                f"CT {vmid} holds GPUs the plan gives elsewhere by the nodes of more than "
+                f"one driver stack ({', '.join(r.nodes.gpu_path for r, _ in losses)})",
+                "remove those lines from the container by hand (pct set "
+                f"{vmid} --delete devN, or edit the raw lines), then run pvegpu again",
+            )
+        )
+    else:
+        for removed, taken in losses:
+            out.removed.append(removed)
+            out.findings.append(_loses_gpus(file, vmid, removed, taken))
+    out.findings.extend(snapshots)
+
+
+def _losses(
+    file: ConfigFile,
+    vmid: int,
+    own: bool,
+    claims: Claims,
+    family: _Family,
+    out: _Collected,
+    snapshot_findings: list[Finding],
+) -> tuple[ContainerGpusRemoved, list[tuple[str, Pool]]] | None:
+    """What the container loses of one node family (its lines for pool GPUs that go
+    elsewhere), with the problems its other lines give and, into `snapshot_findings`,
+    the warnings its snapshots do."""
+    nodes, majors = family.nodes, family.majors
     minors: list[int] = []
     keys: list[str] = []
     taken: list[tuple[str, Pool]] = []
     snapshots: dict[str, list[tuple[str, Pool]]] = {}
     for section, number, line in _numbered(file.content):
-        every = lxcconf.grants_every_gpu(line, CONTAINER_NODES)
-        minor = lxcconf.gpu_minor(line, CONTAINER_NODES)
+        every = lxcconf.grants_every_gpu(line, nodes)
+        minor = lxcconf.gpu_minor(line, nodes)
         if every:
-            hit = [(g, p) for g, p in claims.gpus() if not container_may_hold(p, vmid)]
-        elif minor is not None and minor in claims.by_minor:
-            hit = [claims.by_minor[minor]]
+            hit = [
+                (g, p)
+                for g, p in claims.gpus()
+                if not container_may_hold(p, vmid) and _on_major(g, nodes.major)
+            ]
+        elif minor is not None and (nodes.major, minor) in claims.by_node:
+            hit = [claims.by_node[(nodes.major, minor)]]
             hit = [(g, p) for g, p in hit if not container_may_hold(p, vmid)]
         else:
             continue
@@ -131,64 +200,102 @@ def _container(
             snapshots.setdefault(section.name or "", []).extend(named)
         elif is_pending(section):
             out.problems.append(_pending(where, f"CT {vmid}", line, named, f"pct set {vmid}"))
-        elif own and lxcconf.is_gpu_line(line, CONTAINER_NODES, majors):
+        elif own and lxcconf.is_gpu_line(line, nodes, majors):
             continue  # the pool's own container: guests.py rewrites all its GPU lines
         elif every:
-            out.problems.append(_every_gpu(where, vmid, line, named, claims))
+            out.problems.append(_every_gpu(where, vmid, line, named, claims, nodes))
         elif minor is not None:
             minors.append(minor)
             keys.append(line.key)
             taken.extend(named)
-    if minors:
-        lost = tuple(sorted(set(minors)))
-        last = not lxcconf.keeps_a_gpu(file.content, CONTAINER_NODES, lost)
-        shared = lxcconf.shared_node_keys(file.content, CONTAINER_NODES, majors) if last else ()
-        out.removed.append(
-            ContainerGpusRemoved(vmid, file, lost, tuple(keys), majors if last else None, shared)
-        )
-        if not last:
-            check = "what it runs against the GPUs it keeps"
-        elif shared:
-            check = (
-                "that nothing in it needs a GPU: it keeps none, so its lines for the shared "
-                f"NVIDIA nodes ({', '.join(shared)}) go too"
-            )
-        else:
-            check = "that nothing in it needs a GPU: it keeps none"
-        out.findings.append(
-            Finding(
-                Severity.WARNING,
-                "container-loses-gpus",
-                file.path,
-                f"CT {vmid} names {by_destination(taken)}. "
-                f"The bundle removes those lines ({', '.join(keys)}) and the revert puts them "
-                f"back; stop whatever uses them in CT {vmid} before the split, and check {check}",
-            )
-        )
     for name, items in snapshots.items():
-        out.findings.append(_snapshot(file.path, f"CT {vmid}", "pct", vmid, name, items))
+        snapshot_findings.append(_snapshot(file.path, f"CT {vmid}", "pct", vmid, name, items))
+    if not minors:
+        return None
+    lost = tuple(sorted(set(minors)))
+    last = not lxcconf.keeps_a_gpu(file.content, nodes, lost)
+    shared = lxcconf.shared_node_keys(file.content, nodes, majors) if last else ()
+    removed = ContainerGpusRemoved(
+        vmid, file, lost, tuple(keys), majors if last else None, shared, nodes=nodes
+    )
+    return removed, taken
+
+
+def _on_major(gpu: GPU, major: int) -> bool:
+    """Whether a rule for every minor of `major` reaches the GPU: its vendor's nodes are on
+    it (on vfio-pci it has no node now, but gets one when the host driver has it back)."""
+    nodes = gpu.vendor.nodes if gpu.vendor is not None else None
+    return nodes is not None and nodes.major == major
+
+
+def _loses_gpus(
+    file: ConfigFile, vmid: int, loss: ContainerGpusRemoved, taken: list[tuple[str, Pool]]
+) -> Finding:
+    if loss.shared_majors is None:
+        check = "what it runs against the GPUs it keeps"
+    elif loss.shared_keys:
+        check = (
+            "that nothing in it needs a GPU: it keeps none, so its lines for the shared "
+            f"{_stack(loss.nodes)} nodes ({', '.join(loss.shared_keys)}) go too"
+        )
+    else:
+        check = "that nothing in it needs a GPU: it keeps none"
+    return Finding(
+        Severity.WARNING,
+        "container-loses-gpus",
+        file.path,
+        f"CT {vmid} names {by_destination(taken)}. "
+        f"The bundle removes those lines ({', '.join(loss.keys)}) and the revert puts them "
+        f"back; stop whatever uses them in CT {vmid} before the split, and check {check}",
+    )
+
+
+def _holder(nodes: DeviceNodes) -> str:
+    return next((v.host_driver for v in VENDORS if v.nodes is nodes), "its driver")
+
+
+def _stack(nodes: DeviceNodes) -> str:
+    """How messages name a node family: by the vendor whose nodes they are, DRM for the
+    kernel's nodes (shared by AMD and Intel)."""
+    if nodes.drm:
+        return "DRM"
+    return next((v.name for v in VENDORS if v.nodes is nodes), "GPU")
 
 
 def _every_gpu(
-    where: str, vmid: int, line: ConfLine, named: list[tuple[str, Pool]], claims: Claims
+    where: str,
+    vmid: int,
+    line: ConfLine,
+    named: list[tuple[str, Pool]],
+    claims: Claims,
+    nodes: DeviceNodes,
 ) -> Problem:
-    owners = {m: p for m, (_, p) in claims.by_minor.items()}
+    owners = {node: p for node, (_, p) in claims.by_node.items()}
     keeps = [
-        g
+        (g, node)
         for g in claims.host_gpus
-        if g.node_minor is not None
-        and (g.node_minor not in owners or container_may_hold(owners[g.node_minor], vmid))
+        if (node := container_node(g)) is not None
+        and node[0] == nodes.major
+        and (node not in owners or container_may_hold(owners[node], vmid))
     ]
-    nodes = CONTAINER_NODES
-    rules = "".join(f"`c {nodes.major}:{g.node_minor} rwm` for {g.address.short}, " for g in keeps)
+    rules = "".join(
+        f"`c {major}:{minor} rwm` for {g.address.short}, " for g, (major, minor) in keeps
+    )
+    control = nodes.control_minor
+    shared = nodes.shared[0].removeprefix("/dev/") if nodes.shared else None
+    ending = (
+        f"and `c {nodes.major}:{control} rwm` for {shared}; "
+        if control is not None and shared
+        else ""
+    )
+    holder = "a DRM driver" if nodes.drm else _holder(nodes)
     return Problem(
         "lxc-grants-all-gpus",
         where,
-        f"`{line.raw.strip()}` lets CT {vmid} open every GPU nvidia holds (before the "
+        f"`{line.raw.strip()}` lets CT {vmid} open every GPU {holder} holds (before the "
         "split, after a revert, or when the split fails at boot), among them "
         f"{by_destination(named)}",
-        f"replace it with one rule per GPU CT {vmid} keeps: {rules}and "
-        f"`c {nodes.major}:{nodes.control_minor} rwm` for nvidiactl; then run pvegpu again"
+        f"replace it with one rule per GPU CT {vmid} keeps: {rules}{ending}then run pvegpu again"
         if keeps
         else f"remove it: no GPU of this host is left for CT {vmid}; then run pvegpu again",
     )

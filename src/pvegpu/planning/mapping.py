@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 
 from pvegpu.errors import Problem
-from pvegpu.model.facts import GPU, HostFacts
+from pvegpu.model.facts import GPU, HostFacts, PciFunction
 from pvegpu.model.plan import Finding, Pool, Severity
 from pvegpu.model.schema import MappingSpec
 from pvegpu.pvefiles import pcicfg
@@ -20,12 +20,16 @@ from pvegpu.wording import plural
 
 
 def pool_mapping(
-    facts: HostFacts, gpus: Sequence[GPU], spec: MappingSpec
+    facts: HostFacts,
+    gpus: Sequence[GPU],
+    spec: MappingSpec,
+    switches: Sequence[PciFunction] = (),
 ) -> tuple[PciMapping | None, list[Problem]]:
     """The pool's pci.cfg section with this node's map lines, or the problems in the way.
 
     Every GPU has an IOMMU group: plan() refuses one without (gpu-without-iommu-group)
-    and does not ask for its mapping."""
+    and does not ask for its mapping. `switches`: the NVSwitches that go to the VM with a
+    whole board (planning/fabric.py), a map line each after the GPUs'."""
     maps: list[PciMap] = []
     problems: list[Problem] = []
     for gpu in gpus:
@@ -42,6 +46,16 @@ def pool_mapping(
                 subsystem_id=gpu.function.subsystem_id,
             )
         )
+    maps += [
+        PciMap(
+            id=switch.vendor_device,
+            node=facts.node,
+            path=str(switch.address),
+            iommugroup=switch.iommu_group,
+            subsystem_id=switch.subsystem_id,
+        )
+        for switch in switches
+    ]
     # Proxmox refuses to start a VM on an mdev-capable device mapped without `mdev 1`.
     mdev = True if any(g.function.mdev_capable for g in gpus) else None
     mapping = PciMapping(id=spec.id, maps=tuple(maps), description=spec.description, mdev=mdev)

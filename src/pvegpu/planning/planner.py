@@ -9,20 +9,35 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 
+import attrs
+
 from pvegpu.errors import PlanError, Problem
 from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
 from pvegpu.model.plan import Finding, Plan, Pool, PoolKind
 from pvegpu.model.schema import PoolSpec, Spec
 from pvegpu.pci import PciAddress
+from pvegpu.planning.acs import acs_problems
 from pvegpu.planning.boot import boot_findings, boot_problems, vfio_ids_settings
 from pvegpu.planning.decide import decided_servings
+from pvegpu.planning.driverctl import driverctl_problems
+from pvegpu.planning.fabric import (
+    board_switches,
+    fabric_findings,
+    fabric_problems,
+    switch_functions,
+)
 from pvegpu.planning.findings import plan_findings
 from pvegpu.planning.guests import lxc_container, pin_containers, vm_guest
 from pvegpu.planning.host_guests import judge_host
 from pvegpu.planning.leftover_servers import leftover_servers
 from pvegpu.planning.mapping import pci_cfg_findings, pci_cfg_problems, pool_mapping
+from pvegpu.planning.mdev import mdev_problems
+from pvegpu.planning.mig import with_lost_caps
 from pvegpu.planning.split import split_problems
+from pvegpu.planning.sriov import sriov_findings, sriov_problems, vf_device
+from pvegpu.planning.vm_numa import vm_numa_findings, vm_numa_problems
+from pvegpu.vendors.nvswitch import is_switch
 
 
 def plan(facts: HostFacts, spec: Spec) -> Plan:
@@ -57,10 +72,20 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
             pools.append(_build_pool(facts, pool_spec, where, gpus, problems, guest_findings, ids))
     problems.extend(pci_cfg_problems(facts, pools))
     problems.extend(split_problems(facts, pools))
+    problems.extend(sriov_problems(facts, pools))
+    problems.extend(fabric_problems(facts, pools))
+    # A GPU with vGPUs on it stays on its host driver (planning/mdev.py).
+    problems.extend(mdev_problems(facts, pools))
+    problems.extend(acs_problems(facts, pools))
+    problems.extend(driverctl_problems(facts, pools))
+    problems.extend(vm_numa_problems(facts, pools))
     problems.extend(_vfio_ids_problems(facts, pools))
     problems.extend(boot_problems(facts, pools))
     # Every other guest and mapping on the node that names the pools' GPUs.
     mappings, others = judge_host(facts, pools)
+    # Their MIG capability nodes go with the GPUs they lose (planning/mig.py).
+    removed, caps_findings = with_lost_caps(facts, others.removed)
+    others = attrs.evolve(others, removed=removed, findings=(*others.findings, *caps_findings))
     problems.extend((*mappings.problems, *others.problems))
     # The servers those containers keep running where pvegpu renders no unit (--tp 8 on 4).
     leftover = leftover_servers(facts, spec, pools, others.removed)
@@ -68,9 +93,16 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     if problems:
         raise PlanError(problems)
     guest_findings.extend(pci_cfg_findings(facts, pools))
+    guest_findings.extend(vm_numa_findings(facts, pools))
     guest_findings.extend((*mappings.findings, *others.findings))
     guest_findings.extend(leftover.findings)
-    findings = (*plan_findings(facts, pools), *boot_findings(facts, pools), *guest_findings)
+    findings = (
+        *plan_findings(facts, pools),
+        *fabric_findings(facts, pools),
+        *boot_findings(facts, pools),
+        *sriov_findings(facts, pools),
+        *guest_findings,
+    )
     result = Plan(
         facts=facts,
         spec=spec,
@@ -88,6 +120,10 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
 def _select(facts: HostFacts, spec: Spec, problems: list[Problem]) -> list[tuple[GPU, ...]]:
     """Each pool's GPUs in PCI order; `count` pools take what the others left, in order."""
     selections: list[tuple[GPU, ...]] = [() for _ in spec.pools]
+    if not facts.gpus and spec.pools:
+        # One refusal that says what the host has, not one per pool blaming its selector.
+        problems.append(_no_gpus(facts))
+        return selections
     for i, pool in enumerate(spec.pools):
         where = f"pools[{i}]"
         if pool.numa_node is not None:
@@ -127,6 +163,33 @@ def _select(facts: HostFacts, spec: Spec, problems: list[Problem]) -> list[tuple
     return selections
 
 
+def _no_gpus(facts: HostFacts) -> Problem:
+    """The refusal for a host without a GPU, naming what discovery found instead."""
+    by_class: dict[int, list[PciFunction]] = defaultdict(list)
+    for function in facts.functions:
+        if not function.is_bridge:
+            by_class[function.pci_class >> 8].append(function)
+    found = [
+        f"{len(functions)} of class {klass:#06x} ("
+        + ", ".join(
+            dict.fromkeys(
+                f.vendor_device + (" VF" if f.is_virtual_function else "") for f in functions
+            )
+        )
+        + ")"
+        for klass, functions in sorted(by_class.items())
+    ]
+    return Problem(
+        "host-without-gpus",
+        "pools",
+        "this host has no GPU: no PCI function is a display controller (class 0x03) or a "
+        "processing accelerator (class 0x12, not a virtual function); discovery found "
+        + ("; ".join(found) if found else "no PCI function but bridges"),
+        "a GPU the host has shows in lspci -nn; one missing there is not seated or powered "
+        "or its slot is off in firmware; else point --root at the host with the GPUs",
+    )
+
+
 def _explicit(
     facts: HostFacts, texts: Iterable[str], where: str, problems: list[Problem]
 ) -> Iterator[GPU]:
@@ -158,16 +221,23 @@ def _explicit(
             if found:
                 address = found[0]
         gpu = facts.gpu(address)
+        function = facts.function(address)
+        if gpu is None and function is not None:
+            # A GPU's SR-IOV VF, named by address: a device of the pool on its own.
+            gpu = vf_device(facts, function)
         if gpu is not None:
             yield gpu
             continue
-        function = facts.function(address)
         message = (
             f"{address} is a {function.vendor_device} of class {function.pci_class:#08x}, "
-            "not a display controller"
+            "not a GPU (a display controller, class 0x03, or processing accelerator, 0x12)"
             if function
             else f"{address} is not on this host"
         )
+        if function is not None and is_switch(function):
+            message += (
+                "; an NVSwitch is not selected: it goes to the VM that gets every GPU of its board"
+            )
         problems.append(
             Problem(
                 "address-not-a-gpu" if function else "address-not-on-host",
@@ -233,8 +303,14 @@ def _build_pool(
         else []
     )
     problems.extend(groupless)
+    # A whole NVSwitch board goes to its VM with its NVSwitches (planning/fabric.py).
+    switches = board_switches(facts, kind, gpus)
     if kind is PoolKind.VFIO:
         functions = _vfio_functions(facts, gpus, where, problems)
+        if switches:
+            board = switch_functions(facts, switches, f"pool {spec.name!r}", problems)
+            moved = {f.address: f for f in (*functions, *board)}
+            functions = tuple(moved[a] for a in sorted(moved))
         driver = VFIO_DRIVER
     else:
         functions = tuple(sorted(f for g in gpus for f in g.functions))
@@ -243,7 +319,7 @@ def _build_pool(
     lxc = lxc_container(facts, spec, gpus, problems, findings)
     mapping = None
     if spec.mapping is not None and wants_mapping and not groupless:
-        mapping, mapping_problems = pool_mapping(facts, gpus, spec.mapping)
+        mapping, mapping_problems = pool_mapping(facts, gpus, spec.mapping, switches)
         problems.extend(mapping_problems)
     return Pool(
         name=spec.name,
@@ -253,8 +329,11 @@ def _build_pool(
         driver=driver,
         numa_nodes=tuple(sorted({g.numa_node for g in gpus}, key=lambda n: -1 if n is None else n)),
         lxc=lxc,
-        vm=vm_guest(facts, spec, gpus, mapping, problems, findings, mapping_ids),
+        vm=vm_guest(
+            facts, spec, gpus, mapping, problems, findings, mapping_ids, switches=len(switches)
+        ),
         mapping=mapping,
+        nvswitches=switches,
     )
 
 

@@ -72,28 +72,46 @@ class GpuLines:
 
 
 def dev_style(
-    nodes: DeviceNodes, minors: Iterable[int], mode: str = "0666", gid: int | None = None
+    nodes: DeviceNodes,
+    minors: Iterable[int],
+    mode: str = "0666",
+    gid: int | None = None,
+    display: Iterable[int] = (),
 ) -> GpuLines:
     """`devN: <node of minor M>,...` entries: Proxmox creates the node and the cgroup rule."""
     if not _MODE.match(mode):
         raise ValueError(f"device mode {mode!r} is not octal like 0666")
     # Options after the path, alphabetically (deny-write, gid, mode, uid), as Proxmox prints.
     options = (f",gid={gid}" if gid is not None else "") + f",mode={mode}"
-    paths = [nodes.path(m) for m in minors] + list(nodes.shared)
+    paths = [nodes.path(m) for m in minors] + _display_paths(nodes, list(display))
+    paths += nodes.shared
     return GpuLines(devices=tuple(path + options for path in paths))
 
 
-def raw_style(nodes: DeviceNodes, minors: Iterable[int], uvm_major: int) -> GpuLines:
+def raw_style(
+    nodes: DeviceNodes,
+    minors: Iterable[int],
+    uvm_major: int | None,
+    display: Iterable[int] = (),
+) -> GpuLines:
     """cgroup rules per minor (never `<major>:*`, which would grant other guests' GPUs) +
-    binds. `uvm_major`: the dynamic major (`nodes.dynamic_module`, from /proc/devices)."""
-    minors = list(minors)
-    rules = [f"c {nodes.major}:{m} rwm" for m in (*minors, nodes.control_minor)]
-    rules += [f"c {uvm_major}:{m} rwm" for m in nodes.dynamic_minors]
-    paths = [nodes.path(m) for m in minors] + list(nodes.shared)
+    binds. `uvm_major`: the major of the dynamic node (`nodes.dynamic`, from
+    /proc/devices), None for nodes without one. `display`: minors of display nodes."""
+    minors, display = list(minors), list(display)
+    control = () if nodes.control_minor is None else (nodes.control_minor,)
+    rules = [f"c {nodes.major}:{m} rwm" for m in (*minors, *display, *control)]
+    if nodes.dynamic is not None and uvm_major is not None:
+        rules += [f"c {uvm_major}:{m} rwm" for m in nodes.dynamic.minors]
+    paths = [nodes.path(m) for m in minors] + _display_paths(nodes, display) + list(nodes.shared)
     mounts = [f"{path} {path[1:]} none bind,optional,create=file" for path in paths]
     return GpuLines(
         raw=tuple((CGROUP_ALLOW, r) for r in rules) + tuple((MOUNT_ENTRY, m) for m in mounts)
     )
+
+
+def _display_paths(nodes: DeviceNodes, minors: list[int]) -> list[str]:
+    pattern = nodes.display_path
+    return [pattern.format(minor=m) for m in minors] if pattern is not None else []
 
 
 def gpu_lines(
@@ -104,18 +122,21 @@ def gpu_lines(
     mode: str = "0666",
     gid: int | None = None,
     uvm_major: int | None = None,
+    display: bool = False,
 ) -> GpuLines:
-    """The lines for these GPUs by their real `Device Minor`, never their position.
+    """The lines for these GPUs by their real node minors, never their position.
 
     The minor is what the driver assigned at bind time; with some GPUs of the host on
     vfio-pci it is no longer the index in PCI order. plan() refuses a GPU without one
     (gpu-minor-unknown) and raw lines without the dynamic major (its -major-unknown)
-    before asking for these lines, so this only formats them.
+    before asking for these lines, so this only formats them. `display`: the GPUs'
+    display nodes too (`nodes.display_path`, DRM card nodes).
     """
-    minors = [gpu.node_minor for gpu in gpus if gpu.node_minor is not None]
-    if style is DeviceStyle.RAW and uvm_major is not None:
-        return raw_style(nodes, minors, uvm_major)
-    return dev_style(nodes, minors, mode, gid)
+    minors = [m for gpu in gpus if (m := gpu.container_minor) is not None]
+    cards = [gpu.drm_card for gpu in gpus if gpu.drm_card is not None] if display else []
+    if style is DeviceStyle.RAW and (uvm_major is not None or nodes.dynamic is None):
+        return raw_style(nodes, minors, uvm_major, cards)
+    return dev_style(nodes, minors, mode, gid, cards)
 
 
 def _dev_path(value: str) -> str:
@@ -140,6 +161,13 @@ def is_gpu_line(line: ConfLine, nodes: DeviceNodes, majors: Collection[int] | No
         source = line.value.split(maxsplit=1)
         return bool(source) and bool(nodes.any_node.match(source[0]))
     return False
+
+
+def unprivileged(text: str) -> bool:
+    """The main section's `unprivileged: 1` (pve-container's default is privileged)."""
+    main = split_sections(text)[0]
+    keys = [ln for ln in main.lines if ln.kind is LineKind.KEY and ln.key == "unprivileged"]
+    return bool(keys) and keys[-1].value.strip() == "1"
 
 
 def is_cpuset_line(line: ConfLine) -> bool:
@@ -170,8 +198,8 @@ def gpu_minor(line: ConfLine, nodes: DeviceNodes) -> int | None:
     elif (rule := _allow_rule(line)) is not None:
         kind, major, minor = rule
         if kind != "b" and major.isdigit() and int(major) == nodes.major and minor.isdigit():
-            # The top minors of the major are shared nodes (nodes.shared_minors), every GPU's.
-            return int(minor) if int(minor) < nodes.first_shared_minor() else None
+            # The major's other minors are shared nodes (nvidiactl), every GPU's.
+            return int(minor) if int(minor) in nodes.gpu_minors else None
     return int(node[1]) if node else None
 
 
@@ -229,13 +257,15 @@ def cpuset(text: str) -> CpuList | None:
 
 def raw_uvm_majors(text: str, nodes: DeviceNodes) -> tuple[int, ...] | None:
     """The majors of the main section's `c M:...` rules, when it bind-mounts the node of
-    the dynamic major (`nodes.dynamic_node`) in raw style; None when it does not (devN
-    entries need no major)."""
+    the dynamic major (`nodes.dynamic`) in raw style; None when it does not (devN
+    entries need no major) or the nodes have no dynamic one."""
+    if nodes.dynamic is None:
+        return None
     lines = parse_lines(split_sections(text)[0].text)
     mounted = any(
         line.kind is LineKind.RAW
         and line.key == MOUNT_ENTRY
-        and line.value.split(maxsplit=1)[:1] == [nodes.dynamic_node]
+        and line.value.split(maxsplit=1)[:1] == [nodes.dynamic.node]
         for line in lines
     )
     if not mounted:

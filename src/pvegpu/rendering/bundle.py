@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pvegpu.errors import RenderError
 from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
-from pvegpu.rendering.outdir import check_replaceable, previous_files, replace_directory
+from pvegpu.rendering.outdir import Files, check_replaceable, previous_files, replace_directory
 
 if TYPE_CHECKING:
     from pvegpu.model.plan import Plan
@@ -122,6 +122,12 @@ def write_bundle(
     elif spec is not None:
         header = {**header, "spec": spec}
     files = bundle_files(artifacts, **header)
+    return replace_directory(out, files, check=_check_out)
+
+
+def write_bundle_files(files: Files, out: Path) -> list[Path]:
+    """Write a bundle already rendered into files (`bundle_files`, or one node's share of
+    a cluster's) to `out`, as `write_bundle` does: swapped in, all or nothing."""
     return replace_directory(out, files, check=_check_out)
 
 

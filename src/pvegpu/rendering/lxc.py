@@ -7,21 +7,29 @@ found every problem of the existing file, and its warnings are findings.
 
 from __future__ import annotations
 
+import posixpath
+from collections.abc import Iterable
+
 from pvegpu.model.artifact import Artifact
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.paths import PVE_MODE
 from pvegpu.model.plan import LxcContainer, Plan, Pool
 from pvegpu.model.released import ContainerGpusRemoved
 from pvegpu.model.schema import DeviceStyle
-from pvegpu.pvefiles import lxcconf
+from pvegpu.pvefiles import lxccaps, lxcconf
 from pvegpu.pvefiles.guestconf import split_sections
-from pvegpu.vendors import CONTAINER_NODES
+from pvegpu.vendors import DeviceNodes
 from pvegpu.wording import plural
 
 
-def _count_gpu_lines(text: str, majors: frozenset[int]) -> int:
+def _count_gpu_lines(text: str, nodes: DeviceNodes, majors: frozenset[int]) -> int:
     main = split_sections(text)[0]
-    return sum(lxcconf.is_gpu_line(line, CONTAINER_NODES, majors) for line in main.lines)
+    return sum(lxcconf.is_gpu_line(line, nodes, majors) for line in main.lines)
+
+
+def _names(paths: Iterable[str]) -> str:
+    """Node paths as the reasons name them, by file name: `nvidiactl, renderD128`."""
+    return ", ".join(posixpath.basename(p) for p in paths)
 
 
 def render_lxc_configs(plan: Plan) -> tuple[Artifact, ...]:
@@ -36,19 +44,24 @@ def render_lxc_configs(plan: Plan) -> tuple[Artifact, ...]:
 
 
 def _losing_gpus(container: ContainerGpusRemoved) -> Artifact:
+    nodes = container.nodes
     content = lxcconf.remove_gpu_nodes(
-        container.config.content, CONTAINER_NODES, container.minors, container.shared_majors
+        container.config.content, nodes, container.minors, container.shared_majors
     )
-    nodes = ", ".join(f"/dev/nvidia{m}" for m in container.minors)
+    paths = ", ".join(nodes.path(m) for m in container.minors)
     reason = (
-        f"LXC {container.vmid}: {', '.join(container.keys)} for {nodes} removed, GPUs the "
+        f"LXC {container.vmid}: {', '.join(container.keys)} for {paths} removed, GPUs the "
         "plan gives elsewhere"
     )
     if container.shared_keys:
         reason += (
             f"; it keeps no GPU, so {', '.join(container.shared_keys)} for the shared "
-            "NVIDIA nodes (nvidiactl, nvidia-uvm) go too"
+            f"nodes ({_names(nodes.shared)}) go too"
         )
+    if (caps := container.mig_caps) is not None:
+        # The MIG capability nodes of those GPUs' instances go with them (planning/mig.py).
+        content = lxccaps.remove_caps(content, caps)
+        reason += f"; with them {_names(tuple(caps.mig.path(m) for m in caps.minors))}"
     reason += "; other lines and snapshots kept"
     return Artifact(container.config_path, content, reason, PVE_MODE, base=container.config)
 
@@ -58,22 +71,26 @@ def _container_config(facts: HostFacts, pool: Pool, container: LxcContainer) -> 
     numa = container.cpuset
     cpuset = numa.cpus if numa is not None else None
     base = container.config.content
-    majors = frozenset({CONTAINER_NODES.major, *container.gpu_majors})
+    device_nodes = container.nodes
+    majors = frozenset({device_nodes.major, *container.gpu_majors})
     content = lxcconf.patch_gpu_lines(
-        base, CONTAINER_NODES, container.gpu_lines, majors, cpuset=cpuset
+        base, device_nodes, container.gpu_lines, majors, cpuset=cpuset
     )
-    nodes = ", ".join(f"nvidia{g.node_minor}" for g in pool.gpus)
+    nodes = _names(p for g in pool.gpus if (p := g.node_path) is not None)
     if content == base:
         reason = f"LXC {container.vmid} already has exactly these GPU lines ({nodes})"
         if numa is not None:
             reason += f" and CPU set (NUMA node {numa.id})"
     else:
         style = "devN entries" if container.devices is DeviceStyle.DEV else "raw lxc.* lines"
-        old = _count_gpu_lines(base, majors)
+        old = _count_gpu_lines(base, device_nodes, majors)
+        shared = f" + {_names(device_nodes.shared)}" if device_nodes.shared else ""
         reason = (
-            f"LXC {container.vmid}: GPUs {nodes} + nvidiactl, nvidia-uvm, nvidia-uvm-tools "
+            f"LXC {container.vmid}: GPUs {nodes}{shared} "
             f"as {style}, replacing {plural(old, 'old GPU line')}"
         )
+        if container.group_gid is not None:
+            reason += f"; group {container.group_gid}: the container's own render group"
         if numa is not None:
             reason += (
                 f"; {lxcconf.CPUSET}: {numa.cpus} pins the container to NUMA node "

@@ -15,7 +15,7 @@ import attrs
 from pvegpu.formats.templating import render_template
 from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact, container_target
 from pvegpu.model.facts import ConfigFile
-from pvegpu.model.paths import SPLIT_SCRIPT, SPLIT_UNIT_NAME
+from pvegpu.model.paths import SPLIT_SCRIPT, SPLIT_UDEV_RULE, SPLIT_UNIT_NAME
 from pvegpu.model.plan import Plan
 from pvegpu.redact import holds_secret, redact_text
 from pvegpu.rendering.bundle import bundle_path
@@ -151,6 +151,7 @@ def render_revert(plan: Plan, applied: Sequence[Artifact]) -> tuple[Artifact, ..
             _ContainerSteps.of(vmid, serving, ct_restores, ct_pulled) for vmid in containers
         ],
         has_split=any(a.path == SPLIT_SCRIPT for a in installed),
+        has_udev_rule=any(a.path == SPLIT_UDEV_RULE for a in installed),
         split_script="/" + SPLIT_SCRIPT,
         split_unit=SPLIT_UNIT,
         host_restores=[a for a in restores if a.target == HOST and not a.delete],

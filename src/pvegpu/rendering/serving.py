@@ -6,6 +6,7 @@ from pvegpu.engines import engine_for
 from pvegpu.model.artifact import Artifact, container_target
 from pvegpu.model.decision import SglangServing
 from pvegpu.model.plan import Plan
+from pvegpu.serving.checks import ENGINE_LABELS
 
 UNIT_MODE = 0o644
 
@@ -30,7 +31,8 @@ def render_serving(plan: Plan) -> tuple[Artifact, ...]:
         Artifact(
             path=serving.unit_path,
             content=unit_content(serving),
-            reason=f"SGLang {serving.version} for pool {serving.pool}: TP={serving.tp_size} "
+            reason=f"{ENGINE_LABELS.get(serving.engine, serving.engine)} {serving.version} for "
+            f"pool {serving.pool}: TP={serving.tp_size} "
             f"on CUDA {','.join(map(str, serving.cuda_visible_devices))}, P2P "
             + ("on" if serving.p2p.enabled else "off"),
             mode=UNIT_MODE,

@@ -24,11 +24,19 @@ from pvegpu.formats.templating import render_template
 from pvegpu.hardware import host_driver
 from pvegpu.model.artifact import HOST, Artifact
 from pvegpu.model.facts import PciFunction
-from pvegpu.model.paths import SPLIT_INITRAMFS_HOOK, SPLIT_MODPROBE, SPLIT_SCRIPT, SPLIT_UNIT
+from pvegpu.model.paths import (
+    SPLIT_INITRAMFS_HOOK,
+    SPLIT_MODPROBE,
+    SPLIT_SCRIPT,
+    SPLIT_UDEV_RULE,
+    SPLIT_UNIT,
+)
 from pvegpu.model.plan import Plan, Pool
 from pvegpu.pci import PciAddress
 from pvegpu.planning.split import revert_driver
+from pvegpu.planning.sriov import LateVfPf, late_vf_pfs
 from pvegpu.vendors import VENDORS
+from pvegpu.vendors.nvswitch import is_switch
 from pvegpu.wording import plural
 
 SCRIPT_PATH = SPLIT_SCRIPT
@@ -38,13 +46,8 @@ INITRAMFS_HOOK_PATH = SPLIT_INITRAMFS_HOOK
 
 # Driver name -> module name, for the softdep lines. Only drivers whose module is known:
 # a driver's name is not always its module's (xhci_hcd lives in xhci_pci). A vendor's
-# drivers are named as their modules; AMD's and Intel's rows move to their vendor modules.
-_MODULES = {d: d for v in VENDORS for d in v.drivers} | {
-    "snd_hda_intel": "snd_hda_intel",
-    "amdgpu": "amdgpu",
-    "radeon": "radeon",
-    "i915": "i915",
-}
+# drivers are named as their modules.
+_MODULES = {d: d for v in VENDORS for d in v.drivers} | {"snd_hda_intel": "snd_hda_intel"}
 _COMMENT_UNSAFE = re.compile(r"[^A-Za-z0-9 ._:,()/-]")
 
 
@@ -79,6 +82,7 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
     facts = plan.facts
     groups = _vfio_groups(plan)
     host_pools = [_host_pool(pool) for pool in plan.lxc_pools]
+    late = late_vf_pfs(facts, plan.pools)
 
     node = _comment(facts.node)
     vm_drivers = sorted({d for g in groups for d in g.host_drivers if d is not None})
@@ -92,7 +96,7 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
         vfio_groups=[
             {
                 "pool": _comment(g.pool),
-                "gpu": str(g.gpu) if g.gpu else "none",
+                "gpu": str(g.gpu) if g.gpu else _no_gpu(g.members),
                 "group": g.id,
                 "rows": [
                     f"{f.address} {f.vendor_device} {_numa(f)} {g.id} {drv or '-'}"
@@ -102,6 +106,7 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
             for g in groups
         ],
         host_pools=host_pools,
+        sriov=_sriov_rows(plan, late) if late else None,
     )
     script_abs = "/" + SCRIPT_PATH
     unit = render_template(
@@ -128,7 +133,7 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
 
     pools = ", ".join(p.name for p in plan.vfio_pools)
     n_gpus = sum(p.size for p in plan.vfio_pools)
-    n_functions = sum(len(g.members) for g in groups)
+    n_functions = sum(len(g.members) for g in groups) + sum(len(pf.vfs) for pf in late)
     n_pins = sum(len(p.rows) for p in host_pools)
     loaders = ["modules-load", "udev coldplug", *(service for service, _ in driver_loaders)]
     return (
@@ -176,6 +181,49 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
             target=HOST,
             base=facts.file(INITRAMFS_HOOK_PATH),
         ),
+        *_udev_rule(plan, late, script_abs),
+    )
+
+
+def _sriov_rows(plan: Plan, late: tuple[LateVfPf, ...]) -> dict[str, list[str]]:
+    """The script's PFS and VFS data: the PFs whose autoprobe goes off, and their VFs
+    that go to vfio-pci (with the PF and the driver revert returns each to)."""
+    pfs = []
+    vfs = []
+    for pf in late:
+        f = pf.function
+        pfs.append(
+            f"{f.address} {f.vendor_device} {_numa(f)} {int(pf.autoprobe)} "
+            f"{pf.sibling_driver or '-'}"
+        )
+        for vf in pf.vfs:
+            drv = revert_driver(plan.facts, vf)
+            vfs.append(f"{vf.address} {vf.vendor_device} {_numa(vf)} {f.address} {drv or '-'}")
+    return {"pfs": pfs, "vfs": vfs}
+
+
+def _udev_rule(plan: Plan, late: tuple[LateVfPf, ...], script: str) -> tuple[Artifact, ...]:
+    """The rule that pins VFs created after boot; none without VFs to pin."""
+    if not late:
+        return ()
+    rule = render_template(
+        "split-udev.rules.j2",
+        node=_comment(plan.facts.node),
+        script=script,
+        pfs=[str(pf.function.address) for pf in late],
+        vfs=[str(vf.address) for pf in late for vf in pf.vfs],
+    )
+    return (
+        Artifact(
+            path=SPLIT_UDEV_RULE,
+            content=rule,
+            reason=(
+                "SR-IOV VFs appear when their PF's driver creates them, after the boot "
+                "unit: udev runs the split script for each new VF, which pins it"
+            ),
+            target=HOST,
+            base=plan.facts.file(SPLIT_UDEV_RULE),
+        ),
     )
 
 
@@ -202,7 +250,8 @@ def _vfio_groups(plan: Plan) -> list[_Group]:
             pool_of.setdefault(function.address, pool.name)
             # Bridges stay on pcieport; they do not spoil a group's viability. Every other
             # function plan() moves is a member of a group (gpu-without-iommu-group).
-            if function.is_bridge or function.iommu_group is None:
+            # SR-IOV VFs are the script's VFS data: they may not exist yet at boot.
+            if function.is_bridge or function.iommu_group is None or function.physfn:
                 continue
             by_group.setdefault(function.iommu_group, []).append(function)
     gpus = {gpu.address for pool in plan.vfio_pools for gpu in pool.gpus}
@@ -222,6 +271,11 @@ def _vfio_groups(plan: Plan) -> list[_Group]:
             )
         )
     return sorted(groups, key=lambda g: g.members[0].address)
+
+
+def _no_gpu(members: tuple[PciFunction, ...]) -> str:
+    """The comment of a group without a GPU: a whole board's NVSwitch says what it is."""
+    return "none (an NVSwitch of the board)" if any(is_switch(f) for f in members) else "none"
 
 
 def _address(function: PciFunction) -> PciAddress:

@@ -197,7 +197,7 @@ def python_finding(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> None:
         "serving-python-missing",
         f"python ({checks.where}.python) is {python}, which is not a file in CT {vmid}'s "
         f"root file system (/{rootfs.path}): {checks.spec.unit}.service cannot start "
-        "unless a mount point brings it in. Set python to the interpreter SGLang is "
+        "unless a mount point brings it in. Set python to the interpreter the server is "
         f"installed for (`pct exec {vmid} -- which python3`)",
     )
 

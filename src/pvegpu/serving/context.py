@@ -62,10 +62,14 @@ class ServingContext:
     """What refuses the plan whatever the engine; the engine adds its own after them."""
     findings: tuple[Finding, ...]
 
+    stages: int = 1
+    """Pipeline stages (vLLM's `pipeline_parallel_size`): 1 unless the spec asks for more
+    and they divide the pool's GPUs (the engine refuses them otherwise)."""
+
     @property
     def tp(self) -> int:
-        """Tensor parallelism is the pool's GPU count, for any engine."""
-        return len(self.gpus)
+        """Tensor parallelism is the pool's GPU count over the pipeline stages, for any engine."""
+        return len(self.gpus) // self.stages
 
     def checks(self, spec: ServingSpec) -> Checks:
         """A collector for the engine's own checks, holding what the context found first."""
@@ -96,7 +100,8 @@ def serving_context(
     indices = container_indices(checks, vmid)
     checks.printable("python", spec.python)
     checks.printable("p2p_reason", spec.p2p_reason or "")
-    model = checked_model(checks, len(pool.gpus))
+    stages = pipeline_stages(spec, len(pool.gpus))
+    model = checked_model(checks, len(pool.gpus) // stages)
     p2p = decide_p2p(checks)
     numa = numa_pinning(checks)
     driver = container_driver(checks, vmid, rootfs)
@@ -115,4 +120,11 @@ def serving_context(
         container_driver=driver,
         problems=tuple(checks.plan_problems),
         findings=tuple(checks.findings),
+        stages=stages,
     )
+
+
+def pipeline_stages(spec: ServingSpec, gpus: int) -> int:
+    """The spec's pipeline stages when they divide the pool's `gpus`, else 1."""
+    stages = spec.pipeline_parallel_size or 1
+    return stages if stages >= 1 and gpus % stages == 0 else 1

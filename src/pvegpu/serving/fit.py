@@ -69,7 +69,7 @@ def checked_model(checks: Checks, tp: int) -> ModelConfig | None:
                 Severity.WARNING,
                 "serving-mtp-layers-unknown",
                 f"{path} does not say whether it has MTP layers (no mtp_num_hidden_layers "
-                "or num_nextn_predict_layers); SGLang fails at load if it has none",
+                "or num_nextn_predict_layers); the server fails at load if it has none",
             )
     ctx = spec.context_length
     if ctx is not None and model.max_position_embeddings and ctx > model.max_position_embeddings:
@@ -77,8 +77,9 @@ def checked_model(checks: Checks, tp: int) -> ModelConfig | None:
             Severity.WARNING,
             "serving-context-exceeds-model",
             f"context_length {ctx} exceeds max_position_embeddings "
-            f"{model.max_position_embeddings} of {path}; SGLang refuses it unless the "
-            "model's rope scaling allows more or SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1",
+            f"{model.max_position_embeddings} of {path}; the server refuses it unless the "
+            "model's rope scaling allows more or it is told to allow it (SGLang: "
+            "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, vLLM: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)",
         )
     return model
 
@@ -125,9 +126,18 @@ def _checkpoint(checks: Checks, model_dir: str) -> tuple[int, str] | None:
 
 
 def memory_fit(
-    checks: Checks, model: ModelConfig, tp: int, kv_bits: int | None
+    checks: Checks,
+    model: ModelConfig,
+    tp: int,
+    kv_bits: int | None,
+    *,
+    default_fraction: float | None = None,
 ) -> MemoryFit | None:
-    """The per-GPU memory estimate at TP=tp, with its findings; None if it cannot be made."""
+    """The per-GPU memory estimate at TP=tp, with its findings; None if it cannot be made.
+
+    `default_fraction`: the engine's own default of the memory fraction (vLLM's
+    --gpu-memory-utilization 0.9), used when the spec sets none.
+    """
     memory = _gpu_memory(checks)
     checkpoint = _checkpoint(checks, posixpath.dirname(model.path))
     if memory is None or checkpoint is None:
@@ -135,8 +145,14 @@ def memory_fit(
     gpu_memory, memory_source = memory
     total, _ = checkpoint
     spec = checks.spec
-    fraction = spec.mem_fraction_static or DEFAULT_MEM_FRACTION
-    fraction_source = "spec" if spec.mem_fraction_static else "pvegpu's estimate default"
+    fraction = spec.mem_fraction_static or (default_fraction or DEFAULT_MEM_FRACTION)
+    fraction_source = (
+        "spec"
+        if spec.mem_fraction_static
+        else f"{checks.engine_label}'s default"
+        if default_fraction
+        else "pvegpu's estimate default"
+    )
     weights = -(-total // tp)
     if weights > gpu_memory:
         fitting = [t for t in valid_tp_sizes(model) if -(-total // t) < gpu_memory]
@@ -188,8 +204,8 @@ def memory_fit(
             "serving-memory",
             f"{head} for the KV cache: {per_token} bytes per token "
             f"({model.full_attention_layers} KV layers) -> at most {tokens:,} tokens "
-            "(an upper bound: SGLang also reserves activations, CUDA graphs and, for "
-            "hybrid models, the recurrent state)",
+            f"(an upper bound: {checks.engine_label} also reserves activations, CUDA "
+            "graphs and, for hybrid models, the recurrent state)",
         )
         if context is not None and tokens < context:
             checks.finding(

@@ -10,7 +10,7 @@ import re
 import stat
 import tomllib
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from enum import Enum
 from pathlib import Path
 from types import UnionType
@@ -30,7 +30,7 @@ from pvegpu.model.schema import CpusetPolicy, DeviceStyle, P2PSetting, PoolSpec,
 from pvegpu.pci import PciAddress
 from pvegpu.spec.lines import locate
 from pvegpu.spec.nodes import node_problems
-from pvegpu.spec.rules import secret_problems, value_problems
+from pvegpu.spec.rules import engine_problems, secret_problems, value_problems
 
 MAX_SPEC_BYTES = 1024 * 1024
 """A spec is a few KiB; anything near this is not a spec."""
@@ -228,6 +228,16 @@ def parse_spec(text: str, source: str = "<spec>") -> Spec:
         raise SpecError.one(
             "spec-syntax", source, "arrays or tables nested too deeply", "flatten the spec"
         ) from err
+    return _structured(raw, source, text)
+
+
+def spec_from_data(raw: Mapping[str, Any], source: str = "<spec>") -> Spec:
+    """A spec given as data rather than TOML text (an Ansible task's inline `spec:`),
+    checked exactly as a file is; its problems name the key path, without a line."""
+    return _structured(dict(raw), source, "")
+
+
+def _structured(raw: Any, source: str, text: str) -> Spec:
     try:
         spec = _CONVERTER.structure(raw, Spec)
     except (ClassValidationError, IterableValidationError) as err:
@@ -279,6 +289,7 @@ def _semantic_problems(spec: Spec) -> Iterator[Problem]:
         yield Problem("spec-no-pools", "pools", "the spec defines no pool", "add [[pools]]")
     yield from value_problems(spec)
     yield from secret_problems(spec)
+    yield from engine_problems(spec)
     yield from node_problems(spec)
     seen_names: dict[str, int] = {}
     seen_vmids: dict[int, int] = {}

@@ -140,7 +140,7 @@ RULES: dict[tuple[type[Any], str], Rule] = {
     (s.LxcSpec, "gid"): _int_range(0, 2**32 - 2),
     (s.VmSpec, "vmid"): VMID,
     (s.ServingSpec, "version"): _pattern(r"[0-9]+(\.[0-9]+)*[0-9A-Za-z.+-]*", "a version", 64),
-    (s.ServingSpec, "engine"): _pattern(r"sglang", '"sglang"', 6),
+    (s.ServingSpec, "engine"): _pattern(r"sglang|vllm", '"sglang" or "vllm"', 6),
     # SGLang reads a relative --model-path against the unit's working directory, or as
     # a Hugging Face repo id to download: neither is the directory the spec means.
     (s.ServingSpec, "model_path"): Rule(
@@ -169,6 +169,7 @@ RULES: dict[tuple[type[Any], str], Rule] = {
     (s.ServingSpec, "working_directory"): Rule(UNIT_PATH, _unit_path),
     (s.ServingSpec, "limit_nofile"): _int_range(1, 1_073_741_816),
     (s.ServingSpec, "environment_file"): Rule(UNIT_PATH, _unit_path),
+    (s.ServingSpec, "pipeline_parallel_size"): _int_range(1, 64),
 }
 """Constraints beyond the type. Every string (in lists and tables too) is also checked
 for control characters and a length of at most MAX_TEXT."""
@@ -222,6 +223,26 @@ def rule_problems(node: Any, path: str) -> Iterator[Problem]:
         if isinstance(value, str) and _text_problem(value) is not None:
             continue  # control characters and length: the caller's own check says so
         yield from _rule_problem(node, field.name, value, f"{path}.{field.name}")
+    if isinstance(node, s.ServingSpec):
+        yield from engine_key_problems(node, path)
+
+
+ENGINE_KEYS: dict[str, str] = {"pipeline_parallel_size": "vllm"}
+"""Serving keys only one engine reads, and that engine: set for another, they are refused
+rather than silently ignored."""
+
+
+def engine_key_problems(serving: s.ServingSpec, path: str) -> Iterator[Problem]:
+    """The keys of `serving` that its engine does not read, each named."""
+    for key, engine in ENGINE_KEYS.items():
+        if getattr(serving, key) is not None and serving.engine != engine:
+            yield Problem(
+                "spec-engine-key",
+                f"{path}.{key}",
+                f'{key} is a key of engine = "{engine}"; engine = "{serving.engine}" '
+                "does not read it",
+                f'remove {key}, or set engine = "{engine}"',
+            )
 
 
 def _sequence_problems(values: tuple[Any, ...], path: str) -> Iterator[Problem]:
@@ -255,6 +276,14 @@ _SECRET_FIX = (
     "put it in a root-only file in the container (NAME=value lines) and set "
     "serving.environment_file to that file; pass options as `--api-key ${NAME}`"
 )
+
+
+def engine_problems(spec: s.Spec) -> Iterator[Problem]:
+    """Every pool's serving keys that its engine does not read (`engine_key_problems`)."""
+    for i, pool in enumerate(spec.pools):
+        serving = pool.lxc.serving if pool.lxc is not None else None
+        if serving is not None:
+            yield from engine_key_problems(serving, f"pools[{i}].lxc.serving")
 
 
 def secret_problems(spec: s.Spec) -> Iterator[Problem]:

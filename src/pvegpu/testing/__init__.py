@@ -21,6 +21,12 @@ any tool calling readlink/realpath or `lspci -A linux-sysfs`, reads like the rea
   `proc/driver/nvidia/gpus/<BDF>/information` (only for functions bound to nvidia),
   `proc/devices`, `proc/cmdline`, `etc/hostname`, pmxcfs's `etc/pve/{local,lxc,
   qemu-server}` links into `etc/pve/nodes/<node>/`, plus any files you add.
+- GPU partitions (`pvegpu.testing.partitions`): a parent's `mdev_supported_types/<type>/`
+  (`DeviceSpec.mdev_types`), mediated devices under their parent with
+  `sys/bus/mdev/devices/<uuid>` links (`HostSpec.mdevs`), the vGPU manager's
+  `nvidia/{creatable,current}_vgpu_type*` on a virtual function (`DeviceSpec.vgpu`), and
+  MIG capabilities in `proc/driver/nvidia/capabilities/` with the driver's minors
+  (`NvidiaInfo.mig`, `caps_minor`);
 
 Output is deterministic: the same spec always gives the same bytes, link texts and modes
 (files 0644, directories 0755). `tree_entries(root)` lists a tree as git keeps it, to
@@ -58,7 +64,9 @@ from pvegpu.testing.hostspec import (
     BASE_CHAR_DEVICES,
     BLOCK_DEVICES,
     BRIDGE_CLASS,
+    ConfigSpace,
     DeviceSpec,
+    DrmInfo,
     HostSpec,
     HostSpecError,
     IommuUnit,
@@ -66,6 +74,7 @@ from pvegpu.testing.hostspec import (
     NvidiaInfo,
     NvidiaModule,
 )
+from pvegpu.testing.partitions import MdevSpec, MdevTypeSpec, MigInstance, VgpuSpec, caps_minor
 from pvegpu.testing.synthetic import mixed_host
 from pvegpu.testing.trees import TreeEntry, tree_entries
 from pvegpu.testing.writer import DIR_MODE, FILE_MODE, write_host
@@ -76,14 +85,21 @@ __all__ = [
     "BRIDGE_CLASS",
     "DIR_MODE",
     "FILE_MODE",
+    "ConfigSpace",
     "DeviceSpec",
+    "DrmInfo",
     "HostSpec",
     "HostSpecError",
     "IommuUnit",
     "Link",
+    "MdevSpec",
+    "MdevTypeSpec",
+    "MigInstance",
     "NvidiaInfo",
     "NvidiaModule",
     "TreeEntry",
+    "VgpuSpec",
+    "caps_minor",
     "mixed_host",
     "tree_entries",
     "write_host",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from pvegpu.testing.hostspec import DeviceSpec
+from pvegpu.testing.hostspec import ConfigSpace, DeviceSpec
 
 CONFIG_HEADER_SIZE = 64
 
@@ -63,3 +63,37 @@ def config_header(
 def resource_table(dev: DeviceSpec) -> str:
     """`resource`: one "start end flags" line per resource, all unassigned (zero)."""
     return _RESOURCE_LINE * (_BRIDGE_RESOURCES if dev.is_bridge else _ENDPOINT_RESOURCES)
+
+
+STANDARD_SIZE = 256
+EXTENDED_SIZE = 4096
+_STATUS_CAP_LIST = 0x10
+_PCIE_CAP_AT = 0x40
+_PCIE_CAP_ID = 0x10
+_PCIE_CAP_VERSION = 2
+_EXTENDED_START = 0x100
+_EXTENDED_STRIDE = 0x40
+_ACS_ID = 0x000D
+
+
+def root_config(header: bytes, space: ConfigSpace) -> bytes:
+    """`header` grown to what root reads: 256 bytes with the PCI Express capability as
+    the only standard one, then (with extended space) 4 KiB whose extended list holds
+    `space.extended` and, given its control register, ACS, linked from 0x100 on."""
+    config = bytearray(EXTENDED_SIZE if space.extended_space else STANDARD_SIZE)
+    config[: len(header)] = header
+    struct.pack_into("<H", config, 0x06, _STATUS_CAP_LIST)
+    config[0x34] = _PCIE_CAP_AT
+    flags = _PCIE_CAP_VERSION | (space.port_type & 0xF) << 4
+    struct.pack_into("<BBH", config, _PCIE_CAP_AT, _PCIE_CAP_ID, 0, flags)
+    if not space.extended_space:
+        return bytes(config)
+    ids = [*space.extended, *([_ACS_ID] if space.acs_control is not None else [])]
+    for index, cap_id in enumerate(ids):
+        at = _EXTENDED_START + index * _EXTENDED_STRIDE
+        following = at + _EXTENDED_STRIDE if index + 1 < len(ids) else 0
+        # Header dword: id (16 bits) | version (4) | next offset (12).
+        struct.pack_into("<I", config, at, cap_id | 1 << 16 | following << 20)
+        if cap_id == _ACS_ID and space.acs_control is not None:
+            struct.pack_into("<HH", config, at + 4, space.acs_capability, space.acs_control)
+    return bytes(config)

@@ -7,11 +7,20 @@ function of a function that is not there) before anything is written.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 import attrs
 
 from pvegpu.pci import PciAddress
+from pvegpu.testing.partitions import (
+    MdevSpec,
+    MdevTypeSpec,
+    MigInstance,
+    VgpuSpec,
+    check_partitions,
+)
+from pvegpu.vendors.nvswitch import SWITCH_CLASS
 
 BRIDGE_CLASS = 0x0604
 """PCI-to-PCI bridges (root ports, switch ports): class 0x0604xx."""
@@ -81,6 +90,16 @@ class Link:
     """Defaults to `width`."""
 
 
+@attrs.frozen
+class DrmInfo:
+    """The numbers of a GPU's DRM nodes, as the DRM core hands them out at probe."""
+
+    card: int
+    """N of /dev/dri/cardN (minor N)."""
+    render: int
+    """N of /dev/dri/renderDN (minor N, from 128)."""
+
+
 @attrs.frozen(kw_only=True)
 class NvidiaInfo:
     """What /proc/driver/nvidia/gpus/<BDF>/information says about a GPU on nvidia."""
@@ -92,6 +111,27 @@ class NvidiaInfo:
     dma_bits: int = 52
     uuid: str | None = None
     """`GPU-...`; derived from host name and address when None, so it is stable."""
+    mig: tuple[MigInstance, ...] = ()
+    """MIG instances: their capabilities under proc/driver/nvidia/capabilities/."""
+
+
+@attrs.frozen(kw_only=True)
+class ConfigSpace:
+    """A `config` file as root reads it: the PCI Express capability and the extended
+    capability list behind the 64-byte header (pvegpu.testing.config_space writes it)."""
+
+    port_type: int = 0x6
+    """The PCIe Device/Port Type: 0x4 root port, 0x5 switch upstream, 0x6 downstream, 0x7
+    PCIe-to-PCI bridge, 0x0 endpoint."""
+    acs_control: int | None = None
+    """The ACS control register; None: no ACS capability. The kernel turns on source
+    validation, request and completion redirect and upstream forwarding (0x1d)."""
+    acs_capability: int = 0x5F
+    """The ACS capability register: which controls the port has."""
+    extended: tuple[int, ...] = (0x0001,)
+    """Other extended capabilities, in list order before ACS (0x0001: AER)."""
+    extended_space: bool = True
+    """False: a 256-byte file, a function without extended configuration space."""
 
 
 @attrs.frozen(kw_only=True)
@@ -120,10 +160,27 @@ class DeviceSpec:
     """Written to /proc/driver/nvidia/gpus only while `driver` is nvidia."""
     secondary_bus: int | None = None
     """Bridges only; defaults to the bus of the functions behind it."""
+    config_space: ConfigSpace | None = None
+    """None: `config` is the 64-byte header an unprivileged read gives. Given: root's read,
+    256 bytes or 4 KiB with the capabilities it describes (a bridge's ACS)."""
     physfn: str | None = None
     """SR-IOV: the physical function this is a virtual function of. It sits next to that
     function (same parent); the tree gets `physfn` -> it, `virtfnN` links back (N in
     address order) and the physical function's `sriov_numvfs` / `sriov_totalvfs`."""
+    mdev_types: tuple[MdevTypeSpec, ...] = ()
+    """Its `mdev_supported_types/` (a mediated device parent); none: not one."""
+    vgpu: VgpuSpec | None = None
+    """A virtual function's vGPU manager directory (`nvidia/`); None: none."""
+    drm: DrmInfo | None = None
+    """Its DRM nodes, written while `driver` is set (amdgpu, i915, xe, nvidia with
+    nvidia-drm): `drm/card<N>` and `drm/renderD<M>` under the device, and the
+    sys/class/drm links to them."""
+    sriov_totalvfs: int | None = None
+    """SR-IOV on a physical function: how many VFs it can have. None: the number of VFs
+    described (no SR-IOV attributes at all without any). Give it with no VFs for a PF
+    whose VFs are not created yet (`sriov_numvfs` 0, as before its driver loads)."""
+    sriov_drivers_autoprobe: bool = True
+    """A physical function's `sriov_drivers_autoprobe` (the kernel's default is 1)."""
 
     @property
     def pci_address(self) -> PciAddress:
@@ -181,6 +238,8 @@ class HostSpec:
     files: Mapping[str, str] = attrs.field(factory=dict, hash=False)
     symlinks: Mapping[str, str] = attrs.field(factory=dict, hash=False)
     """path -> link text, written as is."""
+    mdevs: tuple[MdevSpec, ...] = ()
+    """Mediated devices that exist (`sys/bus/mdev/devices/<uuid>`)."""
 
 
 class HostSpecError(ValueError):
@@ -206,13 +265,26 @@ def check(desc: HostSpec) -> dict[str, DeviceSpec]:
             raise HostSpecError(f"{dev.address}: IOMMU groups need iommu_units (IOMMU on)")
         if not -1 <= dev.numa_node < len(desc.numa):
             raise HostSpecError(f"{dev.address}: no NUMA node {dev.numa_node}")
-        if dev.driver == "nvidia" and (desc.nvidia is None or dev.nvidia is None):
+        # An NVSwitch (class 0x0680) on nvidia has no /proc/driver/nvidia/gpus entry.
+        switch = dev.pci_class >> 8 == SWITCH_CLASS
+        if dev.driver == "nvidia" and (desc.nvidia is None or (dev.nvidia is None and not switch)):
             raise HostSpecError(f"{dev.address}: on nvidia needs NvidiaInfo and NvidiaModule")
         if dev.physfn is not None:
             _check_virtual_function(dev, by_address.get(dev.physfn))
+            if dev.sriov_totalvfs is not None:
+                raise HostSpecError(f"{dev.address}: a virtual function has no VFs itself")
+    vfs = Counter(d.physfn for d in desc.devices if d.physfn is not None)
+    for dev in desc.devices:
+        if dev.sriov_totalvfs is not None and dev.sriov_totalvfs < vfs[dev.address]:
+            raise HostSpecError(
+                f"{dev.address}: {vfs[dev.address]} VFs described, sriov_totalvfs "
+                f"{dev.sriov_totalvfs}"
+            )
     for address in units:
         if address not in by_address:
             raise HostSpecError(f"IOMMU unit on {address}, which is not described")
+    if (impossible := check_partitions(desc, by_address)) is not None:
+        raise HostSpecError(impossible)
     return by_address
 
 

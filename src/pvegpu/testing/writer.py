@@ -13,18 +13,21 @@ from collections import Counter
 from pathlib import Path
 
 from pvegpu.pci import CpuList
-from pvegpu.testing.config_space import config_header, resource_table
+from pvegpu.testing.config_space import config_header, resource_table, root_config
 from pvegpu.testing.hostspec import (
     BASE_CHAR_DEVICES,
     BLOCK_DEVICES,
     DeviceSpec,
+    DrmInfo,
     HostSpec,
     HostSpecError,
     NvidiaInfo,
     check,
 )
+from pvegpu.testing.partitions import write_device_partitions, write_host_partitions
 
 FILE_MODE = 0o644
+DRM_MAJOR = 226
 DIR_MODE = 0o755
 
 _DEFAULT_BUILD = "Release Build  (dvs-builder@U22-I3-AF03-09-1)  Thu Nov 27 02:18:11 UTC 2025"
@@ -118,6 +121,7 @@ class _Writer:
         self.write_modules()
         self.write_proc()
         self.write_etc()
+        write_host_partitions(self)
 
     def device_dir(self, dev: DeviceSpec) -> str:
         chain = [dev]
@@ -173,8 +177,8 @@ class _Writer:
                 "max_link_width": str(dev.link.max_width or dev.link.width),
             }
         virtfns = self.virtfns.get(dev.address, [])
-        if virtfns:
-            attrs_ |= {"sriov_numvfs": str(len(virtfns)), "sriov_totalvfs": str(len(virtfns))}
+        if virtfns or dev.sriov_totalvfs is not None:
+            attrs_ |= self.sriov_attributes(dev, virtfns)
         for name, value in sorted(attrs_.items()):
             self.put(f"{path}/{name}", (value + "\n").encode())
         self.put(f"{path}/uevent", self.uevent(dev).encode())
@@ -184,6 +188,8 @@ class _Writer:
             buses = (dev.pci_address.bus, secondary, self.subordinate_bus(dev))
         multifunction = dev.physfn is None and self.functions_per_slot[self._slot(dev)] > 1
         header = config_header(dev, irq=self.irq(dev), multifunction=multifunction, buses=buses)
+        if dev.config_space is not None:
+            header = root_config(header, dev.config_space)
         self.put(f"{path}/config", header)
         self.put(f"{path}/resource", resource_table(dev).encode())
         self.rel_link(f"sys/bus/pci/devices/{dev.address}", path)
@@ -203,8 +209,42 @@ class _Writer:
             self.rel_link(f"{group_dir}/devices/{dev.address}", path)
         if dev.physfn is not None:
             self.rel_link(f"{path}/physfn", self.device_dir(self.by_address[dev.physfn]))
+        if dev.drm is not None and dev.driver:
+            self.write_drm(path, dev.drm)
         for index, vf in enumerate(virtfns):
             self.rel_link(f"{path}/virtfn{index}", self.device_dir(vf))
+        write_device_partitions(self, dev, path)
+
+    def write_drm(self, path: str, drm: DrmInfo) -> None:
+        """The DRM core's class devices under the GPU, each with its `dev` (major:minor)
+        and a sys/class/drm link, as drm_sysfs registers them."""
+        for name, minor in ((f"card{drm.card}", drm.card), (f"renderD{drm.render}", drm.render)):
+            self.put(f"{path}/drm/{name}/dev", f"{DRM_MAJOR}:{minor}\n".encode())
+            self.rel_link(f"sys/class/drm/{name}", f"{path}/drm/{name}")
+
+    @staticmethod
+    def sriov_attributes(pf: DeviceSpec, vfs: list[DeviceSpec]) -> dict[str, str]:
+        """A PF's `sriov_*` files as the kernel prints them. VF N's routing id is the PF's
+        plus offset + N * stride (the capability's First VF Offset and VF Stride)."""
+
+        def routing_id(dev: DeviceSpec) -> int:
+            a = dev.pci_address
+            return a.bus << 8 | a.device << 3 | a.function
+
+        offset, stride = 1, 1
+        if vfs:
+            offset = routing_id(vfs[0]) - routing_id(pf)
+            if len(vfs) > 1:
+                stride = routing_id(vfs[1]) - routing_id(vfs[0])
+        total = pf.sriov_totalvfs if pf.sriov_totalvfs is not None else len(vfs)
+        return {
+            "sriov_numvfs": str(len(vfs)),
+            "sriov_totalvfs": str(total),
+            "sriov_drivers_autoprobe": "1" if pf.sriov_drivers_autoprobe else "0",
+            "sriov_offset": str(offset),
+            "sriov_stride": str(stride),
+            "sriov_vf_device": f"{(vfs[0] if vfs else pf).device:x}",
+        }
 
     @staticmethod
     def uevent(dev: DeviceSpec) -> str:

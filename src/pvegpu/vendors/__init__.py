@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pvegpu.vendors.amd import AMD
+from pvegpu.vendors.intel import INTEL
 from pvegpu.vendors.nvidia import NODES as NVIDIA_NODES
 from pvegpu.vendors.nvidia import NVIDIA
 from pvegpu.vendors.nvidia import SMI as NVIDIA_SMI
@@ -21,6 +23,7 @@ from pvegpu.vendors.nvidia import USERSPACE as NVIDIA_USERSPACE
 from pvegpu.vendors.vendor import (
     DeviceNodes,
     DriverVersionSource,
+    DynamicNode,
     GpuInformation,
     GpuNodeSource,
     GpuTool,
@@ -40,6 +43,7 @@ __all__ = [
     "VENDORS",
     "DeviceNodes",
     "DriverVersionSource",
+    "DynamicNode",
     "GpuInformation",
     "GpuNodeSource",
     "GpuTool",
@@ -49,7 +53,7 @@ __all__ = [
     "vendor_of",
 ]
 
-VENDORS: tuple[Vendor, ...] = (NVIDIA,)
+VENDORS: tuple[Vendor, ...] = (NVIDIA, AMD, INTEL)
 """Every vendor with a module here; a new vendor is one module and one entry."""
 _BY_ID = {v.pci_vendor: v for v in VENDORS}
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import re
 
 from pvegpu.pci import PciAddress
+from pvegpu.vendors.partitions import MigSource, VgpuSource
 from pvegpu.vendors.vendor import (
     DeviceNodes,
     DriverVersionSource,
+    DynamicNode,
     GpuInformation,
     GpuNodeSource,
     GpuTool,
@@ -27,15 +29,13 @@ NODES = DeviceNodes(
     shared=("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"),
     # Fixed by the driver for /dev/nvidiaN and /dev/nvidiactl.
     major=195,
-    # 195:254 is /dev/nvidia-modeset and 195:255 /dev/nvidiactl.
-    shared_minors=(254, 255),
+    # 195:254 is /dev/nvidia-modeset and 195:255 /dev/nvidiactl; the GPUs have the ones below.
+    gpu_minors=range(254),
     control_minor=255,
-    # nvidia-uvm and nvidia-caps get dynamic majors, read from /proc/devices.
-    dynamic_major_prefix="nvidia",
-    dynamic_module="nvidia-uvm",
-    dynamic_node="/dev/nvidia-uvm",
-    # Minor 0 is uvm, 1 uvm-tools.
-    dynamic_minors=(0, 1),
+    # nvidia-uvm and nvidia-caps get dynamic majors, read from /proc/devices; uvm's minor 0
+    # is uvm, 1 uvm-tools.
+    dynamic=DynamicNode("nvidia-uvm", "/dev/nvidia-uvm", (0, 1), "nvidia-modprobe -u -c=0", "CUDA"),
+    stack_prefix="nvidia",
 )
 
 
@@ -138,6 +138,62 @@ SMI = GpuTool(
     bus_id=smi_bus_id,
 )
 
+# MIG and vGPU: what nv-caps.c prints per capability, and the vGPU manager's VF files.
+_ACCESS_MINOR = re.compile(r"^DeviceFileMinor:\s*([0-9]+)\s*$", re.MULTILINE)
+_VGPU_TYPE = re.compile(r"^([0-9]+)\s*:\s*(\S.*?)\s*$")
+
+
+def caps_access_minor(raw: str) -> int:
+    """A MIG `access` file (`DeviceFileMinor: 12`, `DeviceFileMode: 292`, ...): the minor
+    of /dev/nvidia-caps/nvidia-cap<minor>."""
+    found = _ACCESS_MINOR.findall(raw)
+    if len(found) != 1:
+        raise ValueError(f"expected one 'DeviceFileMinor: <number>' line, got {raw[:80]!r}")
+    return int(found[0])
+
+
+def creatable_vgpu_types(raw: str) -> tuple[tuple[int, str], ...]:
+    """nvidia/creatable_vgpu_types of a VF: `1414 : NVIDIA H200X-1-18C` lines, after an
+    optional `ID : vGPU Name` header; empty when the VF can take no more types."""
+    types: list[tuple[int, str]] = []
+    for number, line in enumerate(raw.splitlines()):
+        if not line.strip() or (number == 0 and line.split(":")[0].strip() == "ID"):
+            continue
+        match = _VGPU_TYPE.match(line.strip())
+        if match is None:
+            raise ValueError(f"expected '<type id> : <name>' lines, got {line!r}")
+        types.append((int(match[1]), match[2]))
+    return tuple(types)
+
+
+def current_vgpu_type(raw: str) -> int:
+    """nvidia/current_vgpu_type of a VF: the type id it has, 0 for none."""
+    text = raw.strip()
+    if not _NUMBER.fullmatch(text):
+        raise ValueError(f"expected a vGPU type id (0 for none), got {raw[:40]!r}")
+    return int(text)
+
+
+MIG = MigSource(
+    capabilities="proc/driver/nvidia/capabilities",
+    parse_access=caps_access_minor,
+    node_path="/dev/nvidia-caps/nvidia-cap{minor}",
+    node=re.compile(r"^/dev/nvidia-caps/nvidia-cap([0-9]+)$"),
+    directory="/dev/nvidia-caps",
+    major_name="nvidia-caps",
+)
+
+VGPU = VgpuSource(
+    directory="nvidia",
+    creatable="creatable_vgpu_types",
+    current="current_vgpu_type",
+    parse_creatable=creatable_vgpu_types,
+    parse_current=current_vgpu_type,
+    # Proxmox's `mdev=nvidia-<id>` on a VF writes <id> to its current_vgpu_type.
+    type_name="nvidia-{id}",
+)
+
+
 NVIDIA = Vendor(
     name="NVIDIA",
     pci_vendor=PCI_VENDOR,
@@ -152,6 +208,12 @@ NVIDIA = Vendor(
     tool=SMI,
     gpu_information=GPU_INFORMATION,
     driver_version=DRIVER_VERSION,
+    holders=(
+        "dcgm-exporter; for nvidia-persistenced `systemctl stop nvidia-persistenced`, and "
+        "start it again after the bind"
+    ),
     # NVIDIA's vGPU on SR-IOV VFs keeps its types in nvidia/ (creatable_vgpu_types).
     mdev_dirs=("nvidia",),
+    mig=MIG,
+    vgpu=VGPU,
 )

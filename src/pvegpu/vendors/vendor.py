@@ -9,52 +9,67 @@ from typing import NamedTuple
 import attrs
 
 from pvegpu.pci import PciAddress
+from pvegpu.vendors.partitions import MigSource, VgpuSource
+
+
+@attrs.frozen
+class DynamicNode:
+    """A shared node whose char major the kernel hands out when its module loads (NVIDIA's
+    unified memory, AMD's kfd): `/proc/devices` names it, and raw cgroup rules need the
+    number."""
+
+    module: str
+    """Its name in /proc/devices (`nvidia-uvm`, `kfd`)."""
+    node: str
+    """Its node, bind-mounted in raw style (`/dev/nvidia-uvm`)."""
+    minors: tuple[int, ...]
+    """The minors of its major a container is allowed."""
+    load: str
+    """The command that loads its module, for the fix of a message that finds it missing."""
+    user: str
+    """What in the container fails without it (`CUDA`), for messages."""
 
 
 @attrs.frozen
 class DeviceNodes:
     """The /dev nodes a vendor's driver creates for its GPUs, as a container config names them.
 
-    Each GPU has one node named by its minor, all on one fixed char major; the nodes the
-    GPUs share (control, unified memory, ...) are handed to every container that has a
-    GPU. Some shared nodes have majors the kernel hands out when their module loads:
-    `/proc/devices` names them, and raw cgroup rules need the number.
+    Each GPU has a node named by its minor (NVIDIA's /dev/nvidiaN, a DRM render node), all
+    on one fixed char major; the nodes the GPUs share (control, unified memory, AMD's kfd)
+    are handed to every container that has a GPU of the vendor.
     """
 
     gpu_path: str
     """`str.format` pattern of one GPU's node by its minor: `/dev/nvidia{minor}`."""
     gpu_node: re.Pattern[str]
-    """A path that is one GPU's node; group 1 is its minor."""
+    """A path that is one GPU's node; group 1 is its minor (on `major`)."""
     any_node: re.Pattern[str]
     """Every node the driver stack creates under /dev (GPUs and shared ones)."""
     shared: tuple[str, ...]
     """What the userspace opens besides the GPU nodes, in the order lines are written."""
     major: int
     """The fixed char major of the GPU nodes (and of the fixed shared ones)."""
-    shared_minors: tuple[int, ...]
-    """Minors on `major` that are shared nodes, not a GPU's; GPUs have the ones below."""
-    control_minor: int
-    """The shared node on `major` a container needs besides its GPUs."""
-    dynamic_major_prefix: str
+    gpu_minors: range
+    """The minors on `major` that are a GPU's node; the others are shared nodes."""
+    control_minor: int | None = None
+    """The shared node on `major` a container needs besides its GPUs, if there is one."""
+    dynamic: DynamicNode | None = None
+    stack_prefix: str | None = None
     """The `/proc/devices` names of the stack's modules with a dynamic major start so."""
-    dynamic_module: str
-    """The module whose dynamic major raw lines need (its `/proc/devices` name)."""
-    dynamic_node: str
-    """Its node, bind-mounted in raw style; minors 0 and 1 of its major."""
-    dynamic_minors: tuple[int, ...]
-    """The minors of the dynamic major a container is allowed."""
+    drm: bool = False
+    """The GPU's node is its DRM render node (`GPU.drm_render`), not one the vendor's own
+    driver numbers (`GPU.node_minor`)."""
+    display_path: str | None = None
+    """`str.format` pattern of a GPU's display node by its minor (`/dev/dri/card{minor}`),
+    handed over only when the spec asks for display; None: the vendor has no such node."""
 
     def path(self, minor: int) -> str:
         return self.gpu_path.format(minor=minor)
 
-    def first_shared_minor(self) -> int:
-        return min(self.shared_minors)
-
     def majors(self, proc_devices: Iterable[tuple[int, str]]) -> frozenset[int]:
         """The fixed major plus every major of the stack in /proc/devices (major, name)."""
-        named = {
-            major for major, name in proc_devices if name.startswith(self.dynamic_major_prefix)
-        }
+        prefix = self.stack_prefix
+        named = {major for major, name in proc_devices if prefix and name.startswith(prefix)}
         return frozenset({self.major, *named})
 
 
@@ -157,7 +172,14 @@ class Vendor:
     """Where discovery reads each GPU's node minor and model, when its driver says them."""
     driver_version: DriverVersionSource | None = None
     """Where discovery reads the loaded host driver's version, when it shows one."""
+    holders: str = ""
+    """What else commonly holds its GPUs' nodes open on a host (besides another container),
+    for the runbook step that checks nothing does before the GPUs move."""
     mdev_dirs: tuple[str, ...] = ()
     """Directories its driver adds under a GPU's sysfs directory when the GPU can carry
     virtual GPUs outside the kernel's `mdev_supported_types` (Proxmox reads the device as
     mdev capable on either and then wants `mdev 1` on a mapping)."""
+    mig: MigSource | None = None
+    """Where its driver lists MIG instances' capability nodes, when its GPUs have MIG."""
+    vgpu: VgpuSource | None = None
+    """Its vGPU types on SR-IOV virtual functions (in `mdev_dirs`), when it has them."""

@@ -286,6 +286,29 @@ class CheckGpus:
 
 
 @attrs.frozen
+class CheckNodes:
+    """The container has these device nodes, each the char device of these numbers: the
+    check for a vendor with no GPU listing tool (its userspace opens just the nodes)."""
+
+    kind: ClassVar[str] = "check-nodes"
+    vmid: int
+    paths: tuple[str, ...]
+    numbers: tuple[str, ...]
+    """`major:minor` (decimal) of each path."""
+
+    def lines(self) -> tuple[str, ...]:
+        return (f"pct exec {self.vmid} -- stat -c '%n %t:%T' {' '.join(self.paths)}",)
+
+    def expected(self) -> tuple[str, ...]:
+        """What the command prints: stat's `%t:%T` is major:minor in hex."""
+        found = []
+        for path, number in zip(self.paths, self.numbers, strict=True):
+            major, _, minor = number.partition(":")
+            found.append(f"{path} {int(major):x}:{int(minor):x}")
+        return tuple(found)
+
+
+@attrs.frozen
 class WaitHealthy:
     kind: ClassVar[str] = "wait-healthy"
     vmid: int
@@ -331,6 +354,7 @@ Action = (
     | RunSplit
     | CheckDrivers
     | CheckGpus
+    | CheckNodes
     | WaitHealthy
     | Manual
 )

@@ -17,7 +17,8 @@ from pvegpu.engines import health_url
 from pvegpu.formats.shell import word as sh
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.artifact import HOST, Artifact
-from pvegpu.model.facts import PciFunction
+from pvegpu.model.facts import GPU, PciFunction
+from pvegpu.model.paths import SPLIT_UDEV_RULE
 from pvegpu.model.plan import Finding, Plan, Pool
 from pvegpu.rendering.revert import (
     ABSENT_SUFFIX,
@@ -32,6 +33,7 @@ from pvegpu.rendering.review.actions import (
     CheckGpus,
     CheckHolders,
     CheckNode,
+    CheckNodes,
     ContainerReload,
     EnableUnit,
     HostCommand,
@@ -69,7 +71,7 @@ from pvegpu.rendering.review.commands import (
     SPLIT_UNIT,
     driver_check,
 )
-from pvegpu.vendors import CONTAINER_TOOL
+from pvegpu.vendors import CONTAINER_TOOL, nvswitch
 from pvegpu.wording import plural
 
 
@@ -269,21 +271,34 @@ def _host_changes(plan: Plan, writes: _Writes) -> Iterator[Step]:
             f"Stop CT {vmid}", (StopContainer(vmid),), f"`pct status {vmid}` says stopped."
         )
 
+    manager = plan.facts.fabric_manager
+    if any(p.nvswitches for p in plan.vfio_pools) and (manager.installed or manager.enabled):
+        # It holds the NVSwitches open: unbinding them from the driver would block.
+        yield Step.of(
+            "Stop Fabric Manager on the host: the NVSwitches go to the VM",
+            (HostCommand(f"systemctl disable --now {nvswitch.MANAGER_UNIT}"),),
+            "The guest runs Fabric Manager from now on. A revert does not start it again on "
+            f"the host: systemctl enable --now {nvswitch.MANAGER_UNIT} after it.",
+        )
+
     # A GPU's node is held only while its vendor's driver has it (one on vfio-pci has none).
-    holders = [
-        path
+    moving = [
+        g
         for p in plan.vfio_pools
         for g in p.gpus
-        if (path := g.node_path) is not None and g.vendor and g.driver == g.vendor.host_driver
+        if g.node_path is not None and g.vendor and g.driver == g.vendor.host_driver
     ]
+    holders = [path for g in moving for path in _held_nodes(g)]
     if holders:
+        drivers = " and ".join(dict.fromkeys(g.driver or "" for g in moving))
+        hints = [h for h in dict.fromkeys(g.vendor.holders for g in moving if g.vendor) if h]
         yield Step.of(
             "Check that nothing holds the GPUs that move",
             (CheckHolders(tuple(holders)),),
-            "Prints nothing. Unbinding from nvidia blocks while a process holds the device: "
-            "stop whatever is listed first (another container, dcgm-exporter; for "
-            "nvidia-persistenced `systemctl stop nvidia-persistenced`, and start it again "
-            "after the bind).",
+            f"Prints nothing. Unbinding from {drivers} blocks while a process holds the "
+            "device: stop whatever is listed first (another container"
+            + "".join(f", {h}" for h in hints)
+            + ").",
         )
 
     if system_files:
@@ -292,6 +307,10 @@ def _host_changes(plan: Plan, writes: _Writes) -> Iterator[Step]:
         initramfs = any(in_initramfs(a.path) for a in system_files)
         if initramfs:
             installs.extend(HostCommand(c, rerun_on_revert=True) for c in boot.initramfs_apply)
+        if any(a.path == SPLIT_UDEV_RULE for a in system_files):
+            # The rule must be live before a PF's driver creates VFs: udevd is told to
+            # read it now, and again after a revert removes it.
+            installs.append(HostCommand("udevadm control --reload", rerun_on_revert=True))
         known = initramfs and (boot.loader is not None or boot.boot_tool)
         yield Step.of(
             "Install the host files",
@@ -326,6 +345,68 @@ def _host_changes(plan: Plan, writes: _Writes) -> Iterator[Step]:
         )
 
 
+def _gpu_check(plan: Plan, pool: Pool, vmid: int) -> Step:
+    """What shows the container has the pool's GPUs: its vendor's listing tool, or, for a
+    vendor without one (AMD, Intel), the device nodes themselves."""
+    vendor = pool.gpus[0].vendor if pool.gpus else None
+    tool = vendor.tool if vendor is not None else CONTAINER_TOOL
+    if tool is not None or pool.lxc is None:
+        tool = tool or CONTAINER_TOOL
+        return Step.of(
+            f"Check the GPUs CT {vmid} sees",
+            (CheckGpus(vmid, tuple(tool.bus_id(g.address) for g in pool.gpus)),),
+            f"`{' '.join(tool.list_gpus)}` lists exactly {plural(pool.size, 'GPU')} "
+            f"(GPU 0 .. GPU {pool.size - 1}); the query prints exactly:",
+            tuple(f"{i}, {tool.bus_id(g.address)}" for i, g in enumerate(pool.gpus)),
+        )
+    check = CheckNodes(vmid, *container_nodes(plan, pool))
+    return Step.of(
+        f"Check the device nodes CT {vmid} has",
+        (check,),
+        f"The {vendor.name if vendor else 'GPU'} userspace opens these nodes; stat prints "
+        "each with its major:minor in hex, exactly:",
+        check.expected(),
+    )
+
+
+def _held_nodes(gpu: GPU) -> tuple[str, ...]:
+    """The GPU's nodes a process can hold: its node, and its DRM card node (a display
+    server's) for a GPU reached through DRM."""
+    nodes = gpu.vendor.nodes if gpu.vendor is not None else None
+    path = gpu.node_path
+    card = gpu.drm_card
+    extra: tuple[str, ...] = ()
+    if nodes is not None and nodes.drm and nodes.display_path is not None and card is not None:
+        extra = (nodes.display_path.format(minor=card),)
+    return (*(() if path is None else (path,)), *extra)
+
+
+def container_nodes(plan: Plan, pool: Pool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The nodes the pool's container config hands over and their (major, minor): each
+    GPU's node (and card node, when the lines have it), then the shared ones."""
+    assert pool.lxc is not None
+    nodes = pool.lxc.nodes
+    written = " ".join((*pool.lxc.gpu_lines.devices, *(v for _, v in pool.lxc.gpu_lines.raw)))
+    found: list[tuple[str, tuple[int, int]]] = []
+    for gpu in pool.gpus:
+        if (minor := gpu.container_minor) is not None:
+            found.append((nodes.path(minor), (nodes.major, minor)))
+        card = gpu.drm_card
+        if nodes.display_path is not None and card is not None:
+            path = nodes.display_path.format(minor=card)
+            if path in written:
+                found.append((path, (nodes.major, card)))
+    dynamic = nodes.dynamic
+    for path in nodes.shared:
+        if dynamic is not None and path == dynamic.node:
+            major = plan.facts.char_major(dynamic.module)
+            if major is not None:
+                found.append((path, (major, dynamic.minors[0])))
+        elif nodes.control_minor is not None:
+            found.append((path, (nodes.major, nodes.control_minor)))
+    return tuple(p for p, _ in found), tuple(f"{major}:{minor}" for _, (major, minor) in found)
+
+
 def _restarts(plan: Plan) -> Iterator[Step]:
     """Each container started, its GPUs checked, its server started and waited for."""
     for pool in container_pools(plan):
@@ -334,13 +415,7 @@ def _restarts(plan: Plan) -> Iterator[Step]:
         yield Step.of(
             f"Start CT {vmid}", (StartContainer(vmid),), f"`pct status {vmid}` says running."
         )
-        yield Step.of(
-            f"Check the GPUs CT {vmid} sees",
-            (CheckGpus(vmid, tuple(CONTAINER_TOOL.bus_id(g.address) for g in pool.gpus)),),
-            f"`{' '.join(CONTAINER_TOOL.list_gpus)}` lists exactly {plural(pool.size, 'GPU')} "
-            f"(GPU 0 .. GPU {pool.size - 1}); the query prints exactly:",
-            tuple(f"{i}, {CONTAINER_TOOL.bus_id(g.address)}" for i, g in enumerate(pool.gpus)),
-        )
+        yield _gpu_check(plan, pool, vmid)
         if pool.serving is None:
             continue
         unit = sh(pool.serving.unit)

@@ -12,7 +12,7 @@ from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
 from pvegpu.model.plan import Plan, Pool, PoolKind
 from pvegpu.pci import PciAddress
-from pvegpu.vendors import DRIVER_VERSION_VENDORS, Vendor
+from pvegpu.vendors import Vendor
 from pvegpu.wording import plural
 
 UNBOUND = "unbound"
@@ -103,10 +103,14 @@ def purpose(pool: Pool | None) -> str:
 
 
 def layout(plan: Plan) -> tuple[LayoutRow, ...]:
-    """Every GPU of the host in PCI order, including those no pool touches."""
+    """Every GPU of the host in PCI order, including those no pool touches, and every
+    SR-IOV VF a pool names (a device of that pool on its own, not one of facts.gpus)."""
     rows = []
     pools = pools_by_gpu(plan)
-    for index, gpu in enumerate(gpus_in_pci_order(plan.facts)):
+    known = {g.address for g in plan.facts.gpus}
+    vfs = [g for p in plan.pools for g in p.gpus if g.address not in known]
+    shown = sorted((*plan.facts.gpus, *dict.fromkeys(vfs)), key=lambda g: g.address)
+    for index, gpu in enumerate(shown):
         pool = pools.get(gpu.address)
         rows.append(
             LayoutRow(
@@ -125,11 +129,21 @@ def moving_functions(plan: Plan) -> tuple[MovingFunction, ...]:
     """Functions that are not GPUs but leave the host with them (VFIO takes whole groups)."""
     moving = []
     for pool in plan.vfio_pools:
-        gpu_addresses = {g.address for g in pool.gpus}
+        # A whole board's NVSwitches move for the fabric, not as group mates.
+        gpu_addresses = {g.address for g in pool.gpus} | {s.address for s in pool.nvswitches}
         for function in pool.functions:
             if function.address not in gpu_addresses:
                 moving.append(MovingFunction(pool, function, driver_now(function)))
     return tuple(moving)
+
+
+def moving_nvswitches(plan: Plan) -> tuple[MovingFunction, ...]:
+    """The NVSwitches that go to a VM with the whole board (planning/fabric.py)."""
+    return tuple(
+        MovingFunction(pool, switch, driver_now(switch))
+        for pool in plan.vfio_pools
+        for switch in pool.nvswitches
+    )
 
 
 def _driver(facts: HostFacts, vendor: Vendor) -> str:
@@ -143,7 +157,7 @@ def host_facts_line(facts: HostFacts) -> str:
     types = sorted({str(g.type) for g in facts.iommu_groups if g.type is not None})
     detail = ", ".join(x for x in (unit, f"groups {'/'.join(types)}" if types else "") if x)
     iommu = f"{facts.iommu_mode}" + (f" ({detail})" if detail else "")
-    drivers = "".join(f"{v.name} driver: {_driver(facts, v)} · " for v in DRIVER_VERSION_VENDORS)
+    drivers = "".join(f"{v.name} driver: {_driver(facts, v)} · " for v in facts.reported_drivers())
     nodes = sorted({g.numa_node for g in facts.gpus if g.numa_node is not None})
     return (
         f"IOMMU: {iommu} · SEV-SNP: {'on' if facts.sev_snp else 'off'} · "

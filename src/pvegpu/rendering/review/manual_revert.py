@@ -7,7 +7,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from pvegpu.engines import health_url
 from pvegpu.formats.shell import word as sh
 from pvegpu.model.artifact import HOST, Artifact
+from pvegpu.model.facts import PciFunction
+from pvegpu.model.paths import SPLIT_UDEV_RULE
 from pvegpu.model.plan import Plan
+from pvegpu.planning.driverctl import boot_driver
 from pvegpu.rendering.revert import ABSENT_SUFFIX, KEPT_SUFFIX, kept_in_container, pulled_copy
 from pvegpu.rendering.review.apply_steps import Step, container_pools, vfio_functions
 from pvegpu.rendering.review.changes import (
@@ -76,6 +79,20 @@ def _restore(entries: RevertEntries, changed: ChangedFile) -> str | None:
     return f"pct push {vmid} {source} {target} --perms {artifact.mode:04o}"
 
 
+def _at_boot(plan: Plan, functions: Sequence[PciFunction]) -> str:
+    """What driverctl does to the reverted functions at the next boot (its overrides)."""
+    said = []
+    for function in functions:
+        driver = boot_driver(plan.facts, function.address)
+        if driver is not None:
+            said.append(
+                f" At every boot driverctl binds {function.address} to {driver} again: run "
+                f"`driverctl unset-override {function.address}` to keep it on "
+                f"{driver_now(function)}."
+            )
+    return "".join(said)
+
+
 def _revert(
     plan: Plan, artifacts: Sequence[Artifact], files: tuple[ChangedFile, ...]
 ) -> Iterator[Step]:
@@ -122,8 +139,9 @@ def _revert(
                 f"{SPLIT_SCRIPT} revert",
                 driver_check([f.address for f in functions]),
             ),
-            "Any VM using these GPUs must be stopped first. The last command prints exactly "
-            "what discovery saw before the change:",
+            "Any VM using these GPUs must be stopped first."
+            + _at_boot(plan, functions)
+            + " The last command prints exactly what discovery saw before the change:",
             tuple(f"{f.address} {driver_now(f)}" for f in functions),
         )
 
@@ -134,6 +152,8 @@ def _revert(
             commands.append("systemctl daemon-reload")
         if any(in_initramfs(f.artifact.path) for f in host):
             commands.extend(plan.facts.boot.initramfs_apply)
+        if any(f.artifact.path == SPLIT_UDEV_RULE for f in host):
+            commands.append("udevadm control --reload")  # udevd forgets the removed rule
     missing = [f.where for f, c in restores if c is None]
     if commands or missing:
         yield Step(

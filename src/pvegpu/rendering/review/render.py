@@ -30,13 +30,14 @@ from pvegpu.rendering.review import (
     review_only,
     runbook,
 )
+from pvegpu.rendering.review.gpu_layout import moving_nvswitches
 from pvegpu.rendering.review.topology import topology_mermaid, topology_svg
+from pvegpu.serving.checks import ENGINE_LABELS
 from pvegpu.wording import plural
 
 SUMMARY = "SUMMARY.md"
 TOPOLOGY = "topology.svg"
 
-ENGINES = {"sglang": "SGLang", "vllm": "vLLM"}
 """How the projects spell their own names, for prose."""
 
 SEVERITY_HEADINGS = {Severity.WARNING: "Warnings", Severity.INFO: "For information"}
@@ -90,7 +91,7 @@ def _pool_line(pool: Pool) -> str:
     serving = pool.serving
     if serving is not None:
         name = f" as `{serving.served_model_name}`" if serving.served_model_name else ""
-        engine = ENGINES.get(serving.engine, serving.engine)
+        engine = ENGINE_LABELS.get(serving.engine, serving.engine)
         line += (
             f" {engine} {serving.version} serves `{serving.model_path}`{name} with "
             f"TP={pool.size} on port {serving.port} (unit `{serving.unit}.service`)."
@@ -161,6 +162,7 @@ def summary_markdown(plan: Plan, artifacts: Sequence[Artifact]) -> str:
             for r in layout(plan)
         ],
         moving=moving_functions(plan),
+        switches=moving_nvswitches(plan),
         files=[(f, CHANGE_NOTES[f.kind]) for f in changed_files(plan, artifacts)],
         replaced=any(f.kind is ChangeKind.REPLACED for f in changed_files(plan, artifacts)),
         review_files=[(in_bundle(a), a) for a in review_only(artifacts)],

@@ -1,0 +1,207 @@
+"""Deciding one pool's vLLM server from the spec and the facts.
+
+`decide_serving` is the one factory of `VllmServing`; the planner calls it through the
+engine registry (`pvegpu.engines`) for every pool whose spec names `engine = "vllm"`, with
+the engine-neutral decisions already made (`serving.context.ServingContext`: the GPUs and
+their CUDA ordinals, P2P, NUMA pinning, the model's heads against TP, the container's
+NVIDIA userspace against the host's). What is vLLM's own is decided here: its release and
+option table, the pipeline stages, the MTP method, the command line checked against the
+table, the unit, and what the container's current unit loses.
+"""
+
+from __future__ import annotations
+
+from pvegpu.engines.sglang.old_unit import OldUnit, unit_base
+from pvegpu.engines.sglang.unit_secrets import (
+    default_environment_file,
+    secrets_moved_message,
+    unit_secrets,
+)
+from pvegpu.engines.vllm.command import (
+    extra_args,
+    kv_cache_bits,
+    mtp_config,
+    serve_options,
+)
+from pvegpu.engines.vllm.drops import compare_services
+from pvegpu.engines.vllm.environment import service_environment
+from pvegpu.engines.vllm.installed import serving_release
+from pvegpu.engines.vllm.option_check import parse_command_line
+from pvegpu.engines.vllm.options import OptionTable
+from pvegpu.engines.vllm.unit import unit_content
+from pvegpu.errors import PlanError, PvegpuError, SpecError
+from pvegpu.model.decision import DECIDED, P2PDecision, P2PSource, VllmServing
+from pvegpu.model.paths import UNIT_DIR
+from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.model.schema import ServingSpec
+from pvegpu.serving.checks import Checks
+from pvegpu.serving.context import ServingContext
+from pvegpu.serving.fit import memory_fit
+from pvegpu.spec.rules import rule_problems
+from pvegpu.vendors.nvidia import NVIDIA
+
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+"""vLLM's --gpu-memory-utilization when the spec sets no mem_fraction_static (every
+release): the fit estimate uses it, the unit does not write it."""
+
+
+def decide_serving(
+    context: ServingContext, spec: ServingSpec
+) -> tuple[VllmServing, tuple[Finding, ...]] | PvegpuError:
+    """Decide and check the vLLM server `spec` asks of the pool: it and its findings, or
+    an error listing every problem (the context's first)."""
+    checks = context.checks(spec)
+    pool = context.pool
+    release = serving_release(checks, context.rootfs.path)
+    table = release.table if release is not None else None
+    version = release.version if release is not None else ""
+    _check_scalars(checks)
+    for gpu in context.gpus:
+        if gpu.vendor is not NVIDIA:
+            checks.problem(
+                "serving-gpu-not-nvidia",
+                f"{gpu.address} ({gpu.vendor_device}) is not an NVIDIA GPU; the vLLM "
+                "build pvegpu renders for (CUDA) cannot use it",
+                "serve from a pool of NVIDIA GPUs",
+            )
+    gpus = len(context.gpus)
+    pp = spec.pipeline_parallel_size or 1
+    if gpus % pp:
+        checks.problem(
+            "vllm-pipeline-does-not-divide",
+            f"pipeline_parallel_size {pp} does not divide the pool's {gpus} GPUs: vLLM "
+            "needs TP x PP = the GPUs it is given",
+            "set pipeline_parallel_size to a divisor of the pool's GPU count",
+            subject=f"{checks.where}.pipeline_parallel_size",
+        )
+        pp = 1
+    tp = gpus // pp
+    model = context.model
+    if model is not None and pp > 1 and model.num_hidden_layers < pp:
+        checks.problem(
+            "vllm-pipeline-exceeds-layers",
+            f"pipeline_parallel_size {pp} is more than the {model.num_hidden_layers} "
+            f"layers of {model.path}: vLLM gives each stage at least one",
+            f"set pipeline_parallel_size to at most {model.num_hidden_layers}",
+            subject=f"{checks.where}.pipeline_parallel_size",
+        )
+    mtp = mtp_config(checks, version, table, model.model_type if model else None)
+    p2p = context.p2p
+    extra = extra_args(checks, table)
+    # The fit is neutral; the KV cache's element size is vLLM's --kv-cache-dtype. Each GPU
+    # holds 1/(TP x PP) of the weights.
+    kv_bits = kv_cache_bits(table, extra)
+    fit = (
+        memory_fit(checks, model, gpus, kv_bits, default_fraction=DEFAULT_GPU_MEMORY_UTILIZATION)
+        if model is not None
+        else None
+    )
+    old_unit = unit_base(checks, context.vmid, context.rootfs)
+    base = old_unit.base
+    options = serve_options(checks, table, tp, pp, p2p, mtp, extra) if table else ()
+    environment = service_environment(checks, p2p, context.cuda_visible_devices)
+    if table is not None and options:
+        argv = [w for o in options for w in o]
+        # The whole line again: catches what only shows in combination (a repeat, a
+        # missing required option) and any generated flag the release lacks. What
+        # extra_args alone already showed is not reported twice.
+        said = {(p.code, p.message) for p in checks.render_problems}
+        subject = f"{checks.where}: vllm {version}"
+        problems = parse_command_line(table, argv, subject=subject).problems
+        checks.render_problems.extend(p for p in problems if (p.code, p.message) not in said)
+        for word in argv:
+            checks.printable("command line", word)
+    secrets = unit_secrets(base.content) if base is not None else ()
+    environment_file = spec.environment_file
+    if secrets and environment_file is None:
+        environment_file = default_environment_file(spec.unit)
+    if secrets and environment_file is not None:
+        unit_path = f"{UNIT_DIR}/{spec.unit}.service"
+        message = secrets_moved_message(secrets, unit_path, context.vmid, environment_file)
+        checks.finding(Severity.WARNING, "serving-secrets-moved", message)
+    if checks.plan_problems:
+        return PlanError([*checks.plan_problems, *checks.render_problems])
+    if checks.render_problems or release is None:
+        # The option tables' problems: the spec's command line is not one the release
+        # takes. The spec has to change, as for any spec error (exit 4, docs/cli.md).
+        return SpecError(checks.render_problems)
+    serving = VllmServing(
+        pool=pool.name,
+        vmid=context.vmid,
+        version=version,
+        unit=spec.unit,
+        python=spec.python,
+        model_path=spec.model_path,
+        served_model_name=spec.served_model_name,
+        host=spec.host,
+        port=spec.port,
+        cuda_visible_devices=context.cuda_visible_devices,
+        gpus=context.gpus,
+        tp_size=tp,
+        options=options,
+        environment=environment,
+        p2p=p2p,
+        numa=context.numa,
+        fit=fit,
+        model=model,
+        container_driver=context.container_driver,
+        base=base,
+        unit_unread=old_unit.unread,
+        dropins=old_unit.changes,
+        user=spec.user,
+        working_directory=spec.working_directory,
+        limit_nofile=spec.limit_nofile,
+        environment_file=environment_file,
+        _key=DECIDED,
+        pp_size=pp,
+        executable=release.executable,
+        mtp_config=mtp,
+    )
+    if old_unit.running and table is not None:
+        _report_drops(checks, serving, old_unit, table)
+    return serving, (_p2p_finding(pool, p2p), *checks.findings)
+
+
+def _p2p_finding(pool: Pool, p2p: P2PDecision) -> Finding:
+    """The P2P decision, first among the server's findings: the summary leads with it."""
+    state = "on" if p2p.enabled else "off"
+    effect = "" if p2p.enabled else ": NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce"
+    origin = "spec override" if p2p.source is P2PSource.SPEC else "from the facts"
+    return Finding(
+        Severity.INFO,
+        "serving-p2p",
+        f"pool {pool.name}",
+        f"GPU peer-to-peer {state} ({origin}: {p2p.reason}){effect}",
+    )
+
+
+def _report_drops(checks: Checks, serving: VllmServing, old: OldUnit, table: OptionTable) -> None:
+    """Warn about what the service runs with now and will not after the change, both
+    sides as systemd sees them (the unit plus its drop-ins, switched off as the bundle does)."""
+    from pvegpu.engines.sglang.drops import drops_message
+
+    switched = {c.source: c.content for c in serving.dropins}
+    after = (unit_content(serving), *(switched.get(d.path, d.text) for d in old.dropins))
+    message = drops_message(compare_services(old.running, after, table), serving.unit_path)
+    if message is not None:
+        checks.finding(Severity.WARNING, "serving-drops-settings", message)
+
+
+_RULE_CODES = {"unit": "serving-invalid-unit", "python": "serving-invalid-python"}
+
+
+def _check_scalars(checks: Checks) -> None:
+    """The spec's value rules (spec/rules.py) for a ServingSpec that may have been built
+    in code: the loader applies the same table to every spec it reads."""
+    spec = checks.spec
+    for problem in rule_problems(spec, checks.where):
+        field = problem.subject.rpartition(".")[2]
+        code = _RULE_CODES.get(field, problem.code if problem.code == "spec-engine-key" else "")
+        checks.problem(
+            code or "serving-invalid-value",
+            f"{field}: {problem.message}",
+            problem.fix,
+            subject=problem.subject,
+        )
+    if spec.working_directory is not None:
+        checks.printable("working_directory", spec.working_directory)

@@ -1,0 +1,50 @@
+"""vLLM behind the `Engine` protocol: what the registry hands the planner and renderers."""
+
+from __future__ import annotations
+
+import attrs
+
+from pvegpu.engines.vllm.build import decide_serving
+from pvegpu.engines.vllm.installed_files import read_installed_vllm
+from pvegpu.engines.vllm.unit import unit_content
+from pvegpu.errors import PvegpuError
+from pvegpu.host.reader import RootReader
+from pvegpu.model.decision import SglangServing, VllmServing
+from pvegpu.model.facts import ConfigFile
+from pvegpu.model.plan import Finding
+from pvegpu.model.schema import ServingSpec
+from pvegpu.serving.context import ServingContext
+
+
+@attrs.frozen
+class VllmEngine:
+    """vLLM: `vllm serve MODEL` (the script of the unit's python) in a systemd unit."""
+
+    name: str = "vllm"
+
+    def decide(
+        self, context: ServingContext, spec: ServingSpec
+    ) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
+        return decide_serving(context, spec)
+
+    def unit_content(self, serving: SglangServing) -> str:
+        assert isinstance(serving, VllmServing), "decided by this engine"
+        return unit_content(serving)
+
+    def installed_files(
+        self, reader: RootReader, rootfs: str, python: str
+    ) -> tuple[ConfigFile, ...]:
+        return read_installed_vllm(reader, rootfs, python)
+
+    def health_url(self, serving: SglangServing) -> str:
+        # vLLM's OpenAI server answers GET /health with 200 once the engine is up (every
+        # release since `vllm serve`). A wildcard address is reachable on loopback.
+        host = serving.host
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{serving.port}/health"
+
+
+VLLM = VllmEngine()

@@ -1,0 +1,76 @@
+"""The vLLM service's environment: CUDA_VISIBLE_DEVICES (the ordinals are decided in
+`serving/visible.py`), P2P, then the spec's own variables, checked as for SGLang."""
+
+from __future__ import annotations
+
+import re
+
+from pvegpu.engines.sglang.environment import FORBIDDEN_ENV, P2P_ENV
+from pvegpu.model.decision import P2PDecision
+from pvegpu.model.plan import Severity
+from pvegpu.serving.checks import Checks
+from pvegpu.spec.rules import ENV_NAME
+
+# `$NAME` / `${NAME}`: what a shell would expand and Environment= does not.
+_VARIABLE_REFERENCE = re.compile(r"\$\{?[A-Za-z_]")
+
+
+def service_environment(
+    checks: Checks, p2p: P2PDecision, indices: tuple[int, ...]
+) -> tuple[tuple[str, str], ...]:
+    """The unit's Environment=: what pvegpu derives, then the spec's own variables."""
+    spec = checks.spec
+    env: list[tuple[str, str]] = [
+        ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+        ("CUDA_VISIBLE_DEVICES", ",".join(map(str, indices))),
+    ]
+    if not p2p.enabled:
+        env.append((P2P_ENV, "1"))
+    ours = dict(env)
+    for name, value in spec.environment:
+        where = f"{checks.where}.environment.{name}"
+        if not ENV_NAME.fullmatch(name):
+            checks.problem(
+                "serving-env-invalid-name",
+                f"{name!r} is not an environment variable name",
+                "use letters, digits and '_', not starting with a digit",
+                subject=where,
+            )
+            continue
+        checks.printable(f"environment {name}", value)
+        if _VARIABLE_REFERENCE.search(value):
+            checks.finding(
+                Severity.WARNING,
+                "serving-env-unexpanded",
+                f"environment {name}={value}: systemd's Environment= does not expand "
+                "`$VAR`, so the server gets these characters as written; spell the value out",
+            )
+        if name in FORBIDDEN_ENV:
+            checks.problem(
+                "serving-env-forbidden",
+                f"{name} must not be set: {FORBIDDEN_ENV[name]}",
+                f"remove {name}",
+                subject=where,
+            )
+            continue
+        if name in ours:
+            if ours[name] != value:
+                checks.problem(
+                    "serving-env-conflict",
+                    f"{name}={value} contradicts {name}={ours[name]}, which pvegpu derives "
+                    "from the facts and the spec",
+                    "remove it" + (" and use p2p / p2p_reason" if name == P2P_ENV else ""),
+                    subject=where,
+                )
+            continue
+        env.append((name, value))
+    return tuple(env)
+
+
+def retired_variable(name: str) -> str | None:
+    """Why an old unit's variable `name` is deliberately not carried over, or None."""
+    if name in FORBIDDEN_ENV:
+        return f"pvegpu refuses it: {FORBIDDEN_ENV[name]}"
+    if name == P2P_ENV:
+        return "pvegpu decides P2P from the facts (p2p / p2p_reason override it)"
+    return None

@@ -1,0 +1,187 @@
+"""Virtual GPUs (mediated devices, vendor vGPU on virtual functions) on the GPUs a plan
+sends to vfio-pci: refused, naming the VMs and instances that would lose them.
+
+A GPU that carries vGPUs stays on its vendor's host driver (the vGPU manager); bound to
+vfio-pci it has no vGPU types, its mediated devices go, and its virtual functions with
+them. Every VM whose `hostpciN` line has `mdev=` on one of the GPU's functions (by host
+address, or by a mapping that hands one over on this node) holds that GPU, whichever
+VM the plan meant it for: a line of the pool's own VM is not rewritten into
+`mapping=...,mdev=...` on a device that no longer offers the type. `pvegpu check` asks
+the same function (apply/host_checks.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import attrs
+
+from pvegpu.errors import Problem, RenderError
+from pvegpu.hardware import VFIO_DRIVER
+from pvegpu.model.facts import GPU, HostFacts, MdevInstance
+from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.pci import PciAddress
+from pvegpu.planning.mapping_moves import VM_DIR
+from pvegpu.pvefiles import hostpci, pcicfg
+from pvegpu.pvefiles.guestconf import is_pending, split_sections
+from pvegpu.pvefiles.hostpci import HostId
+from pvegpu.vendors import vendor_of
+
+
+@attrs.frozen
+class MdevUse:
+    """A VM config line that gives the VM a virtual GPU of a host device."""
+
+    vmid: int
+    key: str
+    """`hostpci0`; a pending one is `hostpci0 (pending)`."""
+    mdev_type: str
+    hosts: tuple[HostId, ...]
+    """What the line names on this node: its raw host ids, or its mapping's devices."""
+    mapping: str | None = None
+
+
+def mdev_uses(facts: HostFacts) -> tuple[MdevUse, ...]:
+    """Every `hostpciN` line with `mdev=` in a VM's main or pending section, with the
+    devices it names on this node (a mapping's by pci.cfg)."""
+    maps = _mapping_hosts(facts)
+    uses: list[MdevUse] = []
+    for file in facts.files:
+        vmid = _vmid(file.path)
+        if vmid is None:
+            continue
+        for section in split_sections(file.content):
+            pending = is_pending(section)
+            if section.name is not None and not pending:
+                continue  # snapshots and [special:...] hand over nothing at the next start
+            for line in section.lines:
+                use = hostpci.hostpci_use(line)
+                if use is None:
+                    continue
+                mdev = next((v for k, v in hostpci.options(line.value) if k == "mdev"), None)
+                if not mdev:
+                    continue
+                hosts = use.hosts if use.mapping is None else maps.get(use.mapping, ())
+                key = use.key + (" (pending)" if pending else "")
+                uses.append(MdevUse(vmid, key, mdev, hosts, use.mapping))
+    return tuple(uses)
+
+
+def _vmid(path: str) -> int | None:
+    name = path.removeprefix(VM_DIR)
+    if name == path or "/" in name or not name.endswith(".conf"):
+        return None
+    stem = name.removesuffix(".conf")
+    return int(stem) if stem.isdigit() else None
+
+
+def _mapping_hosts(facts: HostFacts) -> dict[str, tuple[HostId, ...]]:
+    existing = facts.file(pcicfg.PATH)
+    if existing is None:
+        return {}
+    try:
+        sections = pcicfg.parse(existing.content)
+    except RenderError:
+        return {}  # a broken pci.cfg is refused on its own (pci_cfg_problems)
+    return {
+        s.id: hostpci.host_ids(m.get("path") or "" for m in s.maps if m.node == facts.node)
+        for s in sections
+    }
+
+
+def parents_of(facts: HostFacts, gpu: GPU) -> tuple[PciAddress, ...]:
+    """The functions a GPU's virtual GPUs hang on: its own, and its SR-IOV virtual
+    functions (they go when the physical function leaves its driver)."""
+    own = {f.address for f in gpu.functions}
+    vfs = {f.address for f in facts.functions if f.physfn is not None and f.physfn in own}
+    return tuple(sorted(own | vfs))
+
+
+def _host_id(address: PciAddress) -> HostId:
+    return HostId(address.domain, address.bus, address.device, address.function)
+
+
+def gpu_mdev_problems(
+    facts: HostFacts, gpus: Iterable[GPU], uses: Sequence[MdevUse] | None = None
+) -> Iterator[Problem]:
+    """`gpu-has-mdev-guests` for each GPU going to vfio-pci that carries virtual GPUs:
+    VM lines with `mdev=` on it, mediated devices or vendor vGPUs that exist now."""
+    if uses is None:
+        uses = mdev_uses(facts)
+    for gpu in gpus:
+        parents = parents_of(facts, gpu)
+        ids = [_host_id(a) for a in parents]
+        lines = [u for u in uses if any(h.overlaps(i) for h in u.hosts for i in ids)]
+        live = [i for i in facts.mdev_instances if i.parent in parents]
+        if lines or live:
+            yield _problem(facts, gpu, lines, live)
+
+
+def _problem(
+    facts: HostFacts, gpu: GPU, lines: Sequence[MdevUse], live: Sequence[MdevInstance]
+) -> Problem:
+    parts = [
+        f"VM {u.vmid} ({u.key}: mdev={u.mdev_type}"
+        + (f" on mapping {u.mapping}" if u.mapping else "")
+        + ")"
+        for u in lines
+    ]
+    parts += [
+        (f"mediated device {i.uuid}" if i.uuid else f"the vGPU on {i.parent}")
+        + (f" ({i.type_id})" if i.type_id else "")
+        for i in live
+    ]
+    vms = sorted({u.vmid for u in lines})
+    stop = ""
+    if vms:
+        stop = f" and VM{'s' if len(vms) > 1 else ''} {', '.join(map(str, vms))} no longer "
+        stop += "start" if len(vms) > 1 else "starts"
+    fixes = [
+        f"qm set {u.vmid} --revert {u.key.split()[0]}"
+        if u.key.endswith("(pending)")
+        else f"qm set {u.vmid} --delete {u.key}"
+        for u in lines
+    ]
+    fixes += [_remove(facts, i) for i in live]
+    return Problem(
+        "gpu-has-mdev-guests",
+        str(gpu.address),
+        f"carries virtual GPUs: {'; '.join(parts)}. Bound to vfio-pci it offers no vGPU "
+        "types, so its vGPUs go" + stop,
+        "keep this GPU on its host driver (leave it out of the vfio pool), or take its "
+        "vGPUs off it first (stop the VMs; " + "; ".join(fixes) + "), then run pvegpu again",
+    )
+
+
+def _remove(facts: HostFacts, instance: MdevInstance) -> str:
+    """The command that removes a virtual GPU that exists now."""
+    if instance.uuid is not None:
+        return f"echo 1 > /sys/bus/mdev/devices/{instance.uuid}/remove"
+    function = facts.function(instance.parent)
+    vendor = vendor_of(function) if function is not None else None
+    vgpu = vendor.vgpu if vendor is not None else None
+    if vgpu is None:
+        return f"remove the vGPU on {instance.parent}"
+    return f"echo 0 > /sys/bus/pci/devices/{instance.parent}/{vgpu.directory}/{vgpu.current}"
+
+
+def mdev_problems(facts: HostFacts, pools: Sequence[Pool]) -> list[Problem]:
+    """The refusals of every vfio pool's GPUs (plan() calls this once)."""
+    gpus = [g for p in pools if p.kind is PoolKind.VFIO for g in p.gpus]
+    if not gpus:
+        return []
+    return list(gpu_mdev_problems(facts, gpus))
+
+
+def check_findings(facts: HostFacts) -> Iterator[Finding]:
+    """`pvegpu check`: the refusal's rule on the GPUs vfio-pci holds now (a VM with an
+    `mdev=` line on one of them does not start)."""
+    held = [g for g in facts.gpus if g.driver == VFIO_DRIVER]
+    for problem in gpu_mdev_problems(facts, held):
+        yield Finding(
+            Severity.ERROR,
+            problem.code,
+            problem.subject,
+            f"is on {VFIO_DRIVER} now and {problem.message[0].lower()}{problem.message[1:]}; "
+            "return it to its host driver (pvegpu-vfio-split revert) or change those VMs",
+        )

@@ -1,0 +1,137 @@
+"""GPU partitions of a fake host: virtual GPU types and mediated devices in sysfs, the
+vGPU manager's files on SR-IOV virtual functions, and MIG capabilities in procfs.
+
+Every field defaults to "absent", so a host that describes none writes the same bytes
+as before these existed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+if TYPE_CHECKING:
+    from pvegpu.testing.hostspec import DeviceSpec, HostSpec
+    from pvegpu.testing.writer import _Writer
+
+MIG_GPU_INSTANCES = 15
+"""GPU instance ids the driver numbers capability minors for, per GPU (gi0..gi14)."""
+MIG_COMPUTE_INSTANCES = 8
+"""Compute instance ids per GPU instance (ci0..ci7)."""
+_CAPS = "proc/driver/nvidia/capabilities"
+
+
+@attrs.frozen
+class MdevTypeSpec:
+    """One directory of a parent's `mdev_supported_types/`."""
+
+    type_id: str
+    """The directory's name, as `mdev=` names it: `nvidia-558`, `i915-GVTg_V5_4`."""
+    name: str
+    available_instances: int = 1
+    device_api: str = "vfio-pci"
+
+
+@attrs.frozen
+class MdevSpec:
+    """A mediated device that exists: `/sys/bus/mdev/devices/<uuid>`."""
+
+    uuid: str
+    parent: str
+    """The parent function's address; it must offer `type_id` (`DeviceSpec.mdev_types`)."""
+    type_id: str
+
+
+@attrs.frozen
+class VgpuSpec:
+    """The vGPU manager's `nvidia/` directory on an SR-IOV virtual function."""
+
+    creatable: tuple[tuple[int, str], ...] = ()
+    """`creatable_vgpu_types`: (type id, name) lines."""
+    current: int = 0
+    """`current_vgpu_type`: the type the VF has, 0 for none."""
+
+
+@attrs.frozen
+class MigInstance:
+    """A MIG GPU instance and its compute instances."""
+
+    gpu_instance: int
+    compute_instances: tuple[int, ...] = (0,)
+
+
+def caps_minor(gpu_minor: int, gi: int, ci: int | None = None) -> int:
+    """The capability node minor the driver gives a GPU or compute instance (its
+    `mig-minors` table): after `config` (1) and `monitor` (2), each GPU has 15 GPU
+    instances of 1 + 8 compute instance minors each."""
+    base = 3 + gpu_minor * MIG_GPU_INSTANCES * (1 + MIG_COMPUTE_INSTANCES)
+    base += gi * (1 + MIG_COMPUTE_INSTANCES)
+    return base if ci is None else base + 1 + ci
+
+
+CONFIG_MINOR = 1
+MONITOR_MINOR = 2
+
+
+def _access(minor: int, mode: int) -> str:
+    return f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n"
+
+
+def check_partitions(desc: HostSpec, by_address: dict[str, DeviceSpec]) -> str | None:
+    """What no kernel would show, or None."""
+    for mdev in desc.mdevs:
+        parent = by_address.get(mdev.parent)
+        if parent is None or mdev.type_id not in {t.type_id for t in parent.mdev_types}:
+            return f"mdev {mdev.uuid}: {mdev.parent} offers no type {mdev.type_id}"
+    for dev in desc.devices:
+        if dev.vgpu is not None and dev.physfn is None:
+            return f"{dev.address}: vGPU types live on an SR-IOV virtual function"
+        mig = dev.nvidia.mig if dev.nvidia is not None else ()
+        if mig and dev.driver != "nvidia":
+            return f"{dev.address}: MIG instances need the GPU on nvidia"
+    return None
+
+
+def write_device_partitions(writer: _Writer, dev: DeviceSpec, path: str) -> None:
+    """A function's `mdev_supported_types/` and vGPU manager directory."""
+    for kind in dev.mdev_types:
+        at = f"{path}/mdev_supported_types/{kind.type_id}"
+        writer.file(f"{at}/name", kind.name + "\n")
+        writer.file(f"{at}/available_instances", f"{kind.available_instances}\n")
+        writer.file(f"{at}/device_api", kind.device_api + "\n")
+        writer.file(f"{at}/create", "")
+        writer.dir(f"{at}/devices")
+    if dev.vgpu is not None:
+        lines = "".join(f"{i:<5} : {name}\n" for i, name in dev.vgpu.creatable)
+        writer.file(f"{path}/nvidia/creatable_vgpu_types", "ID    : vGPU Name\n" + lines)
+        writer.file(f"{path}/nvidia/current_vgpu_type", f"{dev.vgpu.current}\n")
+
+
+def write_host_partitions(writer: _Writer) -> None:
+    """The mediated devices and the MIG capabilities of the whole host."""
+    desc = writer.desc
+    for mdev in sorted(desc.mdevs, key=lambda m: m.uuid):
+        parent = writer.device_dir(writer.by_address[mdev.parent])
+        home = f"{parent}/{mdev.uuid}"
+        writer.file(f"{home}/remove", "")
+        writer.rel_link(f"{home}/mdev_type", f"{parent}/mdev_supported_types/{mdev.type_id}")
+        writer.rel_link(f"{parent}/mdev_supported_types/{mdev.type_id}/devices/{mdev.uuid}", home)
+        writer.rel_link(f"sys/bus/mdev/devices/{mdev.uuid}", home)
+    gpus = [
+        d for d in writer.ordered if d.driver == "nvidia" and d.nvidia is not None and d.nvidia.mig
+    ]
+    if not gpus:
+        return
+    # Mode 0400 for config (root only), 0444 for monitor and the instances.
+    writer.file(f"{_CAPS}/mig/config", _access(CONFIG_MINOR, 256))
+    writer.file(f"{_CAPS}/mig/monitor", _access(MONITOR_MINOR, 292))
+    for dev in gpus:
+        assert dev.nvidia is not None  # filtered above; for mypy
+        minor = dev.nvidia.minor
+        for instance in dev.nvidia.mig:
+            gi = instance.gpu_instance
+            at = f"{_CAPS}/gpu{minor}/mig/gi{gi}"
+            writer.file(f"{at}/access", _access(caps_minor(minor, gi), 292))
+            for ci in instance.compute_instances:
+                writer.file(f"{at}/ci{ci}/access", _access(caps_minor(minor, gi, ci), 292))
