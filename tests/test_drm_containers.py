@@ -13,7 +13,7 @@ import attrs
 import pytest
 
 import fixture_hosts
-from bundled import FIXTURES, copy_tree, example_plan
+from bundled import FIXTURES, copy_tree, example_plan, example_spec
 from pvegpu.apply import doing
 from pvegpu.apply.host import Completed
 from pvegpu.errors import ApplyError, DiscoveryError, PlanError
@@ -361,3 +361,29 @@ def test_apply_checks_the_nodes_inside_the_container() -> None:
     with pytest.raises(ApplyError) as gone:
         _check_on(_StatHost({"/dev/kfd": (238, 0)}), check)
     assert gone.value.problems[0].code == "command-failed"
+
+
+def _nvidia_drm_host(tmp_path: Path, ct131: str) -> HostFacts:
+    """kpro6 with nvidia-drm loaded (VM GPU 81:00.0 has card4/renderD132) and a CT 131."""
+    desc = fixture_hosts.kpro6()
+    devices = tuple(
+        attrs.evolve(d, drm=DrmInfo(4, 132)) if d.address == "0000:81:00.0" else d
+        for d in desc.devices
+    )
+    files = dict(desc.files) | {"etc/pve/lxc/131.conf": ct131}
+    write_host(attrs.evolve(desc, devices=devices, files=files), tmp_path / "host")
+    return discover_for(example_spec("kpro6"), tmp_path / "host")
+
+
+def test_a_containers_drm_node_of_a_moving_nvidia_gpu_goes_too(tmp_path: Path) -> None:
+    """Claims by every node: the VM GPU's render node in another container is removed
+    like its /dev/nvidiaN would be; holding it by both stacks at once is refused."""
+    spec = example_spec("kpro6")
+    facts = _nvidia_drm_host(tmp_path, "arch: amd64\ndev0: /dev/dri/renderD132,mode=0666\n")
+    result = plan(facts, spec)
+    (removed,) = [c for c in result.containers_losing_gpus if c.vmid == 131]
+    assert (removed.minors, removed.nodes.drm) == ((132,), True)
+    both = "arch: amd64\ndev0: /dev/dri/renderD132\ndev1: /dev/nvidia4\n"
+    with pytest.raises(PlanError) as info:
+        plan(_nvidia_drm_host(tmp_path / "b", both), spec)
+    assert "container-loses-gpus-of-two-stacks" in [p.code for p in info.value.problems]

@@ -15,6 +15,7 @@ import attrs
 from pvegpu.model.facts import GPU, PciFunction
 from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.pvefiles.hostpci import HostId
+from pvegpu.vendors.drm import DRM_MAJOR
 
 
 @attrs.frozen
@@ -61,6 +62,14 @@ def container_node(gpu: GPU) -> tuple[int, int] | None:
     return vendor.nodes.major, minor
 
 
+def device_nodes(gpu: GPU) -> tuple[tuple[int, int], ...]:
+    """(major, minor) of every node a guest line can hold the GPU by: its container node,
+    and its DRM card and render nodes (an NVIDIA GPU has those too with nvidia-drm)."""
+    found = [node] if (node := container_node(gpu)) is not None else []
+    found += [(DRM_MAJOR, n) for n in (gpu.drm_card, gpu.drm_render) if n is not None]
+    return tuple(dict.fromkeys(found))
+
+
 def _host_id(function: PciFunction) -> HostId:
     a = function.address
     return HostId(a.domain, a.bus, a.device, a.function)
@@ -79,7 +88,7 @@ class Claims:
         self._slots: dict[tuple[int, int, int], list[Claim]] = {}
         for pool in pools:
             for gpu in pool.gpus:
-                if (node := container_node(gpu)) is not None:
+                for node in device_nodes(gpu):
                     self.by_node[node] = (gpu, pool)
             for function in pool.functions:
                 claim = Claim(function, pool, _host_id(function))

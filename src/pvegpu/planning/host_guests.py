@@ -39,6 +39,7 @@ from pvegpu.planning.mapping_moves import VM_DIR, MappingOutcome, mapping_outcom
 from pvegpu.pvefiles import hostpci, lxcconf
 from pvegpu.pvefiles.guestconf import ConfLine, Section, is_pending, is_snapshot, split_sections
 from pvegpu.vendors import VENDORS, DeviceNodes
+from pvegpu.vendors.drm import DRM_MAJOR, drm_nodes
 from pvegpu.wording import plural
 
 LXC_DIR = "etc/pve/lxc/"
@@ -82,6 +83,10 @@ def judge_guests(
     return GuestVerdict(tuple(out.removed), tuple(out.problems), tuple(out.findings))
 
 
+DRM_NODES = drm_nodes()
+"""The kernel's DRM nodes alone: how lines hold a GPU of a non-DRM vendor by them."""
+
+
 @attrs.frozen
 class _Family:
     """One stack's device nodes (NVIDIA's, or the DRM nodes AMD and Intel GPUs are handed
@@ -99,6 +104,9 @@ def _node_families(facts: HostFacts, pools: Sequence[Pool]) -> list[_Family]:
         nodes = gpu.vendor.nodes if gpu.vendor is not None else None
         if nodes is not None and nodes.major not in found:
             found[nodes.major] = nodes
+        # A GPU of another stack with DRM nodes (NVIDIA with nvidia-drm) is held by them too.
+        if (gpu.drm_card is not None or gpu.drm_render is not None) and DRM_MAJOR not in found:
+            found[DRM_MAJOR] = DRM_NODES
     return [_Family(n, gpu_majors(facts, n)) for n in found.values()]
 
 
@@ -223,9 +231,11 @@ def _losses(
 
 def _on_major(gpu: GPU, major: int) -> bool:
     """Whether a rule for every minor of `major` reaches the GPU: its vendor's nodes are on
-    it (on vfio-pci it has no node now, but gets one when the host driver has it back)."""
+    it (on vfio-pci it has no node now, but gets one when the host driver has it back), or
+    it has DRM nodes now and `major` is DRM's."""
     nodes = gpu.vendor.nodes if gpu.vendor is not None else None
-    return nodes is not None and nodes.major == major
+    drm = major == DRM_MAJOR and (gpu.drm_card is not None or gpu.drm_render is not None)
+    return drm or (nodes is not None and nodes.major == major)
 
 
 def _loses_gpus(
