@@ -31,7 +31,7 @@ GPU_MEMORY: dict[str, tuple[int, str]] = {
 VFIO_DRIVER = "vfio-pci"
 """The driver VM functions end on."""
 
-# AMD's and Intel's rows stay here until each is a module in vendors/ (the next issues).
+# From each vendor module: a new vendor adds its row by being listed in VENDORS.
 HOST_GPU_DRIVERS = {v.pci_vendor: v.host_driver for v in VENDORS}
 """The driver a GPU returns to when it leaves vfio-pci, by PCI vendor: GPUs on vfio-pci
 (or unbound) today show no host driver in sysfs."""
