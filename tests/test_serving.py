@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from bundled import spec_path
 from pvegpu.engines import installed_files
+from pvegpu.engines.common.drops import DroppedSetting
 from pvegpu.engines.sglang import versions
-from pvegpu.engines.sglang.drops import DroppedSetting, compare_units
+from pvegpu.engines.sglang.drops import compare_units
 from pvegpu.engines.sglang.options import load_table
 from pvegpu.engines.sglang.unit import unit_content
 from pvegpu.engines.sglang.versions import EnvironmentRule, Versions, When

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from pvegpu.engines.common.tables import BUNDLE
 from pvegpu.engines.sglang.option_reader import SourcesMissingError, read_option_table, read_options
-from pvegpu.engines.sglang.options import BUNDLE, TABLE_PACKAGE, bundle_document, shipped_versions
+from pvegpu.engines.sglang.options import TABLE_PACKAGE, bundle_document, shipped_versions
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"

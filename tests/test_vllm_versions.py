@@ -13,8 +13,9 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 
 import bundled
+from pvegpu.engines.common.installed import InstalledRelease
 from pvegpu.engines.vllm import versions
-from pvegpu.engines.vllm.installed import InstalledVllm, executable
+from pvegpu.engines.vllm.installed import executable
 from pvegpu.engines.vllm.option_check import parse_command_line
 from pvegpu.engines.vllm.options import load_table, shipped_versions
 from pvegpu.errors import PlanError, PvegpuError, SpecError
@@ -271,8 +272,8 @@ def test_a_release_pvegpu_has_no_table_for_is_refused_by_name() -> None:
 def test_the_unit_runs_the_vllm_script_of_the_prefix_that_holds_the_release() -> None:
     rootfs = "rpool/data/subvol-129-disk-0"
 
-    def found(site: str) -> InstalledVllm:
-        return InstalledVllm("0.33.0", f"{rootfs}/{site}", f"{rootfs}/{site}/x/METADATA")
+    def found(site: str) -> InstalledRelease:
+        return InstalledRelease("0.33.0", f"{rootfs}/{site}", f"{rootfs}/{site}/x/METADATA")
 
     venv = found("root/ml-env/lib/python3.12/site-packages")
     assert executable("/root/ml-env/bin/python3", rootfs, venv) == "/root/ml-env/bin/vllm"

@@ -20,7 +20,6 @@ This is not on pvegpu's runtime path: only this tool touches the network (pip).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import re
 import subprocess
@@ -33,6 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
+from pvegpu.engines.common.tables import pack_bundle, unpack_bundle  # noqa: E402
 from pvegpu.engines.sglang.option_reader import read_options  # noqa: E402
 from pvegpu.engines.sglang.versions import version_key  # noqa: E402
 
@@ -111,44 +111,30 @@ def read_bundle(path: Path) -> dict[str, dict[str, Any]]:
     """Release -> {"source", "table"} of an existing bundle ({} when there is none)."""
     if not path.exists():
         return {}
-    bundle = json.loads(gzip.decompress(path.read_bytes()))
-    entries = bundle["entries"]
     return {
         version: {
             "source": release["source"],
             "table": {
                 "sglang_version": version,
                 "allow_abbrev": release["allow_abbrev"],
-                "args": [entries[i] for i in release["args"]],
+                "args": release["args"],
             },
         }
-        for version, release in bundle["releases"].items()
+        for version, release in unpack_bundle(path.read_bytes()).items()
     }
 
 
 def write_bundle(path: Path, releases: dict[str, dict[str, Any]]) -> int:
     """Write the shared-entry bundle; returns its size in bytes."""
-    entries: list[dict[str, Any]] = []
-    index: dict[str, int] = {}
-    out: dict[str, Any] = {}
-    for version in sorted(releases, key=lambda v: (version_key(v), v)):
-        release = releases[version]
-        ids = []
-        for entry in release["table"]["args"]:
-            key = json.dumps(entry, sort_keys=True)
-            if key not in index:
-                index[key] = len(entries)
-                entries.append(entry)
-            ids.append(index[key])
-        out[version] = {
+    records = {
+        version: {
             "source": release["source"],
             "allow_abbrev": release["table"]["allow_abbrev"],
-            "args": ids,
+            "args": release["table"]["args"],
         }
-    doc = {"format": 1, "entries": entries, "releases": out}
-    text = json.dumps(doc, separators=(",", ":"), sort_keys=False).encode()
-    # mtime=0: the same tables give the same bytes, so git sees no change.
-    data = gzip.compress(text, compresslevel=9, mtime=0)
+        for version, release in releases.items()
+    }
+    data = pack_bundle(records, version_key)
     path.write_bytes(data)
     return len(data)
 

@@ -25,7 +25,6 @@ This is not on pvegpu's runtime path: only this tool touches the network (pip).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import re
 import subprocess
@@ -39,6 +38,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
+from pvegpu.engines.common.tables import pack_bundle, unpack_bundle  # noqa: E402
 from pvegpu.engines.sglang.versions import version_key  # noqa: E402
 from pvegpu.engines.vllm.option_reader import read_option_table  # noqa: E402
 
@@ -141,42 +141,28 @@ def read_bundle(path: Path) -> dict[str, dict[str, Any]]:
     """Release -> its table document, of an existing bundle ({} when there is none)."""
     if not path.exists():
         return {}
-    bundle = json.loads(gzip.decompress(path.read_bytes()))
-    entries = bundle["entries"]
     return {
         version: {
             "vllm_version": version,
             "allow_abbrev": release["allow_abbrev"],
             "positionals": release["positionals"],
-            "args": [entries[i] for i in release["args"]],
+            "args": release["args"],
         }
-        for version, release in bundle["releases"].items()
+        for version, release in unpack_bundle(path.read_bytes()).items()
     }
 
 
 def write_bundle(path: Path, releases: dict[str, dict[str, Any]]) -> int:
     """Write the shared-entry bundle; returns its size in bytes."""
-    entries: list[dict[str, Any]] = []
-    index: dict[str, int] = {}
-    out: dict[str, Any] = {}
-    for version in sorted(releases, key=lambda v: (version_key(v), v)):
-        table = releases[version]
-        ids = []
-        for entry in table["args"]:
-            key = json.dumps(entry, sort_keys=True)
-            if key not in index:
-                index[key] = len(entries)
-                entries.append(entry)
-            ids.append(index[key])
-        out[version] = {
+    records = {
+        version: {
             "allow_abbrev": table["allow_abbrev"],
             "positionals": table["positionals"],
-            "args": ids,
+            "args": table["args"],
         }
-    doc = {"format": 1, "entries": entries, "releases": out}
-    text = json.dumps(doc, separators=(",", ":")).encode()
-    # mtime=0: the same tables give the same bytes, so git sees no change.
-    data = gzip.compress(text, compresslevel=9, mtime=0)
+        for version, table in releases.items()
+    }
+    data = pack_bundle(records, version_key)
     path.write_bytes(data)
     return len(data)
 

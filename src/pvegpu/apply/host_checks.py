@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import attrs
 
+from pvegpu.engines.common.environment import P2P_ENV
 from pvegpu.engines.sglang.dropins import effective_dropins
-from pvegpu.engines.sglang.environment import P2P_ENV
 from pvegpu.errors import PvegpuError
 from pvegpu.host.reader import RootReader
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs

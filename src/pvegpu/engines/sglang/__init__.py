@@ -13,5 +13,8 @@ loading the planner):
 - `command` (the flags pvegpu derives), `environment` (the service's variables), `unit`
   (the unit text), `old_unit` and `dropins` (the unit systemd runs now and what the
   bundle switches off in its drop-ins), `drops` (what the new unit would drop of the
-  old), `unit_secrets` (secrets in the old unit).
+  old).
+
+What both engines do the same way (the checker, the packed tables, the installed
+release, the drops comparison, the shared steps of `build`) is `engines.common`'s.
 """

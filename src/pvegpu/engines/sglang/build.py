@@ -8,6 +8,15 @@ already made (`serving.context.ServingContext`).
 
 from __future__ import annotations
 
+from pvegpu.engines.common.drops import drops_message
+from pvegpu.engines.common.environment import P2P_ENV
+from pvegpu.engines.common.server import (
+    check_rules,
+    check_whole_line,
+    environment_file,
+    p2p_finding,
+    refusal,
+)
 from pvegpu.engines.sglang import versions
 from pvegpu.engines.sglang.command import (
     extra_args,
@@ -15,26 +24,19 @@ from pvegpu.engines.sglang.command import (
     launch_options,
     option_table,
 )
-from pvegpu.engines.sglang.drops import compare_services, drops_message
-from pvegpu.engines.sglang.environment import P2P_ENV, service_environment
+from pvegpu.engines.sglang.drops import compare_services
+from pvegpu.engines.sglang.environment import service_environment
 from pvegpu.engines.sglang.old_unit import OldUnit, unit_base
 from pvegpu.engines.sglang.option_check import parse_command_line
 from pvegpu.engines.sglang.options import OptionTable
 from pvegpu.engines.sglang.unit import unit_content
-from pvegpu.engines.sglang.unit_secrets import (
-    default_environment_file,
-    secrets_moved_message,
-    unit_secrets,
-)
-from pvegpu.errors import PlanError, PvegpuError, SpecError
-from pvegpu.model.decision import DECIDED, P2PDecision, P2PSource, SglangServing
-from pvegpu.model.paths import UNIT_DIR
-from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.errors import PvegpuError
+from pvegpu.model.decision import DECIDED, SglangServing
+from pvegpu.model.plan import Finding, Severity
 from pvegpu.model.schema import ServingSpec
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.context import ServingContext
 from pvegpu.serving.fit import memory_fit
-from pvegpu.spec.rules import rule_problems
 from pvegpu.vendors.nvidia import NVIDIA
 
 
@@ -88,30 +90,16 @@ def decide_serving(
     options = launch_options(checks, table, version, holds, tp, p2p, extra) if table else ()
     environment = service_environment(checks, version, holds, p2p, indices)
     if table is not None and options:
-        argv = [w for o in options for w in o]
-        # The whole line again: catches what only shows in combination (a repeat, a
-        # missing required option) and any generated flag the version lacks. What
-        # extra_args alone already showed is not reported twice.
-        said = {(p.code, p.message) for p in checks.render_problems}
-        subject = f"{checks.where}: sglang {version}"
-        problems = parse_command_line(table, argv, subject=subject).problems
-        checks.render_problems.extend(p for p in problems if (p.code, p.message) not in said)
-        for word in argv:
-            checks.printable("command line", word)
-    secrets = unit_secrets(base.content) if base is not None else ()
-    environment_file = spec.environment_file
-    if secrets and environment_file is None:
-        environment_file = default_environment_file(spec.unit)
-    if secrets and environment_file is not None:
-        unit_path = f"{UNIT_DIR}/{spec.unit}.service"
-        message = secrets_moved_message(secrets, unit_path, context.vmid, environment_file)
-        checks.finding(Severity.WARNING, "serving-secrets-moved", message)
-    if checks.plan_problems:
-        return PlanError([*checks.plan_problems, *checks.render_problems])
-    if checks.render_problems:
-        # The option tables' problems: the spec's command line is not one the release
-        # takes. The spec has to change, as for any spec error (exit 4, docs/cli.md).
-        return SpecError(checks.render_problems)
+        check_whole_line(
+            checks,
+            [w for o in options for w in o],
+            f"{checks.where}: sglang {version}",
+            lambda argv, subject: parse_command_line(table, argv, subject=subject).problems,
+        )
+    unit_environment_file = environment_file(checks, context.vmid, base)
+    error = refusal(checks)
+    if error is not None:
+        return error
     serving = SglangServing(
         pool=pool.name,
         vmid=context.vmid,
@@ -138,27 +126,15 @@ def decide_serving(
         user=spec.user,
         working_directory=spec.working_directory,
         limit_nofile=spec.limit_nofile,
-        environment_file=environment_file,
+        environment_file=unit_environment_file,
         _key=DECIDED,
     )
     if old_unit.running and table is not None:
         # Compared with the unit text itself, so every setting the template writes
         # counts, and the warning lands with the serving's other findings.
         _report_drops(checks, serving, old_unit, table)
-    return serving, (_p2p_finding(pool, p2p), *checks.findings)
-
-
-def _p2p_finding(pool: Pool, p2p: P2PDecision) -> Finding:
-    """The P2P decision, first among the server's findings: the summary leads with it."""
-    state = "on" if p2p.enabled else "off"
-    effect = "" if p2p.enabled else f": {P2P_ENV}=1 and --disable-custom-all-reduce"
-    origin = "spec override" if p2p.source is P2PSource.SPEC else "from the facts"
-    return Finding(
-        Severity.INFO,
-        "serving-p2p",
-        f"pool {pool.name}",
-        f"GPU peer-to-peer {state} ({origin}: {p2p.reason}){effect}",
-    )
+    off = f"{P2P_ENV}=1 and --disable-custom-all-reduce"
+    return serving, (p2p_finding(pool, p2p, off), *checks.findings)
 
 
 def _report_drops(checks: Checks, serving: SglangServing, old: OldUnit, table: OptionTable) -> None:
@@ -175,17 +151,10 @@ def _report_drops(checks: Checks, serving: SglangServing, old: OldUnit, table: O
         checks.finding(Severity.WARNING, "serving-drops-settings", message)
 
 
-_RULE_CODES = {"unit": "serving-invalid-unit", "python": "serving-invalid-python"}
-
-
 def _check_scalars(checks: Checks) -> None:
-    """The spec's value rules (spec/rules.py) for a ServingSpec that may have been built
-    in code: the loader applies the same table to every spec it reads."""
+    """The spec's value rules, then what SGLang reads into a value."""
     spec = checks.spec
-    for problem in rule_problems(spec, checks.where):
-        field = problem.subject.rpartition(".")[2]
-        code = _RULE_CODES.get(field, "serving-invalid-value")
-        checks.problem(code, f"{field}: {problem.message}", problem.fix, subject=problem.subject)
+    check_rules(checks)
     if spec.served_model_name is not None and ":" in spec.served_model_name:
         checks.problem(
             "served-model-name-colon",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from pvegpu.engines.common import command
 from pvegpu.engines.sglang import versions
 from pvegpu.engines.sglang.installed import serving_release
 from pvegpu.engines.sglang.option_check import ParsedCommandLine, parse_command_line
@@ -69,10 +70,7 @@ KV_CACHE_DTYPE_BITS = {
 
 def kv_cache_bits(table: OptionTable | None, extra: ParsedCommandLine | None) -> int | None:
     """The element size extra_args' --kv-cache-dtype gives (None: the model's dtype)."""
-    option = extra.of(table.find(*KV_CACHE_DTYPE)) if extra and table else None
-    if option is None or not option.values:
-        return None
-    return KV_CACHE_DTYPE_BITS.get(option.values[0])
+    return command.kv_cache_bits(table, extra, KV_CACHE_DTYPE, KV_CACHE_DTYPE_BITS)
 
 
 def option_table(checks: Checks, rootfs: str | None) -> tuple[str, OptionTable | None]:
@@ -91,20 +89,12 @@ def extra_args(checks: Checks, table: OptionTable | None) -> ParsedCommandLine |
     """The spec's extra_args as `table` reads them; one setting an OWNED option is a problem."""
     if table is None:
         return None
-    subject = f"{checks.where}.extra_args"
-    parsed = parse_command_line(table, checks.spec.extra_args, subject=subject, complete=False)
-    checks.render_problems.extend(parsed.problems)
-    for spellings, owner in OWNED:
-        option = parsed.of(table.find(*spellings))
-        if option is not None:
-            checks.problem(
-                "serving-extra-arg-owned",
-                f"`{option.written}` is rendered from {owner}; extra_args may not set it",
-                f"remove `{' '.join(option.tokens)}` from extra_args"
-                + ("" if " " in owner else f" and set {owner} in the spec"),
-                subject=subject,
-            )
-    return parsed
+    return command.extra_args(
+        checks,
+        table,
+        lambda args, subject: parse_command_line(table, args, subject=subject, complete=False),
+        OWNED,
+    )
 
 
 def launch_options(

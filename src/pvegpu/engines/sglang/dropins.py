@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from pvegpu.engines.sglang.environment import FORBIDDEN_ENV, P2P_ENV
+from pvegpu.engines.common.environment import FORBIDDEN_ENV, P2P_ENV
 from pvegpu.errors import Problem
 from pvegpu.model.decision import DropinChange
 from pvegpu.model.facts import ConfigFile

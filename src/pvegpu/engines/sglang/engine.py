@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from pvegpu.engines.common.server import health_url
 from pvegpu.engines.sglang.build import decide_serving
 from pvegpu.engines.sglang.installed_files import read_installed_sglang
 from pvegpu.engines.sglang.unit import unit_content
@@ -36,14 +37,7 @@ class SglangEngine:
         return read_installed_sglang(reader, rootfs, python)
 
     def health_url(self, serving: SglangServing) -> str:
-        # SGLang's HTTP server answers /health once the model is loaded. A wildcard listen
-        # address is reachable on loopback; a specific one only on itself.
-        host = serving.host
-        if host in ("", "0.0.0.0", "::"):
-            host = "127.0.0.1"
-        elif ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{serving.port}/health"
+        return health_url(serving)
 
 
 SGLANG = SglangEngine()

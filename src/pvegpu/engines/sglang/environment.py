@@ -1,26 +1,16 @@
-"""The SGLang service's environment: CUDA_VISIBLE_DEVICES (the ordinals are decided in
-`serving/visible.py`), P2P, version quirks."""
+"""The SGLang service's environment: every engine's (`engines.common.environment`:
+CUDA_VISIBLE_DEVICES, P2P, the spec's own variables checked), plus SGLang's version
+quirks and the variables a release retired."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 
+from pvegpu.engines.common import environment
 from pvegpu.engines.sglang import versions
 from pvegpu.engines.sglang.versions import When
 from pvegpu.model.decision import P2PDecision
-from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
-from pvegpu.spec.rules import ENV_NAME
-
-P2P_ENV = "NCCL_P2P_DISABLE"
-FORBIDDEN_ENV = {
-    "NCCL_SHM_DISABLE": "with P2P off NCCL needs shared memory; without both it falls "
-    "back to sockets between GPUs of one host",
-}
-
-# `$NAME` / `${NAME}`: what a shell would expand and Environment= does not.
-_VARIABLE_REFERENCE = re.compile(r"\$\{?[A-Za-z_]")
 
 
 def service_environment(
@@ -31,71 +21,28 @@ def service_environment(
     indices: tuple[int, ...],
 ) -> tuple[tuple[str, str], ...]:
     """The unit's Environment=: what pvegpu derives, then the spec's own variables."""
-    spec = checks.spec
-    env: list[tuple[str, str]] = [
-        ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
-        ("CUDA_VISIBLE_DEVICES", ",".join(map(str, indices))),
-    ]
-    if not p2p.enabled:
-        env.append((P2P_ENV, "1"))
-    # Version quirks (SGLANG_ENABLE_SPEC_V2, SGLANG_AUTO_NUMA_BIND) come from the table.
-    env.extend((rule.name, rule.value) for rule in versions.RULES.environment_for(version, holds))
-    ours = dict(env)
-    for name, value in spec.environment:
-        where = f"{checks.where}.environment.{name}"
-        if not ENV_NAME.fullmatch(name):
-            checks.problem(
-                "serving-env-invalid-name",
-                f"{name!r} is not an environment variable name",
-                "use letters, digits and '_', not starting with a digit",
-                subject=where,
-            )
-            continue
-        checks.printable(f"environment {name}", value)
-        if _VARIABLE_REFERENCE.search(value):
-            # A PATH copied from a shell profile (`...:$PATH`) reaches SGLang as literal
-            # text, not as the directories it names in a shell.
-            checks.finding(
-                Severity.WARNING,
-                "serving-env-unexpanded",
-                f"environment {name}={value}: systemd's Environment= does not expand "
-                "`$VAR`, so the server gets these characters as written; spell the value out",
-            )
-        if name in FORBIDDEN_ENV:
-            checks.problem(
-                "serving-env-forbidden",
-                f"{name} must not be set: {FORBIDDEN_ENV[name]}",
-                f"remove {name}",
-                subject=where,
-            )
-            continue
-        retired = versions.RULES.retired_in(name, version)
-        if retired is not None:
-            checks.finding(
-                Severity.WARNING,
-                retired.code,
-                f"{name} was removed in SGLang {retired.since}; {version} ignores it",
-            )
-        if name in ours:
-            if ours[name] != value:
-                checks.problem(
-                    "serving-env-conflict",
-                    f"{name}={value} contradicts {name}={ours[name]}, which pvegpu derives "
-                    "from the facts and the spec",
-                    "remove it" + (" and use p2p / p2p_reason" if name == P2P_ENV else ""),
-                    subject=where,
-                )
-            continue
-        env.append((name, value))
-    return tuple(env)
+
+    def retired(name: str) -> tuple[str, str] | None:
+        rule = versions.RULES.retired_in(name, version)
+        if rule is None:
+            return None
+        return rule.code, f"{name} was removed in SGLang {rule.since}; {version} ignores it"
+
+    return environment.service_environment(
+        checks,
+        p2p,
+        indices,
+        # Version quirks (SGLANG_ENABLE_SPEC_V2, SGLANG_AUTO_NUMA_BIND) come from the table.
+        derived=((r.name, r.value) for r in versions.RULES.environment_for(version, holds)),
+        retired=retired,
+    )
 
 
 def retired_variable(name: str, version: str) -> str | None:
     """Why an old unit's variable `name` is deliberately not carried to `version`, or None."""
-    if name in FORBIDDEN_ENV:
-        return f"pvegpu refuses it: {FORBIDDEN_ENV[name]}"
-    if name == P2P_ENV:
-        return "pvegpu decides P2P from the facts (p2p / p2p_reason override it)"
+    why = environment.retired_variable(name)
+    if why is not None:
+        return why
     retired = versions.RULES.retired_in(name, version)
     if retired is not None:
         return f"removed in SGLang {retired.since}; {version} ignores it"

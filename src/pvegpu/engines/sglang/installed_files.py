@@ -1,16 +1,9 @@
-"""The files of a container SGLang's installed release is read from, through a root reader.
+"""The container files SGLang's installed release is read from, through a root reader.
 
-In the container's root file system (found by discovery from its storage or the spec's
-container_rootfs), the interpreter's site-packages
-(`<prefix>/lib/python3.*/{site,dist}-packages`, prefix from the spec's `python`) are
-listed for `sglang-<version>.dist-info`, and its METADATA is read into the facts.
-`installed` then decides the release from them. For a release pvegpu ships no option
-table for, the sources the table is read from (`sglang/srt/server_args.py` and the
-modules it takes constants and fields from) are read too, so planning can build the
-table without touching the root again.
-
-The engine says which files it needs; the reader it is handed (`host.reader`) is what
-opens them, inside the root and into the snapshot's trace, so this module opens no path.
+Listing the site-packages and reading the METADATA is every engine's
+(`engines.common.installed_files`); what is SGLang's is its distribution and, for a
+release pvegpu ships no option table for, the sources its table is read from
+(`sglang/srt/server_args.py` and the modules it takes constants and fields from).
 """
 
 from __future__ import annotations
@@ -18,13 +11,8 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from pvegpu.engines.sglang.installed import (
-    DIST_INFO,
-    PYTHON_DIR,
-    SITE_NAMES,
-    metadata_version,
-    python_prefixes,
-)
+from pvegpu.engines.common.installed_files import Source, read_installed
+from pvegpu.engines.sglang.installed import SGLANG
 from pvegpu.engines.sglang.options import shipped_versions
 from pvegpu.errors import DiscoveryError
 from pvegpu.model.facts import ConfigFile
@@ -33,49 +21,13 @@ if TYPE_CHECKING:
     from pvegpu.host.reader import RootReader
 
 
-def _is_python_dir(name: str) -> bool:
-    return PYTHON_DIR.fullmatch(name) is not None
-
-
-def _is_dist_info(name: str) -> bool:
-    return DIST_INFO.fullmatch(name) is not None
-
-
 def read_installed_sglang(reader: RootReader, rootfs: str, python: str) -> tuple[ConfigFile, ...]:
     """The SGLang METADATA (and, for an unshipped release, sources) that `python` in the
     container whose root file system is `rootfs` (under the host root) imports."""
-    files: dict[str, ConfigFile] = {}
-    for site in _site_directories(reader, rootfs, python):
-        for name in reader.listdir(site, _is_dist_info):
-            path = f"{site}/{name}/METADATA"
-            text = reader.read(path)
-            if text is None:
-                continue
-            files[path] = ConfigFile(path, text)
-            version = metadata_version(text)
-            if version is not None and version not in shipped_versions():
-                files.update((f.path, f) for f in _table_sources(reader, site, version))
-    return tuple(files.values())
+    return read_installed(reader, rootfs, python, SGLANG, shipped_versions(), _read_table)
 
 
-def _site_directories(reader: RootReader, rootfs: str, python: str) -> list[str]:
-    found = []
-    for prefix in python_prefixes(python):
-        lib = f"{rootfs}/{prefix}/lib" if prefix else f"{rootfs}/lib"
-        for version_dir in reader.listdir(lib, _is_python_dir) if reader.is_dir(lib) else ():
-            for site_name in SITE_NAMES:
-                site = f"{lib}/{version_dir}/{site_name}"
-                if reader.is_dir(site):
-                    found.append(site)
-    return found
-
-
-def _table_sources(reader: RootReader, site: str, version: str) -> list[ConfigFile]:
-    """The files the option reader opens for the table of the release installed at `site`.
-
-    The reader runs here once only to learn which files it needs; planning runs it again
-    on these texts from the facts. What fails here is reported there, from the facts.
-    """
+def _read_table(source: Source, version: str) -> None:
     # Only for a release pvegpu ships no table for: the ast-based reader is not imported
     # by every discovery with a serving spec.
     from pvegpu.engines.sglang.option_reader import (
@@ -83,14 +35,5 @@ def _table_sources(reader: RootReader, site: str, version: str) -> list[ConfigFi
         read_option_table,
     )
 
-    read: list[ConfigFile] = []
-
-    def source(path: str) -> str | None:
-        text = reader.read(f"{site}/{path}")
-        if text is not None:
-            read.append(ConfigFile(f"{site}/{path}", text))
-        return text
-
     with contextlib.suppress(SourcesMissingError, SyntaxError, RecursionError, DiscoveryError):
         read_option_table(source, version)
-    return read

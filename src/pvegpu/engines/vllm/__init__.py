@@ -4,8 +4,9 @@ Beside `engines.sglang`, behind the same `Engine` protocol (`engine.py`): the re
 installed in the container (`installed.py`, `installed_files.py`), the option table of
 every covered release (`options.py`, data in `data/tables.json.gz`, built by
 `option_reader.py` from each release's wheel), the command-line checker
-(`option_check.py`), the version rules (`versions.py`), the flags and environment
-(`command.py`, `environment.py`), the unit (`unit.py`), what the new unit drops
-(`drops.py`) and `decide_serving` (`build.py`). The old unit, its drop-ins and its
-secrets are read by SGLang's modules for them, which know no engine's flags.
+(`option_check.py`), the version rules (`versions.py`), the flags (`command.py`; its
+environment is every engine's, `engines.common.environment`), the unit (`unit.py`), what
+the new unit drops (`drops.py`) and `decide_serving` (`build.py`), each holding only what
+is vLLM's: the rest is `engines.common`'s, as for SGLang. The old unit and its drop-ins
+are read by SGLang's modules for them.
 """

@@ -11,12 +11,16 @@ table, the unit, and what the container's current unit loses.
 
 from __future__ import annotations
 
-from pvegpu.engines.sglang.old_unit import OldUnit, unit_base
-from pvegpu.engines.sglang.unit_secrets import (
-    default_environment_file,
-    secrets_moved_message,
-    unit_secrets,
+from pvegpu.engines.common.drops import drops_message
+from pvegpu.engines.common.environment import service_environment
+from pvegpu.engines.common.server import (
+    check_rules,
+    check_whole_line,
+    environment_file,
+    p2p_finding,
+    refusal,
 )
+from pvegpu.engines.sglang.old_unit import OldUnit, unit_base
 from pvegpu.engines.vllm.command import (
     extra_args,
     kv_cache_bits,
@@ -24,20 +28,17 @@ from pvegpu.engines.vllm.command import (
     serve_options,
 )
 from pvegpu.engines.vllm.drops import compare_services
-from pvegpu.engines.vllm.environment import service_environment
 from pvegpu.engines.vllm.installed import serving_release
 from pvegpu.engines.vllm.option_check import parse_command_line
 from pvegpu.engines.vllm.options import OptionTable
 from pvegpu.engines.vllm.unit import unit_content
-from pvegpu.errors import PlanError, PvegpuError, SpecError
-from pvegpu.model.decision import DECIDED, P2PDecision, P2PSource, VllmServing
-from pvegpu.model.paths import UNIT_DIR
-from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.errors import PvegpuError, SpecError
+from pvegpu.model.decision import DECIDED, VllmServing
+from pvegpu.model.plan import Finding, Severity
 from pvegpu.model.schema import ServingSpec
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.context import ServingContext
 from pvegpu.serving.fit import memory_fit
-from pvegpu.spec.rules import rule_problems
 from pvegpu.vendors.nvidia import NVIDIA
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
@@ -101,29 +102,19 @@ def decide_serving(
     options = serve_options(checks, table, tp, pp, p2p, mtp, extra) if table else ()
     environment = service_environment(checks, p2p, context.cuda_visible_devices)
     if table is not None and options:
-        argv = [w for o in options for w in o]
-        # The whole line again: catches what only shows in combination (a repeat, a
-        # missing required option) and any generated flag the release lacks. What
-        # extra_args alone already showed is not reported twice.
-        said = {(p.code, p.message) for p in checks.render_problems}
-        subject = f"{checks.where}: vllm {version}"
-        problems = parse_command_line(table, argv, subject=subject).problems
-        checks.render_problems.extend(p for p in problems if (p.code, p.message) not in said)
-        for word in argv:
-            checks.printable("command line", word)
-    secrets = unit_secrets(base.content) if base is not None else ()
-    environment_file = spec.environment_file
-    if secrets and environment_file is None:
-        environment_file = default_environment_file(spec.unit)
-    if secrets and environment_file is not None:
-        unit_path = f"{UNIT_DIR}/{spec.unit}.service"
-        message = secrets_moved_message(secrets, unit_path, context.vmid, environment_file)
-        checks.finding(Severity.WARNING, "serving-secrets-moved", message)
-    if checks.plan_problems:
-        return PlanError([*checks.plan_problems, *checks.render_problems])
-    if checks.render_problems or release is None:
-        # The option tables' problems: the spec's command line is not one the release
-        # takes. The spec has to change, as for any spec error (exit 4, docs/cli.md).
+        check_whole_line(
+            checks,
+            [w for o in options for w in o],
+            f"{checks.where}: vllm {version}",
+            lambda argv, subject: parse_command_line(table, argv, subject=subject).problems,
+        )
+    unit_environment_file = environment_file(checks, context.vmid, base)
+    error = refusal(checks)
+    if error is not None:
+        return error
+    if release is None:
+        # Not reached: no release comes with the problem saying why, which refusal
+        # returned; the type checker does not know that.
         return SpecError(checks.render_problems)
     serving = VllmServing(
         pool=pool.name,
@@ -151,7 +142,7 @@ def decide_serving(
         user=spec.user,
         working_directory=spec.working_directory,
         limit_nofile=spec.limit_nofile,
-        environment_file=environment_file,
+        environment_file=unit_environment_file,
         _key=DECIDED,
         pp_size=pp,
         executable=release.executable,
@@ -159,27 +150,13 @@ def decide_serving(
     )
     if old_unit.running and table is not None:
         _report_drops(checks, serving, old_unit, table)
-    return serving, (_p2p_finding(pool, p2p), *checks.findings)
-
-
-def _p2p_finding(pool: Pool, p2p: P2PDecision) -> Finding:
-    """The P2P decision, first among the server's findings: the summary leads with it."""
-    state = "on" if p2p.enabled else "off"
-    effect = "" if p2p.enabled else ": NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce"
-    origin = "spec override" if p2p.source is P2PSource.SPEC else "from the facts"
-    return Finding(
-        Severity.INFO,
-        "serving-p2p",
-        f"pool {pool.name}",
-        f"GPU peer-to-peer {state} ({origin}: {p2p.reason}){effect}",
-    )
+    off = "NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce"
+    return serving, (p2p_finding(pool, p2p, off), *checks.findings)
 
 
 def _report_drops(checks: Checks, serving: VllmServing, old: OldUnit, table: OptionTable) -> None:
     """Warn about what the service runs with now and will not after the change, both
     sides as systemd sees them (the unit plus its drop-ins, switched off as the bundle does)."""
-    from pvegpu.engines.sglang.drops import drops_message
-
     switched = {c.source: c.content for c in serving.dropins}
     after = (unit_content(serving), *(switched.get(d.path, d.text) for d in old.dropins))
     message = drops_message(compare_services(old.running, after, table), serving.unit_path)
@@ -187,21 +164,9 @@ def _report_drops(checks: Checks, serving: VllmServing, old: OldUnit, table: Opt
         checks.finding(Severity.WARNING, "serving-drops-settings", message)
 
 
-_RULE_CODES = {"unit": "serving-invalid-unit", "python": "serving-invalid-python"}
-
-
 def _check_scalars(checks: Checks) -> None:
-    """The spec's value rules (spec/rules.py) for a ServingSpec that may have been built
-    in code: the loader applies the same table to every spec it reads."""
+    """The spec's value rules; a key of another engine keeps its own code."""
     spec = checks.spec
-    for problem in rule_problems(spec, checks.where):
-        field = problem.subject.rpartition(".")[2]
-        code = _RULE_CODES.get(field, problem.code if problem.code == "spec-engine-key" else "")
-        checks.problem(
-            code or "serving-invalid-value",
-            f"{field}: {problem.message}",
-            problem.fix,
-            subject=problem.subject,
-        )
+    check_rules(checks, kept=("spec-engine-key",))
     if spec.working_directory is not None:
         checks.printable("working_directory", spec.working_directory)

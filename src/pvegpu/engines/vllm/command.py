@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pvegpu.engines.common import command
 from pvegpu.engines.vllm import versions
 from pvegpu.engines.vllm.option_check import ParsedCommandLine, parse_command_line
 from pvegpu.engines.vllm.options import OptionTable
@@ -60,30 +61,19 @@ KV_CACHE_DTYPE_BITS = {"fp8": 8, "fp8_e4m3": 8, "fp8_e5m2": 8, "fp8_inc": 8, "bf
 
 def kv_cache_bits(table: OptionTable | None, extra: ParsedCommandLine | None) -> int | None:
     """The element size extra_args' --kv-cache-dtype gives (None: the model's dtype)."""
-    option = extra.of(table.find(*KV_CACHE_DTYPE)) if extra and table else None
-    if option is None or not option.values:
-        return None
-    return KV_CACHE_DTYPE_BITS.get(option.values[0])
+    return command.kv_cache_bits(table, extra, KV_CACHE_DTYPE, KV_CACHE_DTYPE_BITS)
 
 
 def extra_args(checks: Checks, table: OptionTable | None) -> ParsedCommandLine | None:
     """The spec's extra_args as `table` reads them; one setting an OWNED option is a problem."""
     if table is None:
         return None
-    subject = f"{checks.where}.extra_args"
-    parsed = parse_command_line(table, checks.spec.extra_args, subject=subject, complete=False)
-    checks.render_problems.extend(parsed.problems)
-    for spellings, owner in OWNED:
-        option = parsed.of(table.find(*spellings))
-        if option is not None:
-            checks.problem(
-                "serving-extra-arg-owned",
-                f"`{option.written}` is rendered from {owner}; extra_args may not set it",
-                f"remove `{' '.join(option.tokens)}` from extra_args"
-                + ("" if " " in owner else f" and set {owner} in the spec"),
-                subject=subject,
-            )
-    return parsed
+    return command.extra_args(
+        checks,
+        table,
+        lambda args, subject: parse_command_line(table, args, subject=subject, complete=False),
+        OWNED,
+    )
 
 
 def serve_options(

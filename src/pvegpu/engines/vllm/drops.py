@@ -1,9 +1,10 @@
 """What the rendered vLLM unit leaves out of the container's current one.
 
-The same three lists as SGLang's `engines.sglang.drops` (kept, replaced or retired,
-dropped with where the spec would carry it), with vLLM's command line: the words after
-`vllm serve` (any path to the script, `python -m vllm.entrypoints.cli.main serve`) or
-after `-m vllm.entrypoints.openai.api_server`, read against the new release's table.
+The three lists (kept, replaced or retired, dropped with where the spec would carry it),
+the environment and the unit settings are every engine's (`engines.common.drops`); vLLM's
+own is its command line: the words after `vllm serve` (any path to the script,
+`python -m vllm.entrypoints.cli.main serve`) or after `-m vllm.entrypoints.openai.api_server`,
+read against the new release's table.
 """
 
 from __future__ import annotations
@@ -11,31 +12,20 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Sequence
 
-from pvegpu.engines.sglang.drops import (
+from pvegpu.engines.common import drops
+from pvegpu.engines.common.drops import (
     EXTRA_ARGS,
-    LIST_SETTINGS,
-    NOT_RENDERED,
-    SPEC_DIRECTIVES,
-    SPEC_ENVIRONMENT,
+    Changes,
     DroppedSetting,
     UnitComparison,
+    exec_start,
 )
+from pvegpu.engines.common.environment import retired_variable
 from pvegpu.engines.vllm.command import DERIVED, MODEL, OWNED
-from pvegpu.engines.vllm.environment import retired_variable
 from pvegpu.engines.vllm.option_check import ParsedOption, parse_command_line
 from pvegpu.engines.vllm.options import OptionSpec, OptionTable, load_table, shipped_versions
-from pvegpu.redact import MARK, is_secret_name, redact_argv, redact_line
-from pvegpu.serving.unitfile import (
-    ENVIRONMENT,
-    ENVIRONMENT_FILE,
-    EXEC_START,
-    SERVICE,
-    UnitFile,
-    environment_pairs,
-    exec_words,
-    merge_units,
-    unit_words,
-)
+from pvegpu.redact import redact_argv
+from pvegpu.serving.unitfile import EXEC_START, UnitFile
 
 _MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _CLI_MODULES = ("vllm.entrypoints.cli.main", "vllm.scripts")
@@ -57,19 +47,17 @@ def serve_words(argv: Sequence[str]) -> tuple[str, ...] | None:
 def compare_services(old: Sequence[str], new: Sequence[str], table: OptionTable) -> UnitComparison:
     """The settings of the old unit (and its drop-ins) that the new one (for `table`'s
     release, with the same drop-ins as the bundle leaves them) drops, merged as systemd does."""
-    old_unit, new_unit = merge_units(old), merge_units(new)
-    dropped: list[DroppedSetting] = []
-    replaced: list[tuple[str, str]] = []
-    retired: list[tuple[str, str]] = []
-    _compare_command(old_unit, new_unit, table, dropped, replaced, retired)
-    _compare_environment(old_unit, new_unit, dropped, retired)
-    _compare_settings(old_unit, new_unit, dropped)
-    return UnitComparison(tuple(dropped), tuple(replaced), tuple(retired))
 
+    def compare_command(
+        old: UnitFile,
+        new: UnitFile,
+        dropped: list[DroppedSetting],
+        replaced: Changes,
+        retired: Changes,
+    ) -> None:
+        _compare_command(old, new, table, dropped, replaced, retired)
 
-def _exec_start(unit: UnitFile) -> tuple[str, ...] | None:
-    values = unit.values(SERVICE, EXEC_START)
-    return exec_words(values[-1]) if values else None
+    return drops.compare_services(old, new, compare_command, retired_variable)
 
 
 def _compare_command(
@@ -77,10 +65,10 @@ def _compare_command(
     new: UnitFile,
     table: OptionTable,
     dropped: list[DroppedSetting],
-    replaced: list[tuple[str, str]],
-    retired: list[tuple[str, str]],
+    replaced: Changes,
+    retired: Changes,
 ) -> None:
-    old_argv, new_argv = _exec_start(old), _exec_start(new)
+    old_argv, new_argv = exec_start(old), exec_start(new)
     if old_argv is None:
         return
     old_words = serve_words(old_argv)
@@ -129,42 +117,3 @@ def _renamed(option: ParsedOption, table: OptionTable) -> OptionSpec | None:
         if other is not None and (found := table.find(*other.options)) is not None:
             return found
     return None
-
-
-def _compare_environment(
-    old: UnitFile, new: UnitFile, dropped: list[DroppedSetting], retired: list[tuple[str, str]]
-) -> None:
-    kept = dict(environment_pairs(new.values(SERVICE, ENVIRONMENT)))
-    environment_file = new.values(SERVICE, ENVIRONMENT_FILE)
-    for name, value in environment_pairs(old.values(SERVICE, ENVIRONMENT)):
-        if name in kept:
-            continue
-        if is_secret_name(name) and value:
-            # Never shown; the new unit reads it by reference (serving-secrets-moved).
-            if environment_file:
-                retired.append(
-                    (f"{name}={MARK}", f"read from EnvironmentFile={environment_file[-1]}")
-                )
-            else:
-                dropped.append(DroppedSetting(f"{name}={MARK}", "serving.environment_file"))
-            continue
-        why = retired_variable(name)
-        if why is not None:
-            retired.append((f"{name}={value}", why))
-        else:
-            dropped.append(DroppedSetting(f"{name}={value}", SPEC_ENVIRONMENT))
-
-
-def _compare_settings(old: UnitFile, new: UnitFile, dropped: list[DroppedSetting]) -> None:
-    for section, key in old.settings_named():
-        if section == SERVICE and key in (EXEC_START, ENVIRONMENT):
-            continue  # compared option by option and variable by variable above
-        carry = SPEC_DIRECTIVES.get((section, key), NOT_RENDERED)
-        old_values = old.values(section, key)
-        new_values = new.values(section, key)
-        if not new_values:
-            dropped.extend(DroppedSetting(redact_line(f"{key}={v}"), carry) for v in old_values)
-        elif key in LIST_SETTINGS:
-            have = {w for v in new_values for w in unit_words(v)}
-            missing = [w for v in old_values for w in unit_words(v) if w not in have]
-            dropped.extend(DroppedSetting(f"{key}={w}", NOT_RENDERED) for w in missing)

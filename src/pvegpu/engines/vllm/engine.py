@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from pvegpu.engines.common.server import health_url
 from pvegpu.engines.vllm.build import decide_serving
 from pvegpu.engines.vllm.installed_files import read_installed_vllm
 from pvegpu.engines.vllm.unit import unit_content
@@ -37,14 +38,9 @@ class VllmEngine:
         return read_installed_vllm(reader, rootfs, python)
 
     def health_url(self, serving: SglangServing) -> str:
-        # vLLM's OpenAI server answers GET /health with 200 once the engine is up (every
-        # release since `vllm serve`). A wildcard address is reachable on loopback.
-        host = serving.host
-        if host in ("", "0.0.0.0", "::"):
-            host = "127.0.0.1"
-        elif ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{serving.port}/health"
+        # vLLM's OpenAI server has answered GET /health since `vllm serve` came, as
+        # SGLang's does.
+        return health_url(serving)
 
 
 VLLM = VllmEngine()

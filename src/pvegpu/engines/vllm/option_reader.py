@@ -62,16 +62,8 @@ class SourcesMissingError(Exception):
 class _VllmSources(Sources):
     """sglang's evaluator over a vLLM tree: names imported from `vllm.*` are followed."""
 
-    def module(self, name: str) -> Module | None:
-        if name not in self._modules:
-            self._modules[name] = None  # a cycle reads as missing
-            base = name.replace(".", "/")
-            text, package = self.files(f"{base}.py"), name.rpartition(".")[0]
-            if text is None:
-                text, package = self.files(f"{base}/__init__.py"), name
-            if text is not None:
-                self._modules[name] = _VllmModule(self, name, package, ast.parse(text))
-        return self._modules[name]
+    def parsed(self, name: str, package: str, tree: ast.Module) -> Module:
+        return _VllmModule(self, name, package, tree)
 
 
 class _VllmModule(Module):

@@ -15,9 +15,6 @@ installed in a container that has no shipped table gets one from its own sources
 
 from __future__ import annotations
 
-import json
-import zlib
-from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,16 +22,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 import pvegpu.engines.vllm.data
+from pvegpu.engines.common.tables import ShippedTables, entry_fields
 from pvegpu.engines.sglang.versions import version_key
-from pvegpu.errors import Problem, RenderError
+from pvegpu.errors import RenderError
 
 if TYPE_CHECKING:
     from pvegpu.engines.sglang.option_source import SourceFiles
 
 TABLE_PACKAGE = "pvegpu.engines.vllm.data"
-BUNDLE = "tables.json.gz"
-BUNDLE_FORMAT = 1
-_NARGS_WORDS = ("?", "*", "+")
 ADD_RELEASE = "make vllm-tables VERSIONS={version} (docs/vllm.md, adding a release)"
 _INVERSE = {"--enable-": "--disable-", "--disable-": "--enable-"}
 
@@ -111,7 +106,7 @@ class OptionTable:
                 raise TypeError("positionals must be a list of strings")
             args = tuple(_option_spec(entry) for entry in doc["args"])
         except (ValueError, KeyError, TypeError) as err:
-            raise _invalid(source, err) from None
+            raise TABLES.invalid(source, err) from None
         return cls(version, allow_abbrev, tuple(positionals), args)
 
     def find(self, *spellings: str) -> OptionSpec | None:
@@ -123,107 +118,52 @@ class OptionTable:
         return None
 
 
-def _invalid(source: str, err: Exception) -> RenderError:
-    fix = f"regenerate it: {ADD_RELEASE.format(version='<version>')}"
-    return RenderError(
-        [Problem("vllm-table-invalid", source, f"not a vLLM option table: {err}", fix)]
-    )
-
-
 def _option_spec(entry: Any) -> OptionSpec:
-    if not isinstance(entry, dict):
-        raise TypeError(f"each args entry must be an object, got {entry!r}")
-    options = entry["options"]
-    if not (isinstance(options, list) and options and all(isinstance(o, str) for o in options)):
-        raise TypeError(f"options must be a non-empty list of strings, got {options!r}")
-    nargs = entry["nargs"]
-    if not (nargs is None or isinstance(nargs, int) or nargs in _NARGS_WORDS):
-        raise TypeError(f"{options[0]}: nargs {nargs!r} is not an argparse nargs")
-    choices = entry["choices"]
-    if choices is not None and not isinstance(choices, list):
-        raise TypeError(f"{options[0]}: choices must be a list or null")
+    fields = entry_fields(entry)
     return OptionSpec(
-        options=tuple(options),
-        dest=str(entry["dest"]),
-        action=str(entry["action"]),
-        type=None if entry["type"] is None else str(entry["type"]),
-        nargs=nargs,
-        choices=None if choices is None else tuple(str(c) for c in choices),
-        required=bool(entry["required"]),
+        **fields,
         deprecated=bool(entry["deprecated"]),
     )
 
 
-@cache
-def _bundle() -> Mapping[str, Any]:
-    """The shipped tables, decompressed once per process."""
-    source = f"{TABLE_PACKAGE}/{BUNDLE}"
-    try:
-        data = _read_shipped(BUNDLE)
-        # zlib with gzip framing (wbits 31), as SGLang's tables: no gzip module import.
-        bundle = json.loads(zlib.decompress(data, wbits=31))
-        if bundle["format"] != BUNDLE_FORMAT:
-            raise ValueError(f"format {bundle['format']}, this pvegpu reads {BUNDLE_FORMAT}")
-        if not isinstance(bundle["entries"], list) or not isinstance(bundle["releases"], dict):
-            raise TypeError("entries must be a list, releases an object")
-    except (OSError, ValueError, KeyError, TypeError, zlib.error) as err:
-        raise _invalid(source, err) from None
-    return dict(bundle)
-
-
-def _read_shipped(name: str) -> bytes:
-    found = Path(pvegpu.engines.vllm.data.__file__ or "").parent / name
-    if found.is_file():
-        return found.read_bytes()
-    from importlib import resources  # zip installs only
-
-    return resources.files(TABLE_PACKAGE).joinpath(name).read_bytes()
+TABLES = ShippedTables(
+    engine="vllm",
+    title="vLLM",
+    table_noun="a vLLM option table",
+    package=TABLE_PACKAGE,
+    directory=Path(pvegpu.engines.vllm.data.__file__ or "").parent,
+    add_release=ADD_RELEASE,
+    version_key=version_key,
+    shipped_note=" (the latest patch of each minor release)",
+)
 
 
 def bundle_document(version: str) -> dict[str, Any]:
     """The shipped table of `version` in the one-table format (what the tool compares)."""
-    bundle = _bundle()
-    release = bundle["releases"][version]
-    entries = bundle["entries"]
+    release, entries = TABLES.release(version)
     return {
         "vllm_version": version,
         "allow_abbrev": release["allow_abbrev"],
         "positionals": release["positionals"],
-        "args": [entries[i] for i in release["args"]],
+        "args": entries,
     }
 
 
 @cache
 def shipped_versions() -> tuple[str, ...]:
     """Releases with a table in the package, oldest first."""
-    return tuple(sorted(_bundle()["releases"], key=lambda v: (version_key(v), v)))
+    return TABLES.shipped_versions()
 
 
 def unknown_version(version: str, why: str) -> RenderError:
     """The refusal for a release pvegpu has no table for and cannot build one of."""
-    shipped = shipped_versions()
-    problem = Problem(
-        "vllm-version-unknown",
-        f"vllm {version}",
-        f"pvegpu has no option table for vLLM {version} ({why}), so it cannot check the "
-        f"command line; it ships {shipped[0]} to {shipped[-1]} (the latest patch of each "
-        "minor release)",
-        "install a release pvegpu knows in the container, or add it to pvegpu: "
-        + ADD_RELEASE.format(version=version),
-    )
-    return RenderError([problem])
+    return TABLES.unknown_version(version, why)
 
 
 @cache
 def load_table(version: str) -> OptionTable:
     """The shipped table of `version`; RenderError naming the shipped ones if there is none."""
-    if version not in shipped_versions():
-        raise unknown_version(version, "not shipped, and no readable installation")
-    source = f"{TABLE_PACKAGE}/{BUNDLE}: {version}"
-    try:
-        doc = bundle_document(version)
-    except (KeyError, IndexError, TypeError) as err:
-        raise _invalid(source, err) from None
+    doc, source = TABLES.shipped_document(version, bundle_document)
     return OptionTable.from_doc(doc, source=source)
 
 

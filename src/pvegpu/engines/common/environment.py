@@ -1,24 +1,44 @@
-"""The vLLM service's environment: CUDA_VISIBLE_DEVICES (the ordinals are decided in
-`serving/visible.py`), P2P, then the spec's own variables, checked as for SGLang."""
+"""A server unit's environment: what pvegpu derives for NCCL and CUDA, then the spec's own
+variables, checked the same way for every engine.
+
+CUDA_VISIBLE_DEVICES (the ordinals are decided in `serving/visible.py`) in PCI order and
+NCCL's P2P switch are the CUDA runtime's and NCCL's, not an engine's; an engine adds its
+own release's variables (`derived`) and says which of the spec's its release retired.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 
-from pvegpu.engines.sglang.environment import FORBIDDEN_ENV, P2P_ENV
 from pvegpu.model.decision import P2PDecision
 from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
 from pvegpu.spec.rules import ENV_NAME
 
+P2P_ENV = "NCCL_P2P_DISABLE"
+FORBIDDEN_ENV = {
+    "NCCL_SHM_DISABLE": "with P2P off NCCL needs shared memory; without both it falls "
+    "back to sockets between GPUs of one host",
+}
+
 # `$NAME` / `${NAME}`: what a shell would expand and Environment= does not.
 _VARIABLE_REFERENCE = re.compile(r"\$\{?[A-Za-z_]")
 
+Retired = Callable[[str], "tuple[str, str] | None"]
+"""The finding (code, message) for a spec variable the engine's release no longer reads."""
+
 
 def service_environment(
-    checks: Checks, p2p: P2PDecision, indices: tuple[int, ...]
+    checks: Checks,
+    p2p: P2PDecision,
+    indices: tuple[int, ...],
+    *,
+    derived: Iterable[tuple[str, str]] = (),
+    retired: Retired = lambda name: None,
 ) -> tuple[tuple[str, str], ...]:
-    """The unit's Environment=: what pvegpu derives, then the spec's own variables."""
+    """The unit's Environment=: what pvegpu derives (`derived`: the engine's own, after
+    CUDA's and NCCL's), then the spec's own variables."""
     spec = checks.spec
     env: list[tuple[str, str]] = [
         ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
@@ -26,6 +46,7 @@ def service_environment(
     ]
     if not p2p.enabled:
         env.append((P2P_ENV, "1"))
+    env.extend(derived)
     ours = dict(env)
     for name, value in spec.environment:
         where = f"{checks.where}.environment.{name}"
@@ -39,6 +60,8 @@ def service_environment(
             continue
         checks.printable(f"environment {name}", value)
         if _VARIABLE_REFERENCE.search(value):
+            # A PATH copied from a shell profile (`...:$PATH`) reaches the server as
+            # literal text, not as the directories it names in a shell.
             checks.finding(
                 Severity.WARNING,
                 "serving-env-unexpanded",
@@ -53,6 +76,9 @@ def service_environment(
                 subject=where,
             )
             continue
+        finding = retired(name)
+        if finding is not None:
+            checks.finding(Severity.WARNING, *finding)
         if name in ours:
             if ours[name] != value:
                 checks.problem(
@@ -68,7 +94,8 @@ def service_environment(
 
 
 def retired_variable(name: str) -> str | None:
-    """Why an old unit's variable `name` is deliberately not carried over, or None."""
+    """Why an old unit's variable `name` is deliberately not carried over by any engine,
+    or None."""
     if name in FORBIDDEN_ENV:
         return f"pvegpu refuses it: {FORBIDDEN_ENV[name]}"
     if name == P2P_ENV:
