@@ -45,6 +45,14 @@ class Series:
     name: str
     argv: tuple[str, ...]
     runs: list[Run] = field(default_factory=list)
+    ok_codes: tuple[int, ...] = (0,)
+    """Exit statuses that are a result, not a failure (`pvegpu check`: 8 and 9 report
+    findings)."""
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        """The fastest and slowest wall time of the runs."""
+        return min(r.seconds for r in self.runs), max(r.seconds for r in self.runs)
 
     @property
     def seconds(self) -> float:
@@ -55,7 +63,7 @@ class Series:
         return statistics.median(r.cpu for r in self.runs)
 
 
-def run_once(argv: Sequence[str], timeout_s: float) -> Run:
+def run_once(argv: Sequence[str], timeout_s: float, ok_codes: Sequence[int] = (0,)) -> Run:
     """Spawn argv, stdout to /dev/null, and wait for it: its wall time and peak memory."""
     actions = [(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)]
     start = time.perf_counter()
@@ -69,7 +77,7 @@ def run_once(argv: Sequence[str], timeout_s: float) -> Run:
     seconds = time.perf_counter() - start
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
         raise BenchError(f"{' '.join(argv)}: no result within {timeout_s:.0f} s")
-    if os.waitstatus_to_exitcode(status) != 0:
+    if os.waitstatus_to_exitcode(status) not in ok_codes:
         code = os.waitstatus_to_exitcode(status)
         raise BenchError(f"{' '.join(argv)}: exit status {code}; run it by hand to see why")
     return Run(seconds, usage.ru_utime + usage.ru_stime)
@@ -78,10 +86,10 @@ def run_once(argv: Sequence[str], timeout_s: float) -> Run:
 def alternate(series: Sequence[Series], runs: int, timeout_s: float) -> None:
     """One untimed warm-up run each (page cache, bytecode cache), then `runs` rounds."""
     for s in series:
-        run_once(s.argv, timeout_s)
+        run_once(s.argv, timeout_s, s.ok_codes)
     for _ in range(runs):
         for s in series:
-            s.runs.append(run_once(s.argv, timeout_s))
+            s.runs.append(run_once(s.argv, timeout_s, s.ok_codes))
 
 
 _LAUNCHER = """

@@ -3,15 +3,20 @@
     python bench/stages.py ROOT SPEC
 
 Run by bench.py as a child, so no measurement profits from another tree's caches.
-Start-up is left out on purpose: it is measured separately, and here it would hide how
-each stage grows with the host. Planning and rendering are pure functions, so each is
-repeated and its fastest repetition kept: at 256 functions they take milliseconds, and
-one scheduler hiccup on a busy machine would otherwise be the whole measurement.
+Also prints the Python function calls of one more plan and render (`plan calls`,
+`render calls`): they grow with the work alone, where wall time also grows with the
+cache misses of a bigger heap. Start-up is left out on purpose: it is measured
+separately, and here it would hide how each stage grows with the host. Planning and
+rendering are pure functions, so each is repeated and its fastest repetition kept: at
+256 functions they take milliseconds, and one scheduler hiccup on a busy machine would
+otherwise be the whole measurement.
 """
 
 from __future__ import annotations
 
+import cProfile
 import json
+import pstats
 import sys
 import time
 from collections.abc import Callable
@@ -55,9 +60,19 @@ def _measure(pvegpu: Any, root: Path, spec_path: Path) -> None:
                 "plan": planned,
                 "render": rendered,
                 "artifacts": len(artifacts),
+                "plan calls": calls(lambda: pvegpu.plan(facts, spec)),
+                "render calls": calls(lambda: pvegpu.render(plan)),
             }
         )
     )
+
+
+def calls(step: Callable[[], object]) -> int:
+    """Python function calls of one more run, counted by cProfile (after the timed runs,
+    which it would slow): the work itself, free of the machine's caches and noise."""
+    profile = cProfile.Profile()
+    profile.runcall(step)
+    return pstats.Stats(profile).total_calls  # type: ignore[attr-defined, no-any-return]
 
 
 if __name__ == "__main__":

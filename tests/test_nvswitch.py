@@ -390,3 +390,25 @@ def test_fabric_text(tmp_path: Path, golden: Golden) -> None:
         except PlanError as err:
             out += [f"refused: {p}" for p in err.problems]
     assert "\n".join(out) + "\n" == golden("txt")
+
+
+def test_the_board_is_asked_per_host_not_remembered_across_hosts(tmp_path: Path) -> None:
+    """planning.fabric.board keeps the last host's answer (asked once per pool): another
+    host, even one equal but for its Fabric Manager mode, gets its own."""
+    from pvegpu.planning.fabric import board
+    from pvegpu.vendors import nvswitch
+
+    facts = facts_of(tmp_path)
+    found = board(facts)
+    assert found is not None and not found.shared and len(found.switches) == 4
+    assert board(facts) is found
+    shared = attrs.evolve(
+        facts, fabric_manager=attrs.evolve(facts.fabric_manager, mode=nvswitch.MODE_SHARED)
+    )
+    shared_board = board(shared)
+    assert shared_board is not None and shared_board.shared
+    no_switches = attrs.evolve(
+        facts, functions=tuple(f for f in facts.functions if not nvswitch.is_switch(f))
+    )
+    assert board(no_switches) is None
+    assert board(facts) == found

@@ -20,6 +20,7 @@ import pytest
 from pvegpu.cli.diffs import current as _current
 from pvegpu.engines import installed_files
 from pvegpu.errors import DiscoveryError
+from pvegpu.host.listing import Listing
 from pvegpu.host.reader import RootReader, Trace
 from pvegpu.host.serving_files import read_serving_files
 from pvegpu.model.artifact import Artifact
@@ -128,6 +129,56 @@ def test_links_into_directories_read_before(root: Path, opened: list[str]) -> No
     assert reader.directory("driver", at=device) == "sys/bus/pci/drivers/nvidia"
     assert reader.read("escape", at=device) is None
     assert not any("secret" in path for path in opened)
+
+
+def test_link_directory_is_readlink_and_directory_in_one(root: Path, opened: list[str]) -> None:
+    """`Listing.link_directory` (each device's iommu_group, driver, physfn, virtfnN):
+    the link's text and the real directory it leads to inside the root, as readlink and
+    directory give them; None for a dangling target, one out of the root or a file."""
+    write(root / "elsewhere/iommu_groups/5/type", "DMA\n")
+    write(root / "sys/bus/pci/drivers/nvidia/bind", "")
+    (root / "sys/kernel").symlink_to("../elsewhere")
+    device = "sys/devices/pci0000:00/0000:00:01.0"
+    (root / device).mkdir(parents=True)
+    links = {
+        "iommu_group": "../../../kernel/iommu_groups/5",  # through the sys/kernel link
+        "driver": "../../../bus/pci/drivers/nvidia",
+        "absolute": "/sys/bus/pci/drivers/nvidia",
+        "dangling": "../../../bus/pci/drivers/nouveau",
+        "escape": "../../../../../outside",
+        "to_a_file": "../../../bus/pci/drivers/nvidia/bind",
+    }
+    for name, target in links.items():
+        (root / device / name).symlink_to(target)
+    write(root / device / "plain", "not a link\n")
+    trace = Trace()
+    reader = RootReader(root, trace)
+    assert reader.listdir("sys/kernel/iommu_groups") == ["5"]
+    listing = Listing(reader, device, device)
+    found = {name: listing.link_directory(name, f"{device}/{name}") for name in links}
+    assert found == {
+        "iommu_group": (links["iommu_group"], "elsewhere/iommu_groups/5"),
+        "driver": (links["driver"], "sys/bus/pci/drivers/nvidia"),
+        "absolute": (links["absolute"], "sys/bus/pci/drivers/nvidia"),
+        "dangling": (links["dangling"], None),
+        "escape": (links["escape"], None),
+        "to_a_file": (links["to_a_file"], None),
+    }
+    # Traced as directory() traces (a snapshot archives the directories it reached).
+    assert {"elsewhere/iommu_groups/5", "sys/bus/pci/drivers/nvidia"} <= trace.dirs
+    assert trace.links[f"{device}/driver"] == links["driver"]
+    for name, pair in found.items():
+        assert pair is not None
+        text, real = pair
+        assert text == reader.readlink(name, at=device)
+        assert real == reader.directory(name, at=device), name
+    assert listing.link_directory("plain", f"{device}/plain") is None
+    assert listing.link_directory("missing", f"{device}/missing") is None
+    assert not any("outside" in path for path in opened)
+    (root / device / "loop").symlink_to("loop")
+    listing = Listing(reader, device, device)
+    loop = f"{device}/loop"
+    assert problem(lambda: listing.link_directory("loop", loop)) == ("symlink-loop", loop)
 
 
 def test_loop_and_dangling_links(root: Path) -> None:

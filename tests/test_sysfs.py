@@ -127,3 +127,52 @@ def test_nvidia_library_names_are_whole_ascii_names() -> None:
     assert USERSPACE.library.match("libcuda.so.590.48.01") is not None
     for bad in ("libcuda.so.590.48.01\n", "libcuda.so.\u0665\u0669\u0660.48", "libcuda.so.1"):
         assert USERSPACE.library.match(bad) is None, bad
+
+
+_UEVENT = (
+    "DRIVER=nvidia\nPCI_CLASS={klass}\nPCI_ID={ids}\nPCI_SUBSYS_ID=10DE:204B\n"
+    "PCI_SLOT_NAME=0000:81:00.0\n"
+)
+
+
+def test_pci_uevent_ids_and_class() -> None:
+    """The kernel's %04X:%04X pairs and its class without leading zeros (4-6 digits)."""
+    raw = _UEVENT.format(klass="30200", ids="10DE:2BB5")
+    assert sysfs.pci_uevent(raw) == (0x10DE, 0x2BB5, 0x10DE, 0x204B, 0x030200, "0000:81:00.0")
+    assert sysfs.pci_uevent(_UEVENT.format(klass="0604", ids="1022:14AB"))[4] == 0x0604
+    assert sysfs.pci_uevent(_UEVENT.format(klass="FF0000", ids="1022:14AB"))[4] == 0xFF0000
+
+
+@pytest.mark.parametrize(
+    ("klass", "ids"),
+    [
+        ("30200", "10de:2bb5"),  # lowercase: not what the kernel prints
+        ("30200", "10DE:2BB"),
+        ("30200", "10DE2BB5"),
+        ("30200", "10DE-2BB5"),
+        ("30200", "10DE:2BB5:"),
+        ("30200", ":10DE2BB5"),
+        ("30200", "10DE:2BG5"),
+        ("30200", "+0DE:2BB5"),
+        ("30200", " 0DE:2BB5"),
+        ("302", "10DE:2BB5"),
+        ("3020000", "10DE:2BB5"),
+        ("30g00", "10DE:2BB5"),
+        ("", "10DE:2BB5"),
+    ],
+)
+def test_pci_uevent_refuses_other_forms(klass: str, ids: str) -> None:
+    with pytest.raises(ValueError, match="PCI_ID"):
+        sysfs.pci_uevent(_UEVENT.format(klass=klass, ids=ids))
+
+
+@pytest.mark.parametrize("raw", ["\u00b2\n", "\u0667\n", "-1\n", "+1\n", " 1\n", "\n", "1 \n"])
+def test_counts_are_ascii_digits(raw: str) -> None:
+    with pytest.raises(ValueError, match="number"):
+        sysfs.count(raw)
+
+
+@pytest.mark.parametrize("raw", ["-\n", "--1\n", "+1\n", "-\u00b2\n", " 1\n"])
+def test_numa_node_sign_and_digits(raw: str) -> None:
+    with pytest.raises(ValueError, match="node number"):
+        sysfs.numa_node(raw)

@@ -18,16 +18,20 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
-from pvegpu.apply.bundle import Bundle
 from pvegpu.apply.host_checks import container_rootfs, host_checks, serving_unit
 from pvegpu.host.discover import read_host
 from pvegpu.host.reader import RootReader
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Finding, Severity
-from pvegpu.rendering.review.changes import container_vmid
+
+if TYPE_CHECKING:
+    # Only a check against a bundle needs the bundle and the review code (jinja2 with
+    # it); `pvegpu check --root` alone compares the host with itself.
+    from pvegpu.apply.bundle import Bundle
 
 EXIT_WARNINGS = 8
 EXIT_ERRORS = 9
@@ -106,6 +110,8 @@ def _against_bundle(reader: RootReader, facts: HostFacts, bundle: Bundle) -> Ite
                 Severity.ERROR, "split-unit-disabled", "/" + unit,
                 "is not enabled: the split is lost at the next reboot",
             )  # fmt: skip
+    from pvegpu.rendering.review.changes import container_vmid
+
     for entry in bundle.entries:
         vmid = container_vmid(entry.target)
         if vmid is None:

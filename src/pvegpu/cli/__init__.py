@@ -17,7 +17,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pvegpu.cli.arguments import EPILOG, build_parser
+from pvegpu.cli.arguments import EPILOG, build_parser, command_of
 from pvegpu.errors import Problem, PvegpuError
 from pvegpu.gcpause import command_paused, frozen_for_exit
 
@@ -40,7 +40,7 @@ _WAITING_COMMANDS = frozenset({"apply", "revert"})
 cyclic collector on. Every other command is one short pass, run with it paused."""
 _RENDERING_COMMANDS = frozenset({"plan", "render", "apply", "check"})
 """Commands that may render templates (apply and check from a spec): they keep the
-compiled templates in the per-user cache."""
+compiled templates in the per-user cache when they do."""
 
 
 def refusal_document(
@@ -92,9 +92,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     and main is then the program itself, so it leaves its objects frozen for the exit
     that follows (`gcpause.frozen_for_exit`); a caller that goes on passes its argv.
     """
-    parser = build_parser()
+    # Only the invoked subcommand's arguments are built (cli/arguments.py).
+    parser = build_parser(command_of(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
-    if args.command in _RENDERING_COMMANDS:
+    # apply and check render only from a spec (a bundle is rendered already): without
+    # one, jinja2 is not even imported.
+    if args.command in _RENDERING_COMMANDS and (
+        args.command in ("plan", "render") or getattr(args, "spec", None) is not None
+    ):
         # The process keeps compiled templates, not render() (a pure stage writes nothing).
         from pvegpu.formats.templating import default_cache_dir, use_bytecode_cache
 

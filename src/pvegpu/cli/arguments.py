@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,10 @@ def _node_root(text: str) -> tuple[str | None, Path]:
     return None, Path(text)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `command` (the subcommand about to run), only that
+    subcommand's arguments: the others are listed by name and help line (for `--help`
+    and the "invalid choice" message) but not built, a few milliseconds of every run."""
     parser = argparse.ArgumentParser(
         prog="pvegpu",
         description="Plan, render and apply GPU splits on a Proxmox VE host.",
@@ -65,31 +68,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _discover(sub)
-    _snapshot(sub)
-    _plan_and_render(sub)
-    _apply_and_check(sub)
+    build_all = command not in COMMANDS
+    for name, (help_line, build) in COMMANDS.items():
+        if build_all or name == command:
+            build(sub.add_parser(name, help=help_line))
+        else:
+            sub.add_parser(name, help=help_line, add_help=False)
     return parser
 
 
-def _discover(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    d = sub.add_parser(
-        "discover",
-        help="show the host's GPUs, NUMA nodes, IOMMU groups and drivers",
-        description="Read sysfs, procfs and /etc under --root and print the GPU topology: "
+def command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names: its first word, when no option comes before it (the
+    top level has only --help and --version); None otherwise (build everything)."""
+    return argv[0] if argv and argv[0] in COMMANDS else None
+
+
+def _discover(d: argparse.ArgumentParser) -> None:
+    d.description = (
+        "Read sysfs, procfs and /etc under --root and print the GPU topology: "
         "one line per GPU in PCI order, the host line (node, IOMMU mode, SEV-SNP, "
-        "nvidia module) and the GPUs of each NUMA node. Reads only; writes nothing.",
+        "nvidia module) and the GPUs of each NUMA node. Reads only; writes nothing."
     )
     d.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
     d.add_argument("--json", action="store_true", help="the facts document (docs/facts-schema.md)")
     d.set_defaults(run="pvegpu.cli.discover:run_discover")
 
 
-def _snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    s = sub.add_parser(
-        "snapshot",
-        help="archive exactly what discover reads into a .tar.gz",
-        description="Capture every file and symlink discover reads under --root into "
+def _snapshot(s: argparse.ArgumentParser) -> None:
+    s.description = (
+        "Capture every file and symlink discover reads under --root into "
         "a .tar.gz that `pvegpu discover --root <unpacked>` reads back to the same "
         "facts: sysfs and procfs attributes, the kernel command line, the guest configs, "
         "PCI mappings and storage.cfg under /etc/pve, modprobe.d and the host's systemd "
@@ -97,7 +104,7 @@ def _snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "library names (empty) and the model's config.json. Values that look like secrets "
         "(tokens, API keys, passwords in units and environment lines) are replaced by "
         "REDACTED, and the command lists the files where it did so; the rest of those "
-        "files, guest names and descriptions included, is archived as read.",
+        "files, guest names and descriptions included, is archived as read."
     )
     s.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
     s.add_argument("--out", type=Path, required=True, help="archive to write (.tar.gz)")
@@ -110,9 +117,9 @@ def _snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.set_defaults(run="pvegpu.cli.snapshot:run_snapshot")
 
 
-def _plan_and_render(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
+def _plan_arguments(p: argparse.ArgumentParser) -> None:
+    """What plan and render share: the roots and the spec."""
+    p.add_argument(
         "--root",
         type=_node_root,
         action="append",
@@ -120,40 +127,38 @@ def _plan_and_render(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="host root to read (default: /); for a spec with `nodes`, NODE=DIR once per "
         "node (/ on the node itself, an unpacked `pvegpu snapshot` for the others)",
     )
-    common.add_argument("--spec", type=Path, required=True, help="split spec (TOML)")
+    p.add_argument("--spec", type=Path, required=True, help="split spec (TOML)")
 
-    p = sub.add_parser(
-        "plan",
-        parents=[common],
-        help="show what would change, as unified diffs, and the plan's findings",
-        description="Plan the split and show every file it would change as a unified diff "
-        "against what is under --root. Writes nothing. Exit 0 when the plan is valid.",
+
+def _plan(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Plan the split and show every file it would change as a unified diff "
+        "against what is under --root. Writes nothing. Exit 0 when the plan is valid."
     )
+    _plan_arguments(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run="pvegpu.cli.plan:run_plan")
 
-    r = sub.add_parser(
-        "render",
-        parents=[common],
-        help="write every artifact under OUT, with MANIFEST.json and a revert bundle",
-        description="Render every artifact into OUT at its target path (OUT/etc/pve/lxc/"
+
+def _render(r: argparse.ArgumentParser) -> None:
+    r.description = (
+        "Render every artifact into OUT at its target path (OUT/etc/pve/lxc/"
         "129.conf; container files under OUT/ct/<vmid>/), the revert bundle under "
         "OUT/revert/, SUMMARY.md and topology.svg, and OUT/MANIFEST.json. Never touches "
-        "the host; nothing is written when the plan is refused.",
+        "the host; nothing is written when the plan is refused."
     )
+    _plan_arguments(r)
     r.add_argument("--out", type=Path, required=True, help="output directory")
     r.add_argument("--json", action="store_true", help="the files written, as JSON")
     r.set_defaults(run="pvegpu.cli.plan:run_render")
 
 
-def _apply_and_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    a = sub.add_parser(
-        "apply",
-        help="apply a rendered bundle (or a spec) to this host, step by step",
-        description="Run the runbook of a bundle on the host (docs/apply.md): refuse before "
+def _apply(a: argparse.ArgumentParser) -> None:
+    a.description = (
+        "Run the runbook of a bundle on the host (docs/apply.md): refuse before "
         "any change when the host moved on since rendering, then each step once, journaled "
         "under /var/lib/pvegpu/apply so that a rerun resumes and `pvegpu revert` undoes it; "
-        "verify the split, the container, its GPUs and the server's health at the end.",
+        "verify the split, the container, its GPUs and the server's health at the end."
     )
     source = a.add_mutually_exclusive_group(required=True)
     source.add_argument("--bundle", type=Path, help="directory written by pvegpu render --out")
@@ -163,23 +168,20 @@ def _apply_and_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     a.add_argument("--yes", action="store_true", help="do not ask before changing the host")
     a.set_defaults(run="pvegpu.cli.apply:run_apply")
 
-    r = sub.add_parser(
-        "revert",
-        help="undo the last apply on this host",
-        description="Undo the last `pvegpu apply` from its state directory, newest step first.",
-    )
+
+def _revert(r: argparse.ArgumentParser) -> None:
+    r.description = "Undo the last `pvegpu apply` from its state directory, newest step first."
     r.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
     r.add_argument("--yes", action="store_true", help="do not ask before changing the host")
     r.set_defaults(run="pvegpu.cli.apply:run_revert")
 
-    c = sub.add_parser(
-        "check",
-        help="compare the host with the plan (exit 0 clean, 8 warnings, 9 errors; 4: the "
-        "--bundle or --spec cannot be used)",
-        description="Check the host as it is (container NVIDIA userspace against the host "
+
+def _check(c: argparse.ArgumentParser) -> None:
+    c.description = (
+        "Check the host as it is (container NVIDIA userspace against the host "
         "module, P2P under IOMMU translation, stale mappings, vfio-pci.ids) and, with "
         "--bundle or --spec, against the plan: drivers, the split unit, installed files, the "
-        "server's TP, GPUs and P2P, the plan's findings. Reads only.",
+        "server's TP, GPUs and P2P, the plan's findings. Reads only."
     )
     c.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
     plan = c.add_mutually_exclusive_group()
@@ -188,3 +190,22 @@ def _apply_and_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     c.add_argument("--json", action="store_true", help="findings as JSON (stable codes)")
     c.add_argument("--prometheus", type=Path, help="write node_exporter textfile metrics here")
     c.set_defaults(run="pvegpu.cli.check:run_check")
+
+
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "discover": ("show the host's GPUs, NUMA nodes, IOMMU groups and drivers", _discover),
+    "snapshot": ("archive exactly what discover reads into a .tar.gz", _snapshot),
+    "plan": ("show what would change, as unified diffs, and the plan's findings", _plan),
+    "render": (
+        "write every artifact under OUT, with MANIFEST.json and a revert bundle",
+        _render,
+    ),
+    "apply": ("apply a rendered bundle (or a spec) to this host, step by step", _apply),
+    "revert": ("undo the last apply on this host", _revert),
+    "check": (
+        "compare the host with the plan (exit 0 clean, 8 warnings, 9 errors; 4: the "
+        "--bundle or --spec cannot be used)",
+        _check,
+    ),
+}
+"""Each subcommand: its help line in `pvegpu --help`, and what builds its arguments."""

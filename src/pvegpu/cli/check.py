@@ -7,16 +7,20 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pvegpu.apply.bundle import Bundle, bundle_from_files, read_bundle_dir
 from pvegpu.apply.check import CheckReport, check
 from pvegpu.errors import PlanError, SpecError
 from pvegpu.model.plan import Finding, Severity
+
+if TYPE_CHECKING:
+    from pvegpu.apply.bundle import Bundle
 
 CHECK_SCHEMA = "pvegpu.check/1"
 
 
 def _spec_bundle(args: argparse.Namespace) -> tuple[Bundle | None, tuple[Finding, ...]]:
+    from pvegpu.apply.bundle import bundle_from_files
     from pvegpu.pipeline import discover_for, plan_and_render
     from pvegpu.rendering.bundle import bundle_files
     from pvegpu.rendering.review.apply_doc import manifest_header
@@ -73,6 +77,9 @@ def run_check(args: argparse.Namespace) -> int:
     bundle: Bundle | None = None
     refused: tuple[Finding, ...] = ()
     if args.bundle:
+        # The bundle reader (and the review code it checks against) only with --bundle.
+        from pvegpu.apply.bundle import read_bundle_dir
+
         bundle = read_bundle_dir(args.bundle)
     elif args.spec:
         bundle, refused = _spec_bundle(args)

@@ -56,10 +56,8 @@ NODES = "sys/devices/system/node"
 _GPU_INFORMATION: tuple[GpuNodeSource, ...] = tuple(
     v.gpu_information for v in VENDORS if v.gpu_information is not None
 )
-_NUMBER = re.compile("[0-9]+")
 # The kernel's mdev directory and each vendor's own (`Vendor.mdev_dirs`).
 MDEV_DIRS = ("mdev_supported_types", *(d for v in VENDORS for d in v.mdev_dirs))
-"""ASCII digits only: str.isdigit() also accepts '²', which int() refuses."""
 
 
 def _parse(path: str, raw: R, process: Callable[[R], T]) -> T:
@@ -217,33 +215,34 @@ def _function(reader: RootReader, name: str, cpus: Callable[[str], CpuList]) -> 
         pci_class=pci_class,
         sysfs_path=real,
         numa_node=optional("numa_node", sysfs.numa_node),
-        iommu_group=_iommu_group_link(reader, base, real) if listing.link("iommu_group") else None,
-        driver=_driver_link(reader, base, real) if listing.link("driver") else None,
+        iommu_group=_iommu_group_link(listing, base) if "iommu_group" in listing else None,
+        driver=_driver_link(listing, base) if "driver" in listing else None,
         driver_override=optional("driver_override", sysfs.driver_override),
         local_cpus=optional("local_cpulist", cpus),
         link=link,
         # Proxmox treats these directories as "mdev capable" and then wants `mdev 1`.
         mdev_capable=any(listing.is_dir(d, f"{base}/{d}") for d in MDEV_DIRS),
-        physfn=_function_link(reader, base, real, "physfn") if listing.link("physfn") else None,
-        sriov=_sriov(reader, listing, base, real) if "sriov_totalvfs" in listing else None,
+        physfn=_function_link(listing, base, "physfn") if "physfn" in listing else None,
+        sriov=_sriov(listing, base) if "sriov_totalvfs" in listing else None,
     )
 
 
-def _function_link(reader: RootReader, base: str, real: str, name: str) -> PciAddress:
+def _function_link(listing: Listing, base: str, name: str) -> PciAddress:
     """The address a `physfn` / `virtfnN` link of a device names (a sibling device)."""
     path = f"{base}/{name}"
-    target = reader.readlink(name, at=real, subject=path)
-    if target is None or reader.directory(name, at=real, subject=path) is None:
+    found = listing.link_directory(name, path)
+    target = None if found is None else found[0]
+    if found is None or found[1] is None:
         fail(
             "dangling-link",
             path,
             f"points to {target!r}, which is not a PCI device directory under the root",
             "an SR-IOV link names a device the kernel lists; " + RECAPTURE,
         )
-    return _parse(path, target.rstrip("/").rpartition("/")[2], PciAddress.parse)
+    return _parse(path, found[0].rstrip("/").rpartition("/")[2], PciAddress.parse)
 
 
-def _sriov(reader: RootReader, listing: Listing, base: str, real: str) -> Sriov:
+def _sriov(listing: Listing, base: str) -> Sriov:
     """A physical function's SR-IOV attributes and its `virtfn0..N-1` links."""
 
     def number(file: str) -> int:
@@ -263,14 +262,14 @@ def _sriov(reader: RootReader, listing: Listing, base: str, real: str) -> Sriov:
     vfs = []
     for index in range(num):
         name = f"virtfn{index}"
-        if not listing.link(name):
+        if name not in listing:
             fail(
                 "missing-file",
                 f"{base}/{name}",
                 f"does not exist, but sriov_numvfs says {num} VFs",
                 RECAPTURE,
             )
-        vfs.append(_function_link(reader, base, real, name))
+        vfs.append(_function_link(listing, base, name))
     return Sriov(
         total_vfs=total,
         num_vfs=num,
@@ -294,14 +293,14 @@ def _cpulists() -> Callable[[str], CpuList]:
     return parse
 
 
-def _driver_link(reader: RootReader, base: str, real: str) -> str | None:
+def _driver_link(listing: Listing, base: str) -> str:
+    """The driver's name, from a listed `driver` (the caller checked it is listed)."""
     path = f"{base}/driver"
-    target = reader.readlink("driver", at=real, subject=path)
-    if target is None:
-        if reader.exists("driver", at=real, subject=path):
-            fail("bad-value", path, "is not a symlink; expected a link to bus/pci/drivers/<name>")
-        return None
-    if not reader.is_dir("driver", at=real, subject=path):
+    found = listing.link_directory("driver", path)
+    if found is None:
+        fail("bad-value", path, "is not a symlink; expected a link to bus/pci/drivers/<name>")
+    target, driver = found
+    if driver is None:
         fail(
             "dangling-link",
             path,
@@ -311,15 +310,16 @@ def _driver_link(reader: RootReader, base: str, real: str) -> str | None:
     return target.rstrip("/").rpartition("/")[2]
 
 
-def _iommu_group_link(reader: RootReader, base: str, real: str) -> int | None:
+def _iommu_group_link(listing: Listing, base: str) -> int | None:
+    """The group number of a listed `iommu_group`; None when it is not a symlink."""
     path = f"{base}/iommu_group"
-    target = reader.readlink("iommu_group", at=real, subject=path)
-    if target is None:
+    found = listing.link_directory("iommu_group", path)
+    if found is None:
         return None
+    target, group = found
     name = target.rstrip("/").rpartition("/")[2]
-    if not _NUMBER.fullmatch(name):
+    if not _is_number(name):
         fail("bad-value", path, f"points to {target!r}; expected .../kernel/iommu_groups/<N>")
-    group = reader.directory("iommu_group", at=real, subject=path)
     if group != f"{IOMMU_GROUPS}/{name}":
         fail(
             "dangling-link",
@@ -330,9 +330,14 @@ def _iommu_group_link(reader: RootReader, base: str, real: str) -> int | None:
     return int(name)
 
 
+def _is_number(name: str) -> bool:
+    """ASCII digits only (what `[0-9]+` matches): str.isdigit() alone also takes '²'."""
+    return name.isascii() and name.isdigit()
+
+
 def _numa_nodes(reader: RootReader) -> tuple[NumaNode, ...]:
     def is_node(name: str) -> bool:
-        return name.startswith("node") and _NUMBER.fullmatch(name[4:]) is not None
+        return name.startswith("node") and _is_number(name[4:])
 
     nodes = []
     for name in reader.listdir(NODES, is_node):
@@ -348,7 +353,7 @@ def _iommu_groups(
     groups = []
     for name in names:
         base = f"{IOMMU_GROUPS}/{name}"
-        if not _NUMBER.fullmatch(name):
+        if not _is_number(name):
             fail("bad-value", base, "expected only numbered group directories")
         members = tuple(
             sorted(

@@ -70,6 +70,8 @@ class RootReader:
         self.trace = trace
         self.max_bytes = max_bytes
         self._prefix = os.fspath(root).rstrip("/") + "/"
+        self.prefix = self._prefix
+        """The root as a string ending in `/`: prefix + a real path is the path to open."""
         # Only directories and links are cached (leaves are read once; 16k devices).
         self._modes: dict[str, int] = {}
         self._targets: dict[str, str] = {}
@@ -209,6 +211,27 @@ class RootReader:
         if found is None or not stat.S_ISLNK(found[1]):
             return None
         return self._link_text(found[0], subject)
+
+    def link_directory(self, name: str, at: str, subject: str) -> tuple[str, str | None]:
+        """(text, real directory or None) of `name`, a link listed in real directory `at`
+        (`Listing.link` said so): `readlink` and `directory` of it in one lookup.
+
+        A target that lands in a directory known to be real (a device's `iommu_group`
+        and `driver`, its `physfn` once the function was read) takes no lookup at all;
+        any other is walked as `directory` walks it, inside the root.
+        """
+        path = f"{at}/{name}"
+        text = self._link_text(path, subject)
+        pending: list[str] = []
+        landed = self._follow(path, at, pending, subject)
+        if pending:
+            found = self._resolve(name, True, at, subject)
+            if found is None or not stat.S_ISDIR(found[1]):
+                return text, None
+            landed = found[0]
+        if self.trace is not None:
+            self.trace.dirs.add(landed)
+        return text, landed
 
     def exists(self, rel: str, *, at: str = "", subject: str | None = None) -> bool:
         return self._resolve(rel, True, at, subject or rel) is not None

@@ -18,8 +18,6 @@ from pvegpu.pci import CpuList
 # Patterns are used with fullmatch: `$` also matches before a trailing newline. Digits
 # are ASCII: str.isdigit() and `\d` also accept '²' and other Unicode digits.
 _HEX = re.compile(r"0x([0-9a-f]+)")
-_INT = re.compile(r"-?[0-9]+")
-_NUMBER = re.compile(r"[0-9]+")
 # vfio-pci's ids= takes vendor:device[:subvendor[:subdevice[:class[:class_mask]]]].
 _VFIO_ID = re.compile(r"[0-9a-f]{4}:[0-9a-f]{4}(:[0-9a-f]{1,8}){0,4}")
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?")
@@ -44,9 +42,15 @@ def hex_id(raw: str, digits: int) -> int:
 
 
 # The kernel's pci_uevent: `PCI_CLASS=%04X`, `PCI_ID=%04X:%04X`, `PCI_SUBSYS_ID=%04X:%04X`
-# (uppercase hex; the class without its leading zeros, at least 4 digits).
+# (uppercase hex; the class without its leading zeros, at least 4 digits). Regexes here:
+# one fullmatch of a pair is faster than the character tests that would replace it.
 _UEVENT_PAIR = re.compile(r"([0-9A-F]{4}):([0-9A-F]{4})")
 _UEVENT_CLASS = re.compile(r"[0-9A-F]{4,6}")
+
+
+def _is_digits(text: str) -> bool:
+    """ASCII digits, at least one (`[0-9]+`): str.isdigit() alone also takes '²'."""
+    return text.isascii() and text.isdigit()
 
 
 def pci_uevent(raw: str) -> tuple[int, int, int, int, int, str]:
@@ -81,7 +85,7 @@ def pci_uevent(raw: str) -> tuple[int, int, int, int, int, str]:
 def numa_node(raw: str) -> int | None:
     """`0\\n` -> 0; `-1\\n` (firmware gave no proximity domain) -> None."""
     text = _one_line(raw)
-    if not _INT.fullmatch(text) or int(text) < -1:
+    if not _is_digits(text.removeprefix("-")) or int(text) < -1:
         raise ValueError(f"expected a node number or -1, got {text!r}")
     value = int(text)
     return None if value == -1 else value
@@ -111,7 +115,7 @@ def link_width(raw: str) -> int | None:
     text = _one_line(raw).strip()
     if text == "Unknown":
         return None
-    if not _NUMBER.fullmatch(text):
+    if not _is_digits(text):
         raise ValueError(f"expected a lane count such as 16, got {text!r}")
     return int(text)
 
@@ -158,7 +162,7 @@ def module_flavor(raw: str) -> KernelModuleFlavor:
 def count(raw: str) -> int:
     """`7\\n` -> 7: a count attribute (`sriov_totalvfs`, `sriov_numvfs`)."""
     text = _one_line(raw)
-    if not _NUMBER.fullmatch(text):
+    if not _is_digits(text):
         raise ValueError(f"expected a number such as 7, got {text!r}")
     return int(text)
 
@@ -181,7 +185,7 @@ def proc_devices(raw: str) -> tuple[CharMajor, ...]:
         if not line.strip() or line.endswith(":"):
             break
         number, _, name = line.strip().partition(" ")
-        if not _NUMBER.fullmatch(number) or not name:
+        if not _is_digits(number) or not name:
             raise ValueError(f"expected '<major> <name>' lines, got {line!r}")
         majors.append(CharMajor(int(number), name.strip()))
     return tuple(sorted(majors, key=lambda m: (m.major, m.name)))

@@ -59,11 +59,21 @@ class Board:
 
 def board(facts: HostFacts) -> Board | None:
     """The host's board; None on a host without NVSwitches or without an SXM GPU."""
-    switches = facts.nvswitches
+    # Asked once per pool: the last host's answer is kept, by identity (the facts are
+    # immutable and held here, so the id cannot be reused), or planning scanned every
+    # GPU and PCI function per pool.
+    if _LAST_BOARD and _LAST_BOARD[0][0] is facts:
+        return _LAST_BOARD[0][1]
     gpus = tuple(g for g in facts.gpus if nvswitch.is_sxm_gpu(g.function))
-    if not switches or not gpus:
-        return None
-    return Board(switches, gpus, facts.fabric_manager.mode == nvswitch.MODE_SHARED)
+    switches = facts.nvswitches if gpus else ()
+    found = None
+    if switches and gpus:
+        found = Board(switches, gpus, facts.fabric_manager.mode == nvswitch.MODE_SHARED)
+    _LAST_BOARD[:] = [(facts, found)]
+    return found
+
+
+_LAST_BOARD: list[tuple[HostFacts, Board | None]] = []
 
 
 def board_switches(

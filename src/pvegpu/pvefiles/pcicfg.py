@@ -69,7 +69,11 @@ class MapLine:
     fields: tuple[tuple[str, str], ...]
 
     def get(self, key: str) -> str | None:
-        return next((v for k, v in self.fields if k == key), None)
+        # A loop, not next(generator): every node of a cluster reads every line's node.
+        for k, v in self.fields:
+            if k == key:
+                return v
+        return None
 
     @property
     def node(self) -> str:
