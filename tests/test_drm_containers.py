@@ -386,4 +386,6 @@ def test_a_containers_drm_node_of_a_moving_nvidia_gpu_goes_too(tmp_path: Path) -
     both = "arch: amd64\ndev0: /dev/dri/renderD132\ndev1: /dev/nvidia4\n"
     with pytest.raises(PlanError) as info:
         plan(_nvidia_drm_host(tmp_path / "b", both), spec)
-    assert "container-loses-gpus-of-two-stacks" in [p.code for p in info.value.problems]
+    (problem,) = [p for p in info.value.problems if p.code == "container-loses-gpus-of-two-stacks"]
+    assert problem.subject == "etc/pve/lxc/131.conf"
+    assert "(/dev/nvidiaN, /dev/dri/renderDN)" in problem.message and "pct set 131" in problem.fix

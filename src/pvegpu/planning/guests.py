@@ -172,8 +172,9 @@ def _dynamic_node(
                 f"{module}-major-dynamic",
                 path,
                 f"raw lines give the container {module} by major {major} ({rules}), the one "
-                f"/proc/devices shows now; the kernel hands that number out when {module} "
-                "loads, so a driver update (or another module loading first) can change it "
+                "/proc/devices shows now; the kernel hands that number out when "
+                f"{dynamic.loaded_by} loads, so a driver update (or another module loading "
+                "first) can change it "
                 f"and {dynamic.user} in the container then fails. After a driver update run "
                 "`pvegpu check` (it reports the stale rule) and render again, or use "
                 'devices = "dev", which needs no major',

@@ -157,7 +157,9 @@ def _container(
                 "container-loses-gpus-of-two-stacks",
                 file.path,
                 f"CT {vmid} holds GPUs the plan gives elsewhere by the nodes of more than "
-                f"one driver stack ({', '.join(r.nodes.gpu_path for r, _ in losses)})",
+                "one driver stack ("
+                + ", ".join(r.nodes.gpu_path.format(minor="N") for r, _ in losses)
+                + ")",
                 "remove those lines from the container by hand (pct set "
                 f"{vmid} --delete devN, or edit the raw lines), then run pvegpu again",
             )
@@ -265,11 +267,9 @@ def _holder(nodes: DeviceNodes) -> str:
 
 
 def _stack(nodes: DeviceNodes) -> str:
-    """How messages name a node family: by the vendor whose nodes they are, DRM for the
-    kernel's nodes (shared by AMD and Intel)."""
-    if nodes.drm:
-        return "DRM"
-    return next((v.name for v in VENDORS if v.nodes is nodes), "GPU")
+    """How messages name a node family: by the vendor whose nodes they are (AMD's include
+    /dev/kfd), DRM for the kernel's nodes alone (another stack's GPU held by them)."""
+    return next((v.name for v in VENDORS if v.nodes is nodes), "DRM")
 
 
 def _every_gpu(

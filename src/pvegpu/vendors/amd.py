@@ -9,7 +9,7 @@ PCI_VENDOR = 0x1002
 
 # ROCm opens /dev/kfd (one node for every GPU; its major is dynamic, `kfd` in
 # /proc/devices) and the render node of each GPU it may use: it sees exactly those.
-KFD = DynamicNode("kfd", "/dev/kfd", (0,), "modprobe amdgpu", "ROCm")
+KFD = DynamicNode("kfd", "/dev/kfd", (0,), "modprobe amdgpu", "ROCm", module_name="amdgpu")
 
 AMD = Vendor(
     name="AMD",

@@ -28,6 +28,13 @@ class DynamicNode:
     """The command that loads its module, for the fix of a message that finds it missing."""
     user: str
     """What in the container fails without it (`CUDA`), for messages."""
+    module_name: str = ""
+    """The kernel module whose loading registers it, when that is not `module` itself
+    (kfd is part of amdgpu)."""
+
+    @property
+    def loaded_by(self) -> str:
+        return self.module_name or self.module
 
 
 @attrs.frozen

@@ -346,12 +346,12 @@ def _host_changes(plan: Plan, writes: _Writes) -> Iterator[Step]:
 
 
 def _gpu_check(plan: Plan, pool: Pool, vmid: int) -> Step:
-    """What shows the container has the pool's GPUs: its vendor's listing tool, or, for a
-    vendor without one (AMD, Intel), the device nodes themselves."""
+    """What shows the container has the pool's GPUs: the listing tool (`CheckGpus` runs
+    `CONTAINER_TOOL`, nvidia-smi) for its vendor's GPUs, or, for a vendor without one
+    (AMD, Intel), the device nodes themselves."""
     vendor = pool.gpus[0].vendor if pool.gpus else None
-    tool = vendor.tool if vendor is not None else CONTAINER_TOOL
-    if tool is not None or pool.lxc is None:
-        tool = tool or CONTAINER_TOOL
+    if vendor is None or vendor.tool is CONTAINER_TOOL:
+        tool = CONTAINER_TOOL
         return Step.of(
             f"Check the GPUs CT {vmid} sees",
             (CheckGpus(vmid, tuple(tool.bus_id(g.address) for g in pool.gpus)),),
