@@ -23,7 +23,10 @@ out as the kernel does (`uevent` included):
   functions or of pools, whichever is larger);
 - peak memory (ru_maxrss) of discover at 2,048 functions: at most 40 MiB;
 - a cluster of 64 nodes x 8 GPUs planned and rendered in under 1 s, with 8 and 256
-  nodes as ratios to one node (bench/cluster.py).
+  nodes as ratios to one node (bench/cluster.py);
+- no target: where the start-up of discover and render of kpro6 goes (the interpreter,
+  the dependencies, pvegpu's module bodies and the attrs classes they create, the work;
+  bench/startup.py).
 
 Prints each target with its figure and ok or MISSED, then a table; writes the growth plot
 (docs/performance-growth.svg); exits 1 when a target is missed, 2 when something could
@@ -48,6 +51,7 @@ from cluster import bench_cluster
 from hosts import BenchHost, build, scratch_dir
 from measure import BenchError, Series, alternate, peak_mib
 from plot import growth_svg
+from startup import report as startup_report
 
 REPO = Path(__file__).resolve().parent.parent
 SIZES = (256, 2048, 16384)
@@ -380,6 +384,9 @@ def main() -> int:
             bench_stages(hosts, max(5, args.runs // 2), report)
             bench_stages(gpu_hosts, max(5, args.runs // 2), report, "gpus")
             bench_cluster(report.add, max(3, args.runs // 2), scratch)  # bench/cluster.py
+            # Where the start-up of discover and render goes (bench/startup.py): no
+            # target, the breakdown docs/performance.md gives.
+            print(f"\n{startup_report(args.runs)}", flush=True)
     except BenchError as err:
         print(f"could not measure: {err}", file=sys.stderr)
         return 2

@@ -1040,14 +1040,279 @@ def amd_rocm() -> HostSpec:
     )
 
 
+_RTX4090 = Ids(0x10DE, 0x2684, 0x1043, 0x889D, 0x030000, 0xA1)
+_RTX4090_AUDIO = Ids(0x10DE, 0x22BA, 0x1043, 0x889D, 0x040300, 0xA1)
+_STREAM_CT = "rpool/data/subvol-140-disk-0"
+# The GPU modules' lines of /proc/modules as the kernel prints them ("name size refs
+# users, state address (taint)"; the address is 0 to a reader without CAP_SYSLOG):
+# nvidia-drm is loaded, so each GPU has DRM nodes next to its /dev/nvidiaN.
+_NVIDIA_DRM_MODULES = """\
+nvidia_uvm 2076672 0 - Live 0x0000000000000000 (OE)
+nvidia_drm 135168 2 - Live 0x0000000000000000 (OE)
+nvidia_modeset 1830912 3 nvidia_drm, Live 0x0000000000000000 (OE)
+nvidia 14381056 12 nvidia_uvm,nvidia_modeset, Live 0x0000000000000000 (OE)
+drm_ttm_helper 16384 1 nvidia_drm, Live 0x0000000000000000
+drm_kms_helper 253952 1 nvidia_drm, Live 0x0000000000000000
+drm 774144 6 nvidia_drm,drm_ttm_helper,drm_kms_helper, Live 0x0000000000000000
+"""
+
+
+def nvidia_drm() -> HostSpec:
+    """A Threadripper 7960X (no iGPU) with two RTX 4090 on nvidia and nvidia-drm loaded:
+    the first for Jellyfin (NVENC) and Ollama in an unprivileged container, the second
+    for a VM, and a Frigate container that holds the second's DRM render node today."""
+    groups = _Groups()
+    devices = _amd_complex(0x00, 0, groups)
+    for minor, port in enumerate(("0000:00:01.1", "0000:00:03.1")):
+        if minor:
+            # The second GPU's root port; the first is the complex's GPP bridge 01.1.
+            devices.append(
+                DeviceSpec(
+                    address=port, vendor=0x1022, device=0x14AB, pci_class=0x060400,
+                    numa_node=0, driver="pcieport", iommu_group=groups(), link=GEN4_X16,
+                )
+            )  # fmt: skip
+        devices += _with_drm(
+            _slot(
+                f"0000:{minor + 1:02x}:00.0", port, _RTX4090, _RTX4090_AUDIO, numa_node=0,
+                iommu_group=groups(), link=GEN4_X16, driver="nvidia",
+                nvidia=NvidiaInfo(model="NVIDIA GeForce RTX 4090", minor=minor,
+                                  vbios="95.02.18.80.5F", dma_bits=47),
+                audio_driver="snd_hda_intel",
+            ),
+            minor,
+            128 + minor,
+        )  # fmt: skip
+    return HostSpec(
+        hostname="pve-stream",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet",
+        numa=("0-47",),
+        iommu_units=(IommuUnit("ivhd0", "0000:00:00.2"),),
+        sev_snp=False,
+        # nvidia-uvm's major is dynamic (508 on this boot); nvidia's is 195, drm's 226.
+        nvidia=NvidiaModule(version="580.95.05", open=True, uvm_major=508, caps_major=235),
+        devices=tuple(devices),
+        files={
+            "etc/pve/storage.cfg": STORAGE_ZFS,
+            "etc/pve/lxc/140.conf": (
+                "#Jellyfin (NVENC) and Ollama\n"
+                "arch: amd64\ncores: 16\nfeatures: nesting=1\nhostname: stream\n"
+                "memory: 32768\nnet0: name=eth0,bridge=vmbr0,ip=dhcp,type=veth\n"
+                "ostype: debian\nrootfs: local-zfs:subvol-140-disk-0,size=64G\n"
+                "unprivileged: 1\n"
+            ),
+            "etc/pve/lxc/141.conf": (
+                "arch: amd64\ncores: 4\ndev0: /dev/dri/renderD129,gid=104,mode=0660\n"
+                "hostname: frigate\nmemory: 8192\nostype: debian\n"
+                "rootfs: local-zfs:subvol-141-disk-0,size=32G\nunprivileged: 1\n"
+            ),
+            "etc/pve/qemu-server/410.conf": (
+                "bios: ovmf\ncores: 12\ncpu: host\nmachine: q35\nmemory: 32768\n"
+                "name: gaming\nostype: win11\nscsi0: local-zfs:vm-410-disk-0,size=256G\n"
+            ),
+            f"{_STREAM_CT}/etc/group": _DEBIAN_GROUP,
+            f"{_STREAM_CT}/etc/os-release": OS_RELEASE,
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+            "etc/modprobe.d/blacklist-nouveau.conf": NOUVEAU_BLACKLIST,
+            "etc/modprobe.d/nvidia-drm.conf": "options nvidia-drm modeset=1\n",
+            "proc/modules": _NVIDIA_DRM_MODULES,
+            "sys/module/nvidia_drm/parameters/modeset": "Y\n",
+        },
+    )
+
+
+_BMC_VGA = "0000:06:00.0"
+_BMC_CARD = "sys/devices/pci0000:00/0000:00:1c.0/0000:05:00.0/0000:06:00.0/drm/card0"
+
+
+def intel_arc() -> HostSpec:
+    """A Xeon server board whose only GPU is an Arc B580 on xe, for Plex and Frigate in a
+    privileged container (raw lines, card node too), next to the BMC's ASPEED display.
+    The container holds all of /dev/dri today, as community helper scripts write it."""
+    groups = _Groups()
+
+    def port(address: str, device: int, link: Link, parent: str | None = None) -> DeviceSpec:
+        vendor = 0x8086
+        return DeviceSpec(
+            address=address, parent=parent, vendor=vendor, device=device,
+            pci_class=0x060400, numa_node=0, driver="pcieport", iommu_group=groups(),
+            link=link,
+        )  # fmt: skip
+
+    devices: list[DeviceSpec] = [
+        DeviceSpec(
+            address="0000:00:00.0", vendor=0x8086, device=0x09A2, pci_class=0x088000,
+            numa_node=0, iommu_group=groups(),
+        ),
+        port("0000:00:1c.0", 0x7AB8, Link("5.0 GT/s PCIe", 1)),
+    ]  # fmt: skip
+    # The AST2600 sits behind ASPEED's own PCIe-to-PCI bridge: one IOMMU group for both.
+    # Its driver, ast, gives it a card node only (no render node), probed first: card0.
+    bmc_group = groups()
+    devices += [
+        DeviceSpec(
+            address="0000:05:00.0", parent="0000:00:1c.0", vendor=0x1A03, device=0x1150,
+            subsystem_vendor=0x1A03, subsystem_device=0x1150, pci_class=0x060400,
+            revision=0x06, numa_node=0, iommu_group=bmc_group, link=Link("5.0 GT/s PCIe", 1),
+        ),
+        DeviceSpec(
+            address=_BMC_VGA, parent="0000:05:00.0", vendor=0x1A03, device=0x2000,
+            subsystem_vendor=0x15D9, subsystem_device=0x1C48, pci_class=0x030000,
+            revision=0x52, numa_node=0, iommu_group=bmc_group, driver="ast",
+        ),
+    ]  # fmt: skip
+    # The B580 brings its own switch: the GPU and its HDMI audio on two downstream ports.
+    devices += [
+        port("0000:16:02.0", 0x352A, GEN4_X16),
+        port("0000:17:00.0", 0xE2FF, GEN4_X16, "0000:16:02.0"),
+        port("0000:18:01.0", 0xE2F0, GEN4_X16, "0000:17:00.0"),
+        port("0000:18:02.0", 0xE2F1, GEN4_X16, "0000:17:00.0"),
+    ]
+    devices += _with_drm(
+        _slot(
+            "0000:19:00.0",
+            "0000:18:01.0",
+            Ids(0x8086, 0xE20B, 0x8086, 0x1100, 0x030000, 0x00),
+            None,
+            numa_node=0,
+            iommu_group=groups(),
+            link=GEN4_X16,
+            driver="xe",
+        ),
+        1,
+        128,
+    )
+    devices.append(
+        DeviceSpec(
+            address="0000:1a:00.0", parent="0000:18:02.0", vendor=0x8086, device=0xE2F7,
+            subsystem_vendor=0x8086, subsystem_device=0x1100, pci_class=0x040300,
+            numa_node=0, iommu_group=groups(), link=GEN4_X16, driver="snd_hda_intel",
+        )
+    )  # fmt: skip
+    return HostSpec(
+        hostname="pve-nvr",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=/dev/mapper/pve-root ro quiet",
+        numa=("0-15",),
+        iommu_units=(IommuUnit("dmar0"), IommuUnit("dmar1")),
+        devices=tuple(devices),
+        files={
+            "etc/pve/storage.cfg": STORAGE_LVM,
+            "etc/pve/lxc/150.conf": (
+                "#Plex and Frigate on the Arc (Quick Sync)\n"
+                "arch: amd64\ncores: 8\nfeatures: nesting=1\nhostname: nvr\nmemory: 16384\n"
+                "mp0: /tank/recordings,mp=/media/frigate\n"
+                "net0: name=eth0,bridge=vmbr0,ip=dhcp,type=veth\nostype: debian\n"
+                "rootfs: local-lvm:vm-150-disk-0,size=32G\n"
+                # Every DRM node of the host, the BMC's card0 included.
+                "lxc.cgroup2.devices.allow: c 226:* rwm\n"
+                "lxc.mount.entry: /dev/dri dev/dri none bind,optional,create=dir\n"
+            ),
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+            f"{_BMC_CARD}/dev": "226:0\n",
+        },
+        symlinks={"sys/class/drm/card0": f"../../{_BMC_CARD.removeprefix('sys/')}"},
+    )
+
+
+# -- pve-mi300x: eight Instinct MI300X, SGLang on ROCm in a container, a VM on the rest
+
+MI300X = Ids(0x1002, 0x74A1, 0x1002, 0x74A1, 0x120000)
+_ROCM_CT = "rpool/data/subvol-150-disk-0"
+# Ubuntu 24.04's /etc/group as the LXC template has it (render and video are system
+# groups with ids the distribution picks), plus the serving user made by the admin.
+_UBUNTU_GROUP = """\
+root:x:0:
+daemon:x:1:
+bin:x:2:
+sys:x:3:
+adm:x:4:syslog
+tty:x:5:
+disk:x:6:
+video:x:44:sglang
+users:x:100:
+nogroup:x:65534:
+render:x:993:sglang
+sglang:x:1000:
+"""
+_UBUNTU_PASSWD = """\
+root:x:0:0:root:/root:/bin/bash
+daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
+sglang:x:1000:1000:SGLang server:/home/sglang:/bin/bash
+"""
+
+
+def amd_instinct() -> HostSpec:
+    """A dual EPYC 9004 with eight Instinct MI300X (class 0x12, amdgpu, four per socket):
+    NUMA 0's four serve SGLang on ROCm in CT 150 (unprivileged, render nodes by gid),
+    NUMA 1's go to vfio-pci for VM 450; the IOMMU translates DMA (no iommu=pt)."""
+    groups = _Groups()
+    devices: list[DeviceSpec] = []
+    for index in range(8):
+        # One root complex per module, as the OAM baseboard wires them to the sockets.
+        node, bus = index // 4, 0x40 * (index // 4) + 0x10 * (index % 4)
+        devices += _amd_complex(bus, node, groups)
+        port = f"0000:{bus:02x}:01.1"
+        devices += _with_drm(
+            _slot(
+                f"0000:{bus + 1:02x}:00.0", port, MI300X, None, numa_node=node,
+                iommu_group=groups(), link=GEN5, driver="amdgpu",
+            ),
+            index,
+            128 + index,
+        )  # fmt: skip
+    model = "shared/models/Qwen3.5-122B-A10B"
+    return HostSpec(
+        hostname="pve-mi300x",
+        cmdline=(
+            "BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs amd_iommu=on"
+        ),
+        numa=("0-63,128-191", "64-127,192-255"),
+        iommu_units=tuple(
+            IommuUnit(f"ivhd{i}", d.address)
+            for i, d in enumerate(d for d in devices if d.address.endswith(":00.2"))
+        ),
+        group_type="DMA-FQ",
+        sev_snp=False,
+        char_devices=((235, "kfd"),),
+        devices=tuple(devices),
+        files={
+            "etc/pve/storage.cfg": STORAGE_ZFS,
+            "etc/pve/lxc/150.conf": (
+                "arch: amd64\ncores: 64\nhostname: rocm-sglang\nmemory: 524288\n"
+                "mp0: /shared,mp=/shared\nostype: ubuntu\n"
+                "rootfs: local-zfs:subvol-150-disk-0,size=200G\nunprivileged: 1\n"
+            ),
+            "etc/pve/qemu-server/450.conf": (
+                "boot: order=scsi0\ncores: 64\nmachine: q35\nmemory: 524288\nostype: l26\n"
+            ),
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+            f"{_ROCM_CT}/etc/os-release": OS_RELEASE,
+            f"{_ROCM_CT}/etc/group": _UBUNTU_GROUP,
+            f"{_ROCM_CT}/etc/passwd": _UBUNTU_PASSWD,
+            # Written by the rocm-core package: the release and its build.
+            f"{_ROCM_CT}/opt/rocm/.info/version": "6.4.1-120\n",
+            f"{model}/config.json": qwen35_config(),
+            f"{model}/model.safetensors.index.json": qwen35_index(),
+            # vLLM in the same venv: the ROCm server can be either engine.
+            f"{_ROCM_CT}/home/sglang/venv/lib/python3.12/site-packages/"
+            "vllm-0.33.0.dist-info/METADATA": VLLM_METADATA,
+        },
+        symlinks={f"{_ROCM_CT}/home/sglang/venv/bin/python3": "/usr/bin/python3.12"},
+    )
+
+
 HOSTS: Mapping[str, Callable[[], HostSpec]] = {
+    "amd-instinct": amd_instinct,
     "amd-rocm": amd_rocm,
+    "intel-arc": intel_arc,
     "intel-media": intel_media,
     "kpro6": kpro6,
     "kpro6-split": kpro6_split,
     "kpro7": kpro7,
     "mixed": mixed,
     "no-iommu": no_iommu,
+    "nvidia-drm": nvidia_drm,
     "pve-ws": pve_ws,
     "shared-group": shared_group,
     "workstation": workstation,

@@ -56,6 +56,7 @@ _FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "int": st.integers(),
     "bool": st.booleans(),
     "tuple[str, ...]": st.lists(st.text(), max_size=3).map(tuple),
+    "str | None": st.none() | st.text(),
 }
 
 

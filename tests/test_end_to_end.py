@@ -28,6 +28,7 @@ from syrupy.assertion import SnapshotAssertion
 
 from bundled import FIXTURES, REPO, copy_tree, example_spec, spec_path
 from linters import SYSTEM_UNITS, needs_shellcheck, needs_systemd, shellcheck, verify
+from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Plan
@@ -136,6 +137,44 @@ EXAMPLES: dict[str, Example] = {
         (
             "etc/pve/lxc/130.conf",
             "revert/etc/pve/lxc/130.conf",
+            "revert/revert.sh",
+            *REVIEW_FILES,
+        ),
+    ),
+    "amd-instinct": Example(
+        "amd-instinct",
+        (
+            "etc/pve/lxc/150.conf",
+            "etc/pve/mapping/pci.cfg",
+            "etc/pve/qemu-server/450.conf",
+            *SPLIT,
+            "ct/150/etc/systemd/system/sglang-qwen.service",
+            "revert/etc/pve/lxc/150.conf",
+            "revert/etc/pve/qemu-server/450.conf",
+            "revert/revert.sh",
+            *REVIEW_FILES,
+        ),
+    ),
+    "nvidia-drm": Example(
+        "nvidia-drm",
+        (
+            "etc/pve/lxc/140.conf",
+            "etc/pve/lxc/141.conf",
+            "etc/pve/mapping/pci.cfg",
+            "etc/pve/qemu-server/410.conf",
+            *SPLIT,
+            "revert/etc/pve/lxc/140.conf",
+            "revert/etc/pve/lxc/141.conf",
+            "revert/etc/pve/qemu-server/410.conf",
+            "revert/revert.sh",
+            *REVIEW_FILES,
+        ),
+    ),
+    "intel-arc": Example(
+        "intel-arc",
+        (
+            "etc/pve/lxc/150.conf",
+            "revert/etc/pve/lxc/150.conf",
             "revert/revert.sh",
             *REVIEW_FILES,
         ),
@@ -521,7 +560,18 @@ def _install(result: Rendered, root: Path) -> None:
         if artifact.target == HOST:
             target = root / artifact.path
         else:
-            target = root / rootfs[int(artifact.target.removeprefix("ct:"))] / artifact.path
+            vmid = int(artifact.target.removeprefix("ct:"))
+            # The spec's container_rootfs, else where its rootfs: line and storage.cfg say.
+            where = (
+                rootfs.get(vmid)
+                or locate_rootfs(
+                    vmid,
+                    (root / f"etc/pve/lxc/{vmid}.conf").read_text(encoding="utf-8"),
+                    (root / STORAGE_CFG).read_text(encoding="utf-8"),
+                ).path
+            )
+            assert where is not None, f"CT {vmid}: no root file system to install into"
+            target = root / where / artifact.path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(artifact.content, encoding="utf-8")
 

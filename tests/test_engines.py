@@ -142,7 +142,7 @@ class _Stub:
         self, context: ServingContext, spec: ServingSpec
     ) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
         # Everything neutral is already decided when an engine is asked.
-        assert context.cuda_visible_devices == (0, 1, 2, 3)
+        assert context.visible_devices == (0, 1, 2, 3)
         assert context.tp == len(context.gpus) == 4
         assert context.p2p.reason
         assert context.numa is not None

@@ -285,7 +285,7 @@ def test_kpro6_pool_serving_decisions() -> None:
     """LXC 129 on kpro6: TP=4, CUDA 0-3, P2P off (SEV-SNP), pinned to node 0, old unit base."""
     serving = only(kpro6_plan())
     assert serving.tp_size == 4
-    assert serving.cuda_visible_devices == (0, 1, 2, 3)
+    assert serving.visible_devices == (0, 1, 2, 3)
     assert not serving.p2p.enabled
     assert serving.p2p.source is P2PSource.FACTS
     assert "SEV-SNP" in serving.p2p.reason and "DMA-FQ" in serving.p2p.reason
@@ -337,9 +337,9 @@ def test_cuda_indices_are_pci_positions_in_the_container(case: tuple[Plan, Pool]
     plan, pool = case
     serving = only(plan)
     container = sorted(g.address for p in plan.pools for g in p.gpus)
-    picked = [container[i] for i in serving.cuda_visible_devices]
+    picked = [container[i] for i in serving.visible_devices]
     assert picked == [g.address for g in pool.gpus]
-    assert env(serving)["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, serving.cuda_visible_devices))
+    assert env(serving)["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, serving.visible_devices))
 
 
 def test_second_pool_in_same_container_shifts_indices() -> None:
@@ -350,7 +350,7 @@ def test_second_pool_in_same_container_shifts_indices() -> None:
     serving_pool = lxc_pool((gpus[1], gpus[3]), spec)
     other = lxc_pool((gpus[0], gpus[2]), None, name="other")
     serving = only(plan_of(facts, serving_pool, other))
-    assert serving.cuda_visible_devices == (1, 3)
+    assert serving.visible_devices == (1, 3)
     assert visible_indices(gpus[:4], (gpus[3], gpus[1])) == (1, 3)
 
 

@@ -48,11 +48,6 @@ STILL_NAMING_NVIDIA = {
     "rendering/review/picture.py",
     "apply/host_checks.py",
     "serving/container.py",
-    "serving/fit.py",
-    # SGLang and vLLM (the build pvegpu renders for) run on CUDA: an engine's own
-    # requirement, not a fact of the GPU.
-    "engines/sglang/build.py",
-    "engines/vllm/build.py",
     # The fake host builder writes an NVIDIA host's /proc and /sys (tests' fixtures).
     "testing/__init__.py",
     "testing/hostspec.py",

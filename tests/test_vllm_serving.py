@@ -283,7 +283,8 @@ def kpro6_running(tmp_path: Path) -> Path:
 def test_check_reads_the_running_vllm_units_tp_gpus_and_p2p(kpro6_running: Path) -> None:
     running = serving_unit(RootReader(kpro6_running), 129, "vllm-qwen")
     assert running is not None
-    assert (running.tp, running.visible, running.p2p_disabled) == (4, "0,1,2,3", True)
+    visible = running.variable("CUDA_VISIBLE_DEVICES")
+    assert (running.tp, visible, running.p2p_disabled) == (4, "0,1,2,3", True)
 
 
 def test_check_flags_a_vllm_unit_with_p2p_on_under_translation(kpro6_running: Path) -> None:

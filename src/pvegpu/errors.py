@@ -10,8 +10,11 @@ from collections.abc import Iterable
 
 import attrs
 
+from pvegpu.reprs import value_repr
 
-@attrs.frozen
+
+@value_repr
+@attrs.frozen(repr=False)
 class Problem:
     """One thing that is wrong, said so that the user can fix it without reading code."""
 

@@ -25,6 +25,14 @@ GPU_MEMORY: dict[str, tuple[int, str]] = {
     # in SPX/NPS1 mode: 206141652992 B, 192 GB of HBM3; pci.ids names 1002:74a1. A
     # partitioned one (CPX, NPS4) shows each partition a share of it.
     "1002:74a1": (196592 * MIB, "Instinct MI300X"),
+    # rocm-smi's VRAM Total Memory (B) on an MI250X node, 68702699520 B, for each of its
+    # two dies (GCDs): each is a PCI function and a GPU of its own with 64 GB of HBM2e;
+    # pci.ids names 1002:740c Instinct MI250X/MI250.
+    "1002:740c": (65520 * MIB, "Instinct MI250X/MI250 (one GCD)"),
+    # rocm-smi's VRAM Total Memory (B) of a Radeon Pro W7900, 51522830336 B of its 48 GB
+    # GDDR6; pci.ids names 1002:7448. Not 1002:744c: that id is the RX 7900 XT (20 GB),
+    # XTX (24 GB) and GRE (16 GB) alike, so its memory is the spec's gpu_memory_bytes.
+    "1002:7448": (49136 * MIB, "Radeon Pro W7900"),
 }
 """Per-GPU memory by PCI vendor:device, used when the spec gives no gpu_memory_bytes."""
 

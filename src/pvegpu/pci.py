@@ -7,6 +7,8 @@ from collections.abc import Iterable
 
 import attrs
 
+from pvegpu.reprs import value_repr
+
 # The kernel names a function "%04x:%02x:%02x.%d": the domain has four hex digits or
 # more. Domains above ffff are real: Intel VMD puts the devices behind it in 10000 and
 # up, SPDK's VMD driver in 6-digit ones. pci_domain_nr() is an int, so at most 8 digits.
@@ -22,7 +24,8 @@ def _check_address(inst: PciAddress, attribute: attrs.Attribute[int], value: int
         raise ValueError(f"PCI {attribute.name} {value:#x} out of range")
 
 
-@attrs.frozen(order=True)
+@value_repr
+@attrs.frozen(order=True, repr=False)
 class PciAddress:
     """A PCI function address, `dddd:bb:dd.f`, always printed lowercase like the kernel."""
 
@@ -96,7 +99,8 @@ def _sorted_cpus(cpus: Iterable[int]) -> tuple[int, ...]:
     return tuple(sorted(set(cpus)))
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class CpuList:
     """A kernel cpulist (`0-31,64-95`) as a sorted tuple of CPU ids."""
 

@@ -142,12 +142,15 @@ def _serving(reader: RootReader, bundle: Bundle) -> Iterator[Finding]:
                 Severity.ERROR, "serving-tp", subject,
                 f"runs with TP {running.tp}, the plan says {planned['tp_size']}",
             )  # fmt: skip
-        want = str(planned["cuda_visible_devices"])
-        if running.visible not in (None, want):
-            yield Finding(
-                Severity.ERROR, "serving-visible-devices", subject,
-                f"CUDA_VISIBLE_DEVICES={running.visible}, the plan says {want}",
-            )  # fmt: skip
+        # The contract names the runtime's variable: cuda_visible_devices, hip_visible_devices.
+        for key in (k for k in planned if k.endswith("_visible_devices")):
+            variable, want = key.upper(), str(planned[key])
+            now = running.variable(variable)
+            if now not in (None, want):
+                yield Finding(
+                    Severity.ERROR, "serving-visible-devices", subject,
+                    f"{variable}={now}, the plan says {want}",
+                )  # fmt: skip
         if bool(planned["p2p_disabled"]) and not running.p2p_disabled:
             yield Finding(
                 Severity.ERROR, "serving-p2p-on", subject,

@@ -326,7 +326,7 @@ def check_gpus(at: Applying, action: CheckGpus) -> Note:
 
 
 def check_nodes(at: Applying, action: CheckNodes) -> Note:
-    argv = ("stat", "-c", "%n %t:%T", *action.paths)
+    argv = ("stat", "-c", action.format, *action.paths)
     out = checked(at.host, pct_exec(action.vmid, *argv), f"stat in CT {action.vmid}").stdout
     seen = tuple(line.strip() for line in out.splitlines() if line.strip())
     if seen != action.expected():

@@ -10,34 +10,50 @@ drop-ins, `effective_dropins`; its TP, `unit_demand`; P2P on the container's GPU
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import attrs
 
 from pvegpu.engines.common.environment import P2P_ENV
 from pvegpu.engines.sglang.dropins import effective_dropins
 from pvegpu.errors import PvegpuError
+from pvegpu.formats.accounts import group_ids
 from pvegpu.host.reader import RootReader
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts, PciFunction
-from pvegpu.model.paths import CONTAINER_LIBDIRS, DPKG_STATUS, SYSTEM_UNIT_PATH, dropin_dirs
+from pvegpu.model.paths import (
+    CONTAINER_LIBDIRS,
+    DPKG_STATUS,
+    GROUP_FILE,
+    SYSTEM_UNIT_PATH,
+    dropin_dirs,
+)
 from pvegpu.model.plan import Finding, Severity
 from pvegpu.planning.acs import check_findings as acs_check_findings
+from pvegpu.planning.container_groups import NODE_GROUPS
 from pvegpu.planning.driverctl import driverctl_findings
 from pvegpu.planning.fabric import check_findings as fabric_check_findings
 from pvegpu.planning.findings import host_findings
 from pvegpu.planning.mdev import check_findings as mdev_check_findings
 from pvegpu.planning.mig import check_findings as mig_check_findings
 from pvegpu.planning.sriov import check_findings as sriov_check_findings
-from pvegpu.planning.unit_gpus import VISIBLE, unit_demand
-from pvegpu.pvefiles.guestconf import parse_lines, split_sections
+from pvegpu.planning.unit_gpus import unit_demand
+from pvegpu.pvefiles.guestconf import ConfLine, parse_lines, split_sections
 from pvegpu.pvefiles.hostpci import host_ids
-from pvegpu.pvefiles.lxcconf import gpu_minor, is_gpu_line
+from pvegpu.pvefiles.lxcconf import dev_gid, gpu_minor, is_gpu_line, unprivileged
 from pvegpu.pvefiles.pcicfg import PciMap, parse_mappings
 from pvegpu.serving.container import container_driver_state
 from pvegpu.serving.p2p import facts_p2p
 from pvegpu.serving.unitfile import ENVIRONMENT, SERVICE, UnitFile, environment_pairs, merge_units
-from pvegpu.vendors import CONTAINER_NODES, CONTAINER_USERSPACE, CONTAINER_VENDOR
+from pvegpu.vendors import (
+    CONTAINER_NODES,
+    CONTAINER_USERSPACE,
+    CONTAINER_VENDOR,
+    VENDORS,
+    DeviceNodes,
+)
+from pvegpu.vendors.drm import DRM_NODES
+from pvegpu.vendors.drm import node_path as drm_node_path
 
 _CONF = re.compile(r"(\d+)\.conf")
 
@@ -47,30 +63,111 @@ class RunningUnit:
     """What a server unit runs, as systemd merges it with its drop-ins."""
 
     tp: int
-    visible: str | None
+    environment: tuple[tuple[str, str], ...]
+    """Its Environment= pairs, the last of a name winning as systemd has it."""
     p2p_disabled: bool
 
+    def variable(self, name: str) -> str | None:
+        return dict(self.environment).get(name)
 
-def _gpu_containers(reader: RootReader) -> list[int]:
+
+def _containers(reader: RootReader) -> list[int]:
+    """Every container with a config on this node, by vmid."""
     names = (
         reader.listdir("etc/pve/lxc", lambda n: bool(_CONF.fullmatch(n)))
         if reader.is_dir("etc/pve/lxc")
         else []
     )
+    return sorted(int(n.removesuffix(".conf")) for n in names)
+
+
+def _gpu_containers(reader: RootReader) -> list[int]:
+    """The containers whose config hands them GPU nodes: NVIDIA's or DRM render nodes."""
     found = []
-    for name in sorted(names):
-        text = reader.read(f"etc/pve/lxc/{name}") or ""
-        main = split_sections(text)[0]
-        if any(is_gpu_line(line, CONTAINER_NODES) for line in parse_lines(main.text)):
-            found.append(int(name.removesuffix(".conf")))
+    for vmid in _containers(reader):
+        text = reader.read(f"etc/pve/lxc/{vmid}.conf") or ""
+        lines = parse_lines(split_sections(text)[0].text)
+        if any(is_gpu_line(ln, n) for ln in lines for n in (CONTAINER_NODES, DRM_NODES)):
+            found.append(vmid)
     return found
+
+
+def _node_families(facts: HostFacts) -> list[tuple[DeviceNodes, frozenset[int]]]:
+    """Each family of GPU nodes a container line can name, with the minors the host's GPUs
+    have in it now: every vendor's own nodes (/dev/nvidiaN), and the DRM render and card
+    nodes any GPU has (an NVIDIA one too, with nvidia-drm): their minors do not overlap."""
+    families = [
+        (
+            v.nodes,
+            frozenset(m for g in facts.gpus if g.vendor is v and (m := g.node_minor) is not None),
+        )
+        for v in VENDORS
+        if v.nodes is not None and not v.nodes.drm
+    ]
+    drm = {g.drm_render for g in facts.gpus} | {g.drm_card for g in facts.gpus}
+    families.append((DRM_NODES, frozenset(m for m in drm if m is not None)))
+    return families
+
+
+def container_node_findings(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
+    """Each container's GPU lines against the nodes the host's GPUs have now, and its devN
+    entries' gid against its own render group: what a reboot or an image update moves.
+
+    A node no GPU has any more (the numbering changed at boot, the GPU left its driver)
+    fails the container's start with a devN entry and hands it nothing with a bind mount.
+    """
+    families = _node_families(facts)
+    for vmid in _containers(reader):
+        path = f"etc/pve/lxc/{vmid}.conf"
+        text = reader.read(path) or ""
+        lines = parse_lines(split_sections(text)[0].text)
+        for nodes, have in families:
+            gone = sorted({m for ln in lines if (m := gpu_minor(ln, nodes)) is not None} - have)
+            if gone:
+                names = ", ".join(drm_node_path(m) if nodes.drm else nodes.path(m) for m in gone)
+                yield Finding(
+                    Severity.ERROR,
+                    "container-node-missing",
+                    path,
+                    f"CT {vmid} names {names}, which no GPU of the host has now: the "
+                    "numbering changed at boot or the GPU left its driver; the container "
+                    "fails to start (devN) or gets no GPU (bind mount). Plan again",
+                )
+        yield from _node_group(reader, vmid, path, text, lines)
+
+
+def _node_group(
+    reader: RootReader, vmid: int, path: str, text: str, lines: Sequence[ConfLine]
+) -> Iterator[Finding]:
+    """An unprivileged container's DRM devN gid against its own render group now."""
+    if not unprivileged(text):
+        return
+    drm = (ln for ln in lines if gpu_minor(ln, DRM_NODES) is not None)
+    gids = {gid for ln in drm if (gid := dev_gid(ln)) is not None}
+    location = locate_rootfs(vmid, text, reader.read(STORAGE_CFG))
+    group = reader.read(f"{location.path}/{GROUP_FILE}") if location.path else None
+    if not gids or group is None:
+        return
+    groups = group_ids(group)
+    name = next((g for g in NODE_GROUPS if g in groups), None)
+    if name is not None and gids != {groups[name][0]}:
+        yield Finding(
+            Severity.WARNING,
+            "container-node-group-changed",
+            path,
+            f"CT {vmid}'s render nodes get gid {', '.join(map(str, sorted(gids)))}, but its "
+            f"{name} group is {groups[name][0]} now: its users lose the GPUs unless the mode "
+            "lets everyone open them. Plan again",
+        )
 
 
 def _container_gpus(reader: RootReader, facts: HostFacts, vmid: int) -> tuple[GPU, ...]:
     """The host's GPUs whose device nodes the container's config hands it: its pool."""
     main = split_sections(reader.read(f"etc/pve/lxc/{vmid}.conf") or "")[0]
-    minors = {gpu_minor(line, CONTAINER_NODES) for line in parse_lines(main.text)}
-    return tuple(g for g in facts.gpus if g.node_minor is not None and g.node_minor in minors)
+    lines = parse_lines(main.text)
+    minors = {gpu_minor(line, CONTAINER_NODES) for line in lines} - {None}
+    renders = {gpu_minor(line, DRM_NODES) for line in lines} - {None}
+    return tuple(g for g in facts.gpus if g.node_minor in minors or g.drm_render in renders)
 
 
 def container_rootfs(reader: RootReader, vmid: int) -> str | None:
@@ -110,11 +207,11 @@ def _running(merged: UnitFile) -> RunningUnit | None:
         return None
     # A size that is no number (`${TP}` from an EnvironmentFile=) is not guessed: TP 1.
     tp = servers[-1].option("tp")
-    env = dict(environment_pairs(merged.values(SERVICE, ENVIRONMENT)))
+    pairs = tuple(environment_pairs(merged.values(SERVICE, ENVIRONMENT)))
     return RunningUnit(
         tp.value if tp is not None and tp.value is not None else 1,
-        env.get(VISIBLE),
-        env.get(P2P_ENV) == "1",
+        pairs,
+        dict(pairs).get(P2P_ENV) == "1",
     )
 
 
@@ -165,6 +262,7 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
                     f"TP {running.tp} with P2P on while the IOMMU translates DMA: P2P transfers "
                     "corrupt or hang; set NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce",
                 )
+    yield from container_node_findings(reader, facts)
     yield from _mappings(reader, facts)
     yield from host_findings(facts)
     yield from acs_check_findings(facts)

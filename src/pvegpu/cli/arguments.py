@@ -8,7 +8,9 @@ imports that module only once the command line is parsed.
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,41 @@ class _Version(argparse.Action):
         parser.exit(0)
 
 
+def _columns() -> int:
+    """The terminal's width as `shutil.get_terminal_size()` says it: $COLUMNS, else the
+    width of the terminal stdout is, else 80. argparse's formatter asks shutil, and so
+    imports it (with bz2 and lzma behind it: about 2 ms of every command, help or not,
+    as each `add_argument` makes a formatter) for this one number."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0 and sys.__stdout__ is not None:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter (the subcommands'), given the width as argparse takes it."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        width = _columns() - 2 if width is None else width
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+class _RawDescriptionFormatter(_Formatter, argparse.RawDescriptionHelpFormatter):
+    """The top level's: its description and epilog (the exit codes) as written."""
+
+
 _NODE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?")
 
 
@@ -64,16 +101,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="pvegpu",
         description="Plan, render and apply GPU splits on a Proxmox VE host.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_RawDescriptionFormatter,
     )
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     build_all = command not in COMMANDS
     for name, (help_line, build) in COMMANDS.items():
         if build_all or name == command:
-            build(sub.add_parser(name, help=help_line))
+            build(sub.add_parser(name, help=help_line, formatter_class=_Formatter))
         else:
-            sub.add_parser(name, help=help_line, add_help=False)
+            sub.add_parser(name, help=help_line, add_help=False, formatter_class=_Formatter)
     return parser
 
 

@@ -39,7 +39,8 @@ from pvegpu.model.paths import UNIT_DIR, dropin_dirs
 from pvegpu.model.schema import Spec
 from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import split_sections
-from pvegpu.vendors import CONTAINER_NODES
+from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
+from pvegpu.vendors.drm import DRM_NODES
 
 LXC_DIR = "etc/pve/lxc"
 MASKED = "/dev/null"
@@ -53,15 +54,15 @@ MAX_UNIT_BYTES = 1024 * 1024
 MAX_UNIT_HOPS = 8
 
 
-def granted_gpus(config: str) -> tuple[frozenset[int], bool]:
-    """The `/dev/nvidiaN` minors the config's main section hands the container, and
-    whether a rule there reaches every GPU (`c 195:* rwm`)."""
+def granted_gpus(config: str, nodes: DeviceNodes = CONTAINER_NODES) -> tuple[frozenset[int], bool]:
+    """The GPU node minors (`/dev/nvidiaN`, or of `nodes`: render nodes) the config's main
+    section hands the container, and whether a rule there reaches every GPU (`c 195:* rwm`)."""
     minors: set[int] = set()
     every = False
     for line in split_sections(config)[0].lines:
-        if (minor := lxcconf.gpu_minor(line, CONTAINER_NODES)) is not None:
+        if (minor := lxcconf.gpu_minor(line, nodes)) is not None:
             minors.add(minor)
-        every = every or lxcconf.grants_every_gpu(line, CONTAINER_NODES)
+        every = every or lxcconf.grants_every_gpu(line, nodes)
     return frozenset(minors), every
 
 
@@ -77,9 +78,11 @@ def unit_containers(spec: Spec, facts: HostFacts) -> tuple[int, ...]:
             directory, _, name = file.path.rpartition("/")
             stem = name.removesuffix(".conf")
             if directory == LXC_DIR and name.endswith(".conf") and stem.isdigit():
-                minors, every = granted_gpus(file.content)
-                if minors or every:
-                    wanted.add(int(stem))
+                # GPUs by the vendor's own nodes or by DRM render nodes (AMD, Intel).
+                for nodes in (CONTAINER_NODES, DRM_NODES):
+                    minors, every = granted_gpus(file.content, nodes)
+                    if minors or every:
+                        wanted.add(int(stem))
     return tuple(sorted(wanted - rendered))
 
 

@@ -27,8 +27,6 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-import attrs
-
 from pvegpu.host.rawfile import MAX_FILE_BYTES as MAX_FILE_BYTES
 from pvegpu.host.rawfile import RECAPTURE as RECAPTURE
 from pvegpu.host.rawfile import decode, kind, read_regular
@@ -38,15 +36,20 @@ MAX_LINK_HOPS = 40
 """The kernel's own limit on symlinks followed in one lookup (ELOOP)."""
 
 
-@attrs.define
 class Trace:
-    """What a reader touched, by real path relative to the root (see pvegpu.host.snapshot)."""
+    """What a reader touched, by real path relative to the root (see pvegpu.host.snapshot).
 
-    files: dict[str, bytes] = attrs.field(factory=dict)
-    links: dict[str, str] = attrs.field(factory=dict)
-    dirs: set[str] = attrs.field(factory=set)
-    sized: set[str] = attrs.field(factory=set)
-    """Files known by their size only (weight shards, libraries): archived empty."""
+    A plain class: a recorder that is filled in place and never compared, on every
+    command's import path, where an attrs class costs its generated methods' compile."""
+
+    __slots__ = ("dirs", "files", "links", "sized")
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.links: dict[str, str] = {}
+        self.dirs: set[str] = set()
+        self.sized: set[str] = set()
+        """Files known by their size only (weight shards, libraries): archived empty."""
 
 
 def _keep_all(_: str) -> bool:

@@ -31,13 +31,14 @@ from pvegpu.model.paths import (
     HOME_DEPTH,
     HOME_DIRS,
     OTHER_UNIT_DIRS,
+    PASSWD_FILE,
     SYSTEM_UNIT_PATH,
     dropin_dirs,
     root_relative,
 )
 from pvegpu.model.schema import ServingSpec, Spec
 from pvegpu.pvefiles.lxcconf import unprivileged
-from pvegpu.vendors import CONTAINER_USERSPACE
+from pvegpu.vendors import CONTAINER_USERSPACE, RUNTIME_MODULE_FILES, RUNTIME_RELEASE_FILES
 
 InstalledFiles = Callable[[RootReader, ServingSpec, str], Iterable[ConfigFile]]
 """How the caller asks a serving's engine which files of the container whose root file
@@ -96,6 +97,10 @@ def read_serving(reader: RootReader, spec: Spec, installed: InstalledFiles) -> S
     The only I/O of serving checks; everything else takes the facts this returns.
     """
     found = _Found(reader)
+    if any(p.lxc is not None and p.lxc.serving is not None for p in spec.pools):
+        # The host module a container's runtime release is named beside.
+        for module_file in RUNTIME_MODULE_FILES:
+            found.add(module_file)
     for pool in spec.pools:
         if pool.lxc is not None:
             _add_groups(found, pool.lxc.vmid)
@@ -154,6 +159,11 @@ def _read_container(found: _Found, rootfs: str, unit_name: str) -> None:
     """The driver files, the unit wherever systemd finds it, its drop-ins and its copies."""
     reader = found.reader
     found.add(f"{rootfs}/{DPKG_STATUS}")
+    for release in RUNTIME_RELEASE_FILES:
+        found.add(f"{rootfs}/{release}")
+    # Whether the unit's user may open the GPU nodes (`serving.node_access`).
+    found.add(f"{rootfs}/{GROUP_FILE}")
+    found.add(f"{rootfs}/{PASSWD_FILE}")
     for libdir in CONTAINER_LIBDIRS:
         # A symlinked libdir (merged-/usr `lib -> usr/lib`) is an alias of one read anyway.
         directory = f"{rootfs}/{libdir}"

@@ -8,6 +8,7 @@ from enum import StrEnum
 import attrs
 
 from pvegpu.model.facts import ConfigFile
+from pvegpu.reprs import value_repr
 
 HOST = "host"
 REVIEW = "review"
@@ -34,7 +35,8 @@ def container_target(vmid: int) -> str:
     return f"ct:{vmid}"
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class Artifact:
     path: str
     """Target path relative to the root of `target` (`etc/pve/lxc/129.conf`)."""

@@ -12,6 +12,8 @@ from enum import StrEnum
 
 import attrs
 
+from pvegpu.reprs import value_repr
+
 KERNEL_CMDLINE = "etc/kernel/cmdline"
 """The command line proxmox-boot-tool writes into systemd-boot's entries."""
 BOOT_UUIDS = "etc/kernel/proxmox-boot-uuids"
@@ -45,7 +47,8 @@ class ModuleStage(StrEnum):
     """By systemd-modules-load.service, which the split unit is ordered before."""
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class KernelCmdline:
     """One kernel command line the next boot may use, and where it is set."""
 
@@ -61,7 +64,8 @@ class KernelCmdline:
         return f"{self.variable} in /{self.source}" if self.variable else f"/{self.source}"
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class BootModule:
     """A module named in a list that loads it at boot."""
 
@@ -81,7 +85,8 @@ class BootModule:
         )
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class BootConfig:
     """What the next boot runs with; empty when the root holds none of these files."""
 

@@ -15,6 +15,7 @@ from pvegpu.model.facts import GPU, ConfigFile, FileStat
 from pvegpu.model.model_config import ModelConfig
 from pvegpu.model.paths import UNIT_DIR
 from pvegpu.pci import CpuList
+from pvegpu.vendors import ComputeRuntime
 
 
 class P2PSource(StrEnum):
@@ -112,7 +113,7 @@ def _check_key(instance: SglangServing, attribute: attrs.Attribute[object], valu
 
 def _check_tp(instance: SglangServing, attribute: attrs.Attribute[int], value: int) -> None:
     # attrs runs validators once every field is set, so a subclass's stages are known.
-    gpus = len(instance.cuda_visible_devices)
+    gpus = len(instance.visible_devices)
     if value < 1 or value * instance.pipeline_stages != gpus:
         raise ValueError(
             f"tp_size {value} x {instance.pipeline_stages} pipeline stages != {gpus} pool GPUs"
@@ -136,8 +137,11 @@ class SglangServing:
     host: str
     """The address the server listens on; the health check reaches it from the container."""
     port: int
-    cuda_visible_devices: tuple[int, ...]
-    """Indices of the pool's GPUs among the GPUs the container sees, in PCI order."""
+    runtime: ComputeRuntime
+    """The compute runtime the server's build runs on (CUDA, ROCm)."""
+    visible_devices: tuple[int, ...]
+    """Indices of the pool's GPUs among the GPUs the container sees, in PCI order: the
+    value of the runtime's `visible_devices` variable."""
     gpus: tuple[GPU, ...]
     tp_size: int = attrs.field(validator=_check_tp)
     """The pool's GPU count over the pipeline stages: the validator and `decide_serving`

@@ -11,6 +11,7 @@ import attrs
 from pvegpu.model.bootconfig import BootConfig
 from pvegpu.model.ports import PortAcs
 from pvegpu.pci import CpuList, PciAddress
+from pvegpu.reprs import value_repr
 from pvegpu.vendors import DRIVER_VERSION_VENDORS, Vendor, vendor_of
 from pvegpu.vendors.nvswitch import is_switch
 
@@ -49,7 +50,8 @@ class KernelModuleFlavor(StrEnum):
     PROPRIETARY = "proprietary"
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class PcieLink:
     current_speed: str
     current_width: int | None
@@ -57,7 +59,8 @@ class PcieLink:
     max_width: int | None
 
 
-@attrs.frozen(order=True)
+@value_repr
+@attrs.frozen(order=True, repr=False)
 class Sriov:
     """A physical function's SR-IOV state, as its sysfs directory shows it."""
 
@@ -73,7 +76,8 @@ class Sriov:
     """The VFs in `virtfnN` order (virtfn0 first)."""
 
 
-@attrs.frozen(order=True)
+@value_repr
+@attrs.frozen(order=True, repr=False)
 class PciFunction:
     """One PCI function as sysfs shows it."""
 
@@ -154,7 +158,8 @@ def moves_with(gpu: PciFunction, other: PciFunction) -> bool:
     )
 
 
-@attrs.frozen(order=True)
+@value_repr
+@attrs.frozen(order=True, repr=False)
 class GPU:
     """A PCI display controller (class 0x03xxxx) or processing accelerator (0x12xxxx),
     any vendor, and its companion functions."""
@@ -222,20 +227,23 @@ class GPU:
         return (self.function, *self.companions)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class NumaNode:
     id: int
     cpus: CpuList
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class IommuGroup:
     id: int
     members: tuple[PciAddress, ...]
     type: IommuGroupType | None = None
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class IommuState:
     enabled: bool
     units: tuple[str, ...] = ()
@@ -250,7 +258,8 @@ class IommuState:
         return None
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class GpuDriver:
     """A vendor's GPU kernel driver as loaded on the host (its `DriverVersionSource`)."""
 
@@ -260,7 +269,8 @@ class GpuDriver:
     flavor: KernelModuleFlavor
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class CharMajor:
     major: int
     name: str
@@ -284,7 +294,8 @@ def vfio_id_claims(vfio_id: str, function: PciFunction) -> bool:
     )
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class VfioIdsSetting:
     """A `vfio-pci.ids=` / `options vfio-pci ids=` found on the host, and where."""
 
@@ -296,7 +307,8 @@ class VfioIdsSetting:
         return tuple(i for i in self.ids if vfio_id_claims(i, function))
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class ConfigFile:
     """A Proxmox or system file read at discovery time, kept whole so patches are exact."""
 
@@ -311,7 +323,8 @@ class ConfigFile:
         return hashlib.sha256(self.content.encode()).hexdigest()
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class FileStat:
     """A file known by path and size only (shared libraries, weight shards): no content."""
 
@@ -320,7 +333,8 @@ class FileStat:
     size: int
 
 
-@attrs.frozen(order=True)
+@value_repr
+@attrs.frozen(order=True, repr=False)
 class DriverctlOverride:
     """A driver override driverctl persists (`/etc/driverctl.d/pci-<ADDR>`, its content
     the driver's name): its udev rule and `driverctl@.service` apply it at every boot."""
@@ -334,7 +348,8 @@ class DriverctlOverride:
         return f"etc/driverctl.d/pci-{self.address}"
 
 
-@attrs.frozen(order=True)
+@value_repr
+@attrs.frozen(order=True, repr=False)
 class MdevType:
     """A virtual GPU type a PCI function offers: a directory of the kernel's
     `mdev_supported_types` (`nvidia-558`, `i915-GVTg_V5_4`) or one line of a vendor's
@@ -347,7 +362,8 @@ class MdevType:
     """How many more the parent can create now; None where the vendor does not say."""
 
 
-@attrs.frozen(order=True)
+@value_repr
+@attrs.frozen(order=True, repr=False)
 class MdevInstance:
     """A virtual GPU that exists now on a parent function: a mediated device
     (`/sys/bus/mdev/devices/<uuid>`) or a vendor vGPU type set on a virtual function."""
@@ -358,7 +374,8 @@ class MdevInstance:
     """None for a vendor vGPU on a virtual function (no mediated device of its own)."""
 
 
-@attrs.frozen(order=True)
+@value_repr
+@attrs.frozen(order=True, repr=False)
 class MigCap:
     """A MIG capability node the GPU driver lists (`Vendor.mig`): `nvidia-cap<minor>`."""
 
@@ -373,7 +390,8 @@ class MigCap:
     """What it is, as the driver's procfs names it: `mig/config`, `gpu0/mig/gi1/ci0`."""
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class FabricManager:
     """The host's Fabric Manager, the service that programs an HGX board's NVSwitches:
     whether its unit is installed and enabled, and the mode its configuration sets."""
@@ -387,7 +405,8 @@ class FabricManager:
     multitenancy, 2 vGPU; None where the file is absent or does not set it."""
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class HostFacts:
     node: str
     functions: tuple[PciFunction, ...]
@@ -431,7 +450,7 @@ class HostFacts:
         # each time made a plan quadratic in the host's size. Built once, on first use,
         # because facts are frozen and an evolved copy starts without one.
         if self._index is None:
-            object.__setattr__(self, "_index", _FactsIndex.of(self))
+            object.__setattr__(self, "_index", _FactsIndex(self))
         assert self._index is not None  # set just above; for mypy
         return self._index
 
@@ -511,23 +530,19 @@ def _first_by_key(items: tuple[_V, ...], key: Callable[[_V], _K]) -> dict[_K, _V
     return found
 
 
-@attrs.frozen
 class _FactsIndex:
-    functions: dict[PciAddress, PciFunction]
-    gpus: dict[PciAddress, GPU]
-    groups: dict[int, IommuGroup]
-    files: dict[str, ConfigFile]
-    slots: dict[str, tuple[PciFunction, ...]]
+    """A HostFacts' lookups by key, built on first use. A plain class, not a value: it is
+    never compared or shown, and an attrs class costs its generated methods' compile on
+    every command's import path."""
 
-    @classmethod
-    def of(cls, facts: HostFacts) -> _FactsIndex:
+    __slots__ = ("files", "functions", "gpus", "groups", "slots")
+
+    def __init__(self, facts: HostFacts) -> None:
         slots: dict[str, list[PciFunction]] = {}
         for function in facts.functions:
             slots.setdefault(function.address.slot, []).append(function)
-        return cls(
-            functions=_first_by_key(facts.functions, lambda f: f.address),
-            gpus=_first_by_key(facts.gpus, lambda g: g.address),
-            groups=_first_by_key(facts.iommu_groups, lambda g: g.id),
-            files=_first_by_key(facts.files, lambda f: f.path),
-            slots={slot: tuple(members) for slot, members in slots.items()},
-        )
+        self.functions = _first_by_key(facts.functions, lambda f: f.address)
+        self.gpus = _first_by_key(facts.gpus, lambda g: g.address)
+        self.groups = _first_by_key(facts.iommu_groups, lambda g: g.id)
+        self.files = _first_by_key(facts.files, lambda f: f.path)
+        self.slots = {slot: tuple(members) for slot, members in slots.items()}

@@ -27,6 +27,8 @@ CONTAINER_LIBDIRS = ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu")
 DPKG_STATUS = "var/lib/dpkg/status"
 GROUP_FILE = "etc/group"
 """A container's group database, relative to its root file system."""
+PASSWD_FILE = "etc/passwd"
+"""Its user database: a user's primary group is there, not in the group's member list."""
 UNIT_DIR = "etc/systemd/system"
 # Where else a copy of the unit tends to live: other unit directories (systemd would
 # load these if /etc's copy went away) and admins' homes (the "local copy" that drifts).

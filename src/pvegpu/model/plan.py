@@ -14,6 +14,7 @@ from pvegpu.pvefiles.lxcconf import GpuLines
 from pvegpu.pvefiles.pcicfg import PciMap as PciMap
 from pvegpu.pvefiles.pcicfg import PciMapping as PciMapping
 from pvegpu.pvefiles.qemuconf import NumaPin
+from pvegpu.reprs import value_repr
 from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
 
 
@@ -34,7 +35,8 @@ class Severity(StrEnum):
     one, since what would stop a plan refuses it (`PlanError`) instead."""
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class Finding:
     """Something the reviewer should know that does not stop the plan, or something
     `pvegpu check` found on the live host (the same type, so both print alike)."""
@@ -57,7 +59,8 @@ class Finding:
         }
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class LxcContainer:
     vmid: int
     devices: DeviceStyle
@@ -86,7 +89,8 @@ class LxcContainer:
         return f"etc/pve/lxc/{self.vmid}.conf"
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class VmGuest:
     vmid: int
     numa: bool
@@ -111,7 +115,8 @@ class VmGuest:
         return f"etc/pve/qemu-server/{self.vmid}.conf"
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class Pool:
     name: str
     kind: PoolKind
@@ -136,7 +141,8 @@ class Pool:
         return len(self.gpus)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class SharedPciCfg:
     """The cluster's one pci.cfg as a cluster plan decided it (planning/cluster.py)."""
 
@@ -151,7 +157,8 @@ class SharedPciCfg:
     pool's mapping on one of `nodes`."""
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class Plan:
     facts: HostFacts
     spec: Spec

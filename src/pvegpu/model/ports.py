@@ -14,6 +14,7 @@ from enum import StrEnum
 import attrs
 
 from pvegpu.pci import PciAddress
+from pvegpu.reprs import value_repr
 
 
 class PortType(StrEnum):
@@ -74,7 +75,8 @@ ACS_CAPABILITY = 0x000D
 """The PCIe extended capability id of Access Control Services."""
 
 
-@attrs.frozen(order=True)
+@value_repr
+@attrs.frozen(order=True, repr=False)
 class PortAcs:
     """A bridge above a GPU (root port, switch port) and its ACS as discovery read it."""
 

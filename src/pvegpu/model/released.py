@@ -10,10 +10,12 @@ import attrs
 
 from pvegpu.model.facts import ConfigFile
 from pvegpu.pvefiles.lxccaps import CapsRemoval
+from pvegpu.reprs import value_repr
 from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class ContainerGpusRemoved:
     """Another container's lines for single GPUs the plan gives elsewhere.
 
@@ -45,7 +47,8 @@ class ContainerGpusRemoved:
         return f"etc/pve/lxc/{self.vmid}.conf"
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class MapLinesMoved:
     """A mapping outside the pools losing this node's map lines for devices that move
     into a pool's mapping: a device is in one mapping only."""

@@ -9,6 +9,7 @@ import attrs
 # The two ways the LXC file format hands device nodes to a container: the codec's own
 # value, which the spec's `lxc.devices` key takes as it is.
 from pvegpu.pvefiles.lxcconf import DeviceStyle as DeviceStyle
+from pvegpu.reprs import value_repr
 
 
 class CpusetPolicy(StrEnum):
@@ -28,7 +29,8 @@ class P2PSetting(StrEnum):
     ON = "on"
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class MappingSpec:
     """A cluster PCI mapping (`/etc/pve/mapping/pci.cfg` section) over a pool's GPUs."""
 
@@ -36,7 +38,8 @@ class MappingSpec:
     description: str | None = None
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class ServingSpec:
     """An inference server in the container, with tensor parallelism over the pool."""
 
@@ -84,7 +87,8 @@ class ServingSpec:
     """vLLM only: pipeline stages; TP is then the pool's GPU count divided by them."""
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class LxcSpec:
     vmid: int
     devices: DeviceStyle = DeviceStyle.DEV
@@ -97,19 +101,22 @@ class LxcSpec:
     for compute and video."""
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class VmSpec:
     vmid: int
     numa: bool = False
     """Pin the VM's memory and vCPUs to the pool's NUMA node."""
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class VfioSpec:
     vm: VmSpec | None = None
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class PoolSpec:
     """A set of GPUs and what consumes them. Exactly one selector and one consumer."""
 
@@ -127,7 +134,8 @@ class PoolSpec:
     mapping: MappingSpec | None = None
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class Spec:
     """A split of one node (`node`), or of several nodes of one cluster (`nodes`, with a
     `node` on every pool). The loader admits exactly one of the two forms."""

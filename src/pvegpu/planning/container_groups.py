@@ -12,6 +12,7 @@ lets the container's users open it then.
 from __future__ import annotations
 
 from pvegpu.errors import Problem
+from pvegpu.formats.accounts import group_ids
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.paths import GROUP_FILE
@@ -32,18 +33,6 @@ def group_file(facts: HostFacts, vmid: int) -> str | None:
         vmid, config.content if config else None, storage.content if storage else None
     )
     return None if location.path is None else f"{location.path}/{GROUP_FILE}"
-
-
-def group_ids(text: str) -> dict[str, tuple[int, tuple[str, ...]]]:
-    """`name:password:gid:members` lines -> {name: (gid, members)}; lines of another shape
-    are skipped (a comment, a NIS `+` line), and the first of a name wins, as getent does."""
-    found: dict[str, tuple[int, tuple[str, ...]]] = {}
-    for line in text.splitlines():
-        fields = line.split(":")
-        if len(fields) == 4 and fields[2].isascii() and fields[2].isdigit():
-            members = tuple(m for m in fields[3].split(",") if m)
-            found.setdefault(fields[0], (int(fields[2]), members))
-    return found
 
 
 def render_gid(

@@ -39,7 +39,8 @@ from pvegpu.planning.mapping_moves import VM_DIR, MappingOutcome, mapping_outcom
 from pvegpu.pvefiles import hostpci, lxcconf
 from pvegpu.pvefiles.guestconf import ConfLine, Section, is_pending, is_snapshot, split_sections
 from pvegpu.vendors import VENDORS, DeviceNodes
-from pvegpu.vendors.drm import DRM_MAJOR, drm_nodes
+from pvegpu.vendors.drm import DRM_MAJOR, DRM_NODES
+from pvegpu.vendors.drm import node_path as drm_node_path
 from pvegpu.wording import plural
 
 LXC_DIR = "etc/pve/lxc/"
@@ -81,10 +82,6 @@ def judge_guests(
         elif (vmid := _vmid(file.path, VM_DIR)) is not None:
             _vm(facts.node, file, vmid, claims, mappings, out)
     return GuestVerdict(tuple(out.removed), tuple(out.problems), tuple(out.findings))
-
-
-DRM_NODES = drm_nodes()
-"""The kernel's DRM nodes alone: how lines hold a GPU of a non-DRM vendor by them."""
 
 
 @attrs.frozen
@@ -129,9 +126,16 @@ def _numbered(text: str) -> Iterator[tuple[Section, int, ConfLine]]:
                 yield section, number, line
 
 
-def _node(gpu: GPU) -> str:
-    # A GPU already on vfio-pci has no node now; a wildcard reaches it once nvidia has it.
-    path = gpu.node_path
+def _node(gpu: GPU, nodes: DeviceNodes, minor: int | None) -> str:
+    """The GPU as the line holds it: the node the line names (a DRM render or card node of
+    an NVIDIA GPU too), or for a rule reaching every minor, the GPU's node of that family."""
+    if minor is not None:
+        path: str | None = drm_node_path(minor) if nodes.drm else nodes.path(minor)
+    elif nodes.drm and not (gpu.vendor is not None and gpu.vendor.nodes is nodes):
+        path = None if gpu.drm_render is None else drm_node_path(gpu.drm_render)
+    else:
+        # A GPU already on vfio-pci has no node now; a wildcard reaches it once nvidia has it.
+        path = gpu.node_path
     return gpu.address.short if path is None else f"{path} ({gpu.address.short})"
 
 
@@ -204,7 +208,7 @@ def _losses(
             continue
         if not hit:
             continue
-        named = [(_node(g), p) for g, p in hit]
+        named = [(_node(g, nodes, None if every else minor), p) for g, p in hit]
         where = f"{file.path} line {number}"
         if is_snapshot(section):
             snapshots.setdefault(section.name or "", []).extend(named)

@@ -29,7 +29,7 @@ A unit that is not enabled is not judged: nothing starts it.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import attrs
 
@@ -41,14 +41,13 @@ from pvegpu.host.container_units import (
     unit_dropin_dirs,
 )
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
-from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.model.facts import GPU, ConfigFile, HostFacts
 from pvegpu.model.paths import UNIT_DIR
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.model.released import ContainerGpusRemoved
 from pvegpu.model.schema import Spec
 from pvegpu.planning.unit_gpus import (
     SGLANG,
-    VISIBLE,
     ServerDemand,
     UnitDemand,
     unit_demand,
@@ -62,6 +61,8 @@ from pvegpu.serving.unitfile import (
     merge_units,
     parse_unit,
 )
+from pvegpu.vendors import CONTAINER_NODES, CONTAINER_RUNTIME, ComputeRuntime, DeviceNodes
+from pvegpu.vendors.drm import RENDER_BASE
 from pvegpu.wording import plural
 
 
@@ -81,6 +82,13 @@ class _Container:
     """GPUs it has after the plan."""
     pools: tuple[Pool, ...]
     """The pools whose container it is (none: another container losing GPUs)."""
+    runtime: ComputeRuntime = CONTAINER_RUNTIME
+    """The compute runtime of its GPUs: which variable narrows them, and how messages
+    name it."""
+
+    @property
+    def visible(self) -> str:
+        return self.runtime.visible_devices
 
     @property
     def gets(self) -> str:
@@ -128,17 +136,29 @@ def leftover_servers(
             if location.volume is not None and container.after < container.before:
                 findings.append(_unchecked(container, location.volume, location.why))
             continue
-        for unit in _enabled_units(facts, location.path):
+        for unit in _enabled_units(facts, location.path, container.visible):
             _judge(container, unit, problems, findings)
     return LeftoverVerdict(tuple(problems), tuple(findings))
 
 
-def _now(facts: HostFacts, config: ConfigFile) -> tuple[frozenset[int], int]:
-    minors, every = granted_gpus(config.content)
+def _now(
+    facts: HostFacts, config: ConfigFile, nodes: DeviceNodes = CONTAINER_NODES
+) -> tuple[frozenset[int], int]:
+    minors, every = granted_gpus(config.content, nodes)
+    if nodes.drm:
+        # A GPU's card node (display) comes with its render node: count the render nodes.
+        minors = frozenset(m for m in minors if m >= RENDER_BASE)
     if every:
         # `c 195:* rwm` reaches every GPU nvidia holds.
         return minors, max(len(minors), sum(1 for g in facts.gpus if g.node_minor is not None))
     return minors, len(minors)
+
+
+def _runtime(gpus: Iterable[GPU]) -> ComputeRuntime:
+    """The runtime of the GPUs' vendor; CONTAINER_VENDOR's when they have none (a vendor
+    without one runs no server pvegpu knows the variable of)."""
+    found = {c for g in gpus if g.vendor is not None and (c := g.vendor.compute) is not None}
+    return found.pop() if len(found) == 1 else CONTAINER_RUNTIME
 
 
 def _containers(
@@ -152,17 +172,25 @@ def _containers(
     for vmid, its in own.items():
         config = facts.file(f"etc/pve/lxc/{vmid}.conf")
         if config is not None:  # else plan() refuses it already (lxc-config-missing)
-            _, before = _now(facts, config)
-            yield _Container(vmid, config, before, sum(p.size for p in its), tuple(its))
+            nodes = its[0].lxc.nodes if its[0].lxc is not None else CONTAINER_NODES
+            _, before = _now(facts, config, nodes)
+            after = sum(p.size for p in its)
+            runtime = _runtime(g for p in its for g in p.gpus)
+            yield _Container(vmid, config, before, after, tuple(its), runtime)
     for gone in removed:
         if gone.vmid in own or gone.vmid in rendered:
             continue
-        minors, before = _now(facts, gone.config)
+        minors, before = _now(facts, gone.config, gone.nodes)
         after = max(before - len(minors & set(gone.minors)), 0)
-        yield _Container(gone.vmid, gone.config, before, after, ())
+        # The GPUs whose lines go: their runtime is the one a server there runs on.
+        taken = set(gone.minors)
+        held = [
+            g for g in facts.gpus if (g.drm_render if gone.nodes.drm else g.node_minor) in taken
+        ]
+        yield _Container(gone.vmid, gone.config, before, after, (), _runtime(held))
 
 
-def _enabled_units(facts: HostFacts, rootfs: str) -> Iterator[_Unit]:
+def _enabled_units(facts: HostFacts, rootfs: str, variable: str) -> Iterator[_Unit]:
     """Each enabled unit as systemd loads it: /etc's file (or its template), else what the
     enabling link names; merged with its drop-ins in /etc."""
     unit_dir = f"{rootfs}/{UNIT_DIR}/"
@@ -194,15 +222,15 @@ def _enabled_units(facts: HostFacts, rootfs: str) -> Iterator[_Unit]:
             base,
         )
         inside = "/" + source.path[len(rootfs) + 1 :]
-        demand = unit_demand(merge_units(f.content for f in files))
-        visible = next((f for f in reversed(files) if _sets_visible(f.content)), source)
+        demand = unit_demand(merge_units(f.content for f in files), variable)
+        visible = next((f for f in reversed(files) if _sets_visible(f.content, variable)), source)
         linked = source is links[name]
         yield _Unit(name, source.path, inside, demand, visible.path, linked)
 
 
-def _sets_visible(text: str) -> bool:
+def _sets_visible(text: str, variable: str) -> bool:
     pairs = environment_pairs(parse_unit(text).values(SERVICE, ENVIRONMENT))
-    return any(name == VISIBLE for name, _ in pairs)
+    return any(name == variable for name, _ in pairs)
 
 
 def _available(visible: tuple[str, ...] | None, count: int) -> int:
@@ -226,7 +254,7 @@ def _judge(
             else:
                 findings.append(_short(container, unit, server, need, after))
         elif _names_gone(server.visible, container):
-            # Set on the command line (`env CUDA_VISIBLE_DEVICES=...`) or by Environment=.
+            # Set on the command line (`env HIP_VISIBLE_DEVICES=...`) or by Environment=.
             own = server.visible != unit.demand.visible
             where = unit.source if own else unit.visible_source
             findings.append(_visible(container, unit, server.visible or (), where))
@@ -246,20 +274,21 @@ def _ways(container: _Container, unit: _Unit, server: ServerDemand, after: int) 
             f'unit = "{unit.name.removesuffix(".service")}" so pvegpu rewrites the unit for '
             f"its {plural(container.after, 'GPU')}"
         )
-    if (edit := _edit(server, after, container.after)) is not None:
+    if (edit := _edit(server, after, container)) is not None:
         ways.append(f"edit {unit.edit(container.vmid)}: {edit}")
     ways.append(f"disable it (pct exec {container.vmid} -- systemctl disable {unit.name})")
     return "; or ".join(ways) + "; then run pvegpu again"
 
 
-def _edit(server: ServerDemand, after: int, count: int) -> str | None:
+def _edit(server: ServerDemand, after: int, container: _Container) -> str | None:
     """The one-option change that makes the server fit, or what must hold; `after` is
-    what CUDA shows it of the `count` GPUs the container has."""
+    what the runtime shows it of the GPUs the container has after the plan."""
+    count = container.after
     if count == 0:
         return None
     if after < count and (server.gpus or 0) <= count:
-        # Only CUDA_VISIBLE_DEVICES hides GPUs it needs: list the ones the container has.
-        return f"{VISIBLE}={','.join(str(i) for i in range(count))}"
+        # Only the visible-devices variable hides GPUs it needs: list the container's.
+        return f"{container.visible}={','.join(str(i) for i in range(count))}"
     tp = server.option("tp")
     others = [o for o in server.options if o.kind != "tp" and o.value not in (None, 1)]
     if others or server.option("base") is not None:
@@ -274,10 +303,10 @@ def _restarts(unit: _Unit) -> str:
     return " and systemd starts it again and again" if unit.demand.restarts else ""
 
 
-def _seen(server: ServerDemand, after: int) -> str:
+def _seen(container: _Container, server: ServerDemand, after: int) -> str:
     if server.visible is None:
         return ""
-    return f" ({VISIBLE}={','.join(server.visible)} shows it {after} of them)"
+    return f" ({container.visible}={','.join(server.visible)} shows it {after} of them)"
 
 
 def _needs(
@@ -287,8 +316,9 @@ def _needs(
         "container-unit-needs-gpus",
         unit.source,
         f"{unit.name} is enabled in CT {container.vmid} and runs {server.server} with "
-        f"{server.shown}: {plural(need, 'GPU')}; {container.gets}{_seen(server, after)}, so "
-        f"the server fails at every start{_restarts(unit)}",
+        f"{server.shown}: {plural(need, 'GPU')}; {container.gets}"
+        f"{_seen(container, server, after)}, so the server fails at every start"
+        f"{_restarts(unit)}",
         _ways(container, unit, server, after),
     )
 
@@ -302,7 +332,7 @@ def _short(
         unit.source,
         f"{unit.name} is enabled in CT {container.vmid} and runs {server.server} with "
         f"{server.shown}: {plural(need, 'GPU')}, more than CT {container.vmid} has now; "
-        f"{container.gets}{_seen(server, after)}, so it still cannot start. Fix it: "
+        f"{container.gets}{_seen(container, server, after)}, so it still cannot start. Fix it: "
         + _ways(container, unit, server, after),
     )
 
@@ -313,10 +343,11 @@ def _visible(container: _Container, unit: _Unit, visible: tuple[str, ...], where
         Severity.WARNING,
         "container-unit-visible-devices",
         where,
-        f"{unit.name} is enabled in CT {container.vmid} and sets {VISIBLE}="
-        f"{','.join(visible)}, {plural(len(visible), 'device')}; {container.gets}: CUDA "
-        "shows it the listed devices up to the first one that is gone. Edit it to "
-        + (f"{VISIBLE}={keep}" if keep else "list no GPU, or disable the unit"),
+        f"{unit.name} is enabled in CT {container.vmid} and sets {container.visible}="
+        f"{','.join(visible)}, {plural(len(visible), 'device')}; {container.gets}: "
+        f"{container.runtime.name} shows it the listed devices up to the first one that is "
+        "gone. Edit it to "
+        + (f"{container.visible}={keep}" if keep else "list no GPU, or disable the unit"),
     )
 
 
@@ -347,5 +378,5 @@ def _unchecked(container: _Container, volume: str, why: str) -> Finding:
         f"({why}), so its enabled units were not checked; {container.gets}, and a server "
         "started with more (SGLang or vLLM `--tp 8`) fails at every start. Check by hand: "
         f"pct exec {container.vmid} -- grep -rs -e --tp -e --tensor-parallel "
-        f"-e {VISIBLE} /etc/systemd/system",
+        f"-e {container.visible} /etc/systemd/system",
     )

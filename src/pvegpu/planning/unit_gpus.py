@@ -15,8 +15,9 @@ The last occurrence of an option wins (argparse). `${NAME}` and `$NAME` are expa
 the unit's Environment= (and assignments before the command, `env X=1 cmd`, `X=1 cmd`),
 as systemd and the shell would; a size that is still not a number (set in an
 EnvironmentFile=, or in `--config`'s file) is unknown, never guessed.
-`CUDA_VISIBLE_DEVICES` is read from the same places: CUDA shows the devices it lists up to
-the first index the container does not have.
+The runtime's visible-devices variable (`CUDA_VISIBLE_DEVICES`, ROCm's `HIP_VISIBLE_DEVICES`)
+is read from the same places: the runtime shows the devices it lists up to the first index
+the container does not have.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pvegpu.serving.unitfile import (
 )
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
+"""The visible-devices variable read unless the caller names its GPUs' runtime's."""
 SGLANG = "SGLang"
 VLLM = "vLLM"
 _SGLANG_MODULES = ("sglang.launch_server", "sglang_router.launch_server")
@@ -108,7 +110,7 @@ class ServerDemand:
     config: str | None = None
     """`--config FILE`: sizes may be set there, where pvegpu does not look."""
     visible: tuple[str, ...] | None = None
-    """CUDA_VISIBLE_DEVICES as the server gets it; None: not set."""
+    """The visible-devices variable as the server gets it; None: not set."""
 
     def option(self, kind: str) -> SizeOption | None:
         return next((o for o in self.options if o.kind == kind), None)
@@ -144,25 +146,26 @@ class UnitDemand:
 
     servers: tuple[ServerDemand, ...]
     visible: tuple[str, ...] | None
-    """CUDA_VISIBLE_DEVICES of the unit's Environment=; None: not set."""
+    """The visible-devices variable of the unit's Environment=; None: not set."""
     restarts: bool
     """Restart=always/on-failure: a server that cannot start is started again and again."""
     environment_file: bool
     """EnvironmentFile= is set: variables may come from a file pvegpu does not read."""
 
 
-def unit_demand(unit: UnitFile) -> UnitDemand:
-    """The servers of every ExecStart= of `unit` and the devices each opens."""
+def unit_demand(unit: UnitFile, visible: str = VISIBLE) -> UnitDemand:
+    """The servers of every ExecStart= of `unit` and the devices each opens; `visible`: the
+    variable the GPUs' runtime narrows them by (`HIP_VISIBLE_DEVICES` on ROCm)."""
     environment = dict(environment_pairs(unit.values(SERVICE, ENVIRONMENT)))
     servers = tuple(
         server
         for value in unit.values(SERVICE, EXEC_START)
-        for server in _servers(exec_words(value), environment)
+        for server in _servers(exec_words(value), environment, visible)
     )
     restart = unit.values(SERVICE, "Restart")
     return UnitDemand(
         servers,
-        _entries(environment.get(VISIBLE)),
+        _entries(environment.get(visible)),
         bool(restart) and restart[-1] in _RESTARTS,
         bool(unit.values(SERVICE, ENVIRONMENT_FILE)),
     )
@@ -235,7 +238,9 @@ def _marker(tokens: Sequence[str], i: int) -> tuple[str, int] | None:
     return None
 
 
-def _servers(argv: Sequence[str], unit_environment: Mapping[str, str]) -> list[ServerDemand]:
+def _servers(
+    argv: Sequence[str], unit_environment: Mapping[str, str], visible: str
+) -> list[ServerDemand]:
     tokens = _tokens(argv)
     environment = dict(unit_environment)
     servers: list[ServerDemand] = []
@@ -254,7 +259,7 @@ def _servers(argv: Sequence[str], unit_environment: Mapping[str, str]) -> list[S
         while end < len(tokens) and not _OPERATOR.fullmatch(tokens[end]):
             end += 1
         words = [w for t in tokens[start:end] for w in _expand(t, environment)]
-        servers.append(_server(server, words, _entries(environment.get(VISIBLE))))
+        servers.append(_server(server, words, _entries(environment.get(visible))))
         i = end
     return servers
 

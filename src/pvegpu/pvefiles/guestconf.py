@@ -13,6 +13,8 @@ from enum import StrEnum
 
 import attrs
 
+from pvegpu.reprs import value_repr
+
 # The headers pve-container and qemu-server recognise: `[pve:pending]` (LXC), `[PENDING]`
 # and `[special:cloudinit]` (VM), and snapshot names. Any other bracketed line is a stray
 # line of the current section for them, so it is for us too.
@@ -38,7 +40,8 @@ class LineKind(StrEnum):
     """Anything Proxmox's parser would warn about and skip; kept as is."""
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class ConfLine:
     raw: str
     """The line exactly as in the file, newline included (absent on an unterminated last line)."""
@@ -65,7 +68,8 @@ class ConfLine:
         return cls.parse(f"{key}: {value}\n")
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class Section:
     name: str | None
     """None for the main section, else the text between the brackets."""

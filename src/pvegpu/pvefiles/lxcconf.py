@@ -31,6 +31,7 @@ from pvegpu.pvefiles.guestconf import (
     split_sections,
     used_indices,
 )
+from pvegpu.reprs import value_repr
 from pvegpu.vendors import DeviceNodes
 
 if TYPE_CHECKING:
@@ -61,7 +62,8 @@ class DeviceStyle(StrEnum):
     """`lxc.cgroup2.devices.allow` + `lxc.mount.entry` lines (any PVE)."""
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class GpuLines:
     """The GPU lines a container should have; devN indices are chosen by the patch."""
 
@@ -142,6 +144,17 @@ def gpu_lines(
 def _dev_path(value: str) -> str:
     first = value.split(",", 1)[0]
     return first.removeprefix("path=")
+
+
+def dev_gid(line: ConfLine) -> int | None:
+    """The `gid=` of a `devN` entry (the node's group inside the container), or None."""
+    if line.kind is not LineKind.KEY or not _DEV_KEY.match(line.key):
+        return None
+    for option in line.value.split(",")[1:]:
+        key, _, value = option.partition("=")
+        if key == "gid" and value.isascii() and value.isdigit():
+            return int(value)
+    return None
 
 
 def is_gpu_line(line: ConfLine, nodes: DeviceNodes, majors: Collection[int] | None = None) -> bool:

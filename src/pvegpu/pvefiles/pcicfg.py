@@ -16,6 +16,7 @@ from types import MappingProxyType
 import attrs
 
 from pvegpu.errors import Problem, RenderError
+from pvegpu.reprs import value_repr
 
 PATH = "etc/pve/mapping/pci.cfg"
 
@@ -37,7 +38,8 @@ _TRUE = {"1", "yes", "on", "true"}
 _FALSE = {"0", "no", "off", "false"}
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class PciMap:
     """One `map` line of pci.cfg. Keys as Proxmox names them."""
 
@@ -49,7 +51,8 @@ class PciMap:
     description: str | None = None
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class PciMapping:
     """One section of /etc/pve/mapping/pci.cfg."""
 
@@ -60,7 +63,8 @@ class PciMapping:
     mdev: bool | None = None
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class MapLine:
     """One `map` line as stored: Proxmox keeps the property string verbatim."""
 
@@ -92,7 +96,8 @@ class MapLine:
         )
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class PciCfgSection:
     """One mapping as read, with line numbers for messages."""
 

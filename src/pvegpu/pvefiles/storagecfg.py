@@ -12,6 +12,8 @@ import re
 
 import attrs
 
+from pvegpu.reprs import value_repr
+
 _HEADER = re.compile(r"^(?P<type>[a-z][a-z0-9]*):\s*(?P<id>\S+)\s*$")
 _PROPERTY = re.compile(r"^\s+(?P<key>\S+)(?:\s+(?P<value>.*?))?\s*$")
 
@@ -19,7 +21,8 @@ DEFAULT_DIR = "/var/lib/vz"
 """The path of storage `local`: Proxmox adds `dir: local` with it when the file lacks it."""
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class Storage:
     """One section of storage.cfg: its type, id and properties as written."""
 

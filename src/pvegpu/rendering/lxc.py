@@ -19,6 +19,7 @@ from pvegpu.model.schema import DeviceStyle
 from pvegpu.pvefiles import lxccaps, lxcconf
 from pvegpu.pvefiles.guestconf import split_sections
 from pvegpu.vendors import DeviceNodes
+from pvegpu.vendors.drm import node_path as drm_node_path
 from pvegpu.wording import plural
 
 
@@ -30,6 +31,18 @@ def _count_gpu_lines(text: str, nodes: DeviceNodes, majors: frozenset[int]) -> i
 def _names(paths: Iterable[str]) -> str:
     """Node paths as the reasons name them, by file name: `nvidiactl, renderD128`."""
     return ", ".join(posixpath.basename(p) for p in paths)
+
+
+def _gpu_nodes(pool: Pool, lines: lxcconf.GpuLines) -> list[str]:
+    """The pool's GPUs' nodes the lines hand over: each GPU's node, and its card node
+    when the spec asks for display."""
+    written = {v.split(",")[0] for v in lines.devices}
+    written |= {v.split()[0] for k, v in lines.raw if k == lxcconf.MOUNT_ENTRY and v.split()}
+    found = []
+    for gpu in pool.gpus:
+        card = None if gpu.drm_card is None else drm_node_path(gpu.drm_card)
+        found += [p for p in (gpu.node_path, card) if p is not None and p in written]
+    return found
 
 
 def render_lxc_configs(plan: Plan) -> tuple[Artifact, ...]:
@@ -76,7 +89,7 @@ def _container_config(facts: HostFacts, pool: Pool, container: LxcContainer) -> 
     content = lxcconf.patch_gpu_lines(
         base, device_nodes, container.gpu_lines, majors, cpuset=cpuset
     )
-    nodes = _names(p for g in pool.gpus if (p := g.node_path) is not None)
+    nodes = _names(_gpu_nodes(pool, container.gpu_lines))
     if content == base:
         reason = f"LXC {container.vmid} already has exactly these GPU lines ({nodes})"
         if numa is not None:

@@ -33,7 +33,7 @@ def render_serving(plan: Plan) -> tuple[Artifact, ...]:
             content=unit_content(serving),
             reason=f"{ENGINE_LABELS.get(serving.engine, serving.engine)} {serving.version} for "
             f"pool {serving.pool}: TP={serving.tp_size} "
-            f"on CUDA {','.join(map(str, serving.cuda_visible_devices))}, P2P "
+            f"on {serving.runtime.name} {','.join(map(str, serving.visible_devices))}, P2P "
             + ("on" if serving.p2p.enabled else "off"),
             mode=UNIT_MODE,
             target=container_target(serving.vmid),

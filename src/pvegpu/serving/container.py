@@ -1,6 +1,6 @@
-"""The container side of any engine's server: where its files are, its Python, its NVIDIA
-userspace against the host's module. (The unit systemd runs there now is the engine's:
-`engines/sglang/old_unit.py`.)"""
+"""The container side of any engine's server: where its files are, its Python, its GPU
+userspace against the host's module (NVIDIA's), or what of it was not checked (ROCm's).
+(The unit systemd runs there now is the engine's: `engines/sglang/old_unit.py`.)"""
 
 from __future__ import annotations
 
@@ -17,11 +17,20 @@ from pvegpu.model.facts import HostFacts
 from pvegpu.model.paths import (
     CONTAINER_LIBDIRS,
     DPKG_STATUS,
+    GROUP_FILE,
+    PASSWD_FILE,
     SYSTEM_UNIT_PATH,
 )
 from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
-from pvegpu.vendors import CONTAINER_USERSPACE, CONTAINER_VENDOR
+from pvegpu.vendors import (
+    CONTAINER_USERSPACE,
+    CONTAINER_VENDOR,
+    RUNTIME_RELEASE_FILES,
+    ComputeRuntime,
+    Vendor,
+    module_version_file,
+)
 
 _DRIVER_VERSION = re.compile(r"^\d{3}\.\d+(?:\.\d+)?$")
 _MAJOR_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<major>\d{3})$")
@@ -123,12 +132,14 @@ class ContainerRootfs:
 
 
 def _was_read(facts: HostFacts, rootfs: str) -> bool:
+    """Did discovery read anything of a container there: its dpkg database, a GPU library,
+    a unit, its accounts or its runtime's release (a ROCm image has no NVIDIA library)."""
     if facts.file(f"{rootfs}/{DPKG_STATUS}") is not None:
         return True
     if any(facts.stats_in(f"{rootfs}/{d}") for d in CONTAINER_LIBDIRS):
         return True
-    units = tuple(f"{rootfs}/{d}/" for d in SYSTEM_UNIT_PATH)
-    return any(f.path.startswith(units) for f in facts.files)
+    known = (*SYSTEM_UNIT_PATH, GROUP_FILE, PASSWD_FILE, *RUNTIME_RELEASE_FILES)
+    return any(f.path.startswith(tuple(f"{rootfs}/{k}" for k in known)) for f in facts.files)
 
 
 def container_rootfs(checks: Checks, vmid: int) -> ContainerRootfs:
@@ -202,6 +213,51 @@ def python_finding(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> None:
     )
 
 
+def _runtime_unchecked(
+    checks: Checks,
+    vmid: int,
+    rootfs: ContainerRootfs,
+    vendor: Vendor | None,
+    runtime: ComputeRuntime,
+) -> None:
+    """Say what of the container's runtime was read and that it was not paired with the host.
+
+    ROCm's userspace is not locked to one amdgpu build as NVIDIA's is to its module: each
+    ROCm release supports a range of kernels and amdgpu-dkms releases (AMD's compatibility
+    matrix), a table pvegpu does not carry, so claiming a pass or a mismatch would be a guess.
+    """
+    driver = vendor.host_driver if vendor is not None else "its driver"
+    if vendor is not None:
+        module_file = module_version_file(vendor)
+        module = checks.facts.file(module_file)
+        version = module.content.strip() if module is not None else ""
+        driver = (
+            f"{driver} {version} (/{module_file}, an out-of-tree build such as amdgpu-dkms)"
+            if version
+            else f"{driver} (the kernel's own: no /{module_file})"
+        )
+    release_file = runtime.release_file
+    if rootfs.path is None:
+        found = f"CT {vmid}'s files were not read, so its {runtime.name} release is unknown"
+    elif release_file is None:
+        found = f"{runtime.name} in CT {vmid} names no release pvegpu reads"
+    elif (file := checks.facts.file(f"{rootfs.path}/{release_file}")) is None:
+        found = (
+            f"CT {vmid} has no /{release_file}: {runtime.name} is not installed there, or "
+            "not where its packages put it"
+        )
+    else:
+        release = file.content.strip().splitlines()[0] if file.content.strip() else "empty"
+        found = f"CT {vmid} has {runtime.name} {release} (/{release_file})"
+    checks.finding(
+        Severity.INFO,
+        "container-runtime-unchecked",
+        f"{found}; the host runs {driver}. pvegpu has no rule pairing {runtime.name} "
+        "releases with that module, so the two were not compared: check the release "
+        "against the vendor's compatibility table for the host's kernel and module",
+    )
+
+
 def _unreachable_message(location: RootfsLocation, vmid: int, unit: str) -> str:
     volume = f" ({location.volume})" if location.volume else ""
     why = location.why or f"nothing was read from /{location.path}, so it is not mounted"
@@ -214,8 +270,15 @@ def _unreachable_message(location: RootfsLocation, vmid: int, unit: str) -> str:
     )
 
 
-def container_driver(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> ContainerDriver | None:
-    """The container's NVIDIA userspace, compared with the host's kernel module."""
+def container_driver(
+    checks: Checks, vmid: int, rootfs: ContainerRootfs, runtime: ComputeRuntime
+) -> ContainerDriver | None:
+    """The container's NVIDIA userspace, compared with the host's kernel module; for a
+    vendor whose userspace pvegpu cannot pair with its module, a finding saying so."""
+    vendor = checks.pool.gpus[0].vendor if checks.pool.gpus else None
+    if vendor is not CONTAINER_VENDOR:
+        _runtime_unchecked(checks, vmid, rootfs, vendor, runtime)
+        return None
     host = checks.facts.gpu_driver(CONTAINER_VENDOR.host_driver)
     if rootfs.path is None:
         module = f"the host module {host.version}" if host is not None else "the host's module"

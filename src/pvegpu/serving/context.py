@@ -2,11 +2,12 @@
 
 `serving_context` decides, before any engine runs, what no engine may decide differently:
 where the container's files are (and whether the unit's python is among them), the pool's
-GPUs and their CUDA ordinals in PCI order, P2P on or off and why, the NUMA node to pin to,
-the model's config.json and whether TP divides its heads, and the container's NVIDIA
-userspace against the host's module. An engine (`pvegpu.engines`) gets the result as one
-frozen `ServingContext` and adds only what is its own (its release, flags, unit, and the
-memory fit's engine-specific inputs such as the KV cache dtype).
+GPUs, the compute runtime they run (CUDA, ROCm) and their ordinals in PCI order, P2P on or
+off and why, the NUMA node to pin to, the model's config.json and whether TP divides its
+heads, the container's userspace against the host's module, and whether the unit's user
+may open the GPU nodes. An engine (`pvegpu.engines`) gets the result as one frozen
+`ServingContext` and adds only what is its own (its release, flags, unit, and the memory
+fit's engine-specific inputs such as the KV cache dtype).
 
 The context keeps the problems and findings of these decisions rather than raising them,
 so that a plan refused for a neutral reason still lists the engine's problems with them.
@@ -32,9 +33,11 @@ from pvegpu.serving.container import (
     python_finding,
 )
 from pvegpu.serving.fit import checked_model
+from pvegpu.serving.node_access import node_access
 from pvegpu.serving.numa import numa_pinning
 from pvegpu.serving.p2p import decide_p2p
 from pvegpu.serving.visible import container_indices
+from pvegpu.vendors import VENDORS, ComputeRuntime
 
 
 @attrs.frozen
@@ -51,8 +54,11 @@ class ServingContext:
     """The spec path problems point at: `pools[0].lxc.serving`."""
     rootfs: ContainerRootfs
     gpus: tuple[GPU, ...]
-    cuda_visible_devices: tuple[int, ...]
-    """The pool's GPUs' ordinals among the container's GPUs, in PCI bus order."""
+    runtime: ComputeRuntime
+    """The compute runtime of the pool's GPUs' vendor, which the server's build runs on."""
+    visible_devices: tuple[int, ...]
+    """The pool's GPUs' ordinals among the container's GPUs, in PCI bus order: the
+    runtime's `visible_devices` variable."""
     p2p: P2PDecision
     numa: NumaPinning | None
     model: ModelConfig | None
@@ -94,6 +100,9 @@ def serving_context(
             "an inference server runs in the pool's container; this pool has none",
             "serve from a pool with a [pools.lxc] table (vmid = N)",
         )
+    runtime = _runtime(checks)
+    if isinstance(runtime, PvegpuError):
+        return runtime
     vmid = pool.lxc.vmid
     rootfs = container_rootfs(checks, vmid)
     python_finding(checks, vmid, rootfs)
@@ -104,7 +113,8 @@ def serving_context(
     model = checked_model(checks, len(pool.gpus) // stages)
     p2p = decide_p2p(checks)
     numa = numa_pinning(checks)
-    driver = container_driver(checks, vmid, rootfs)
+    driver = container_driver(checks, vmid, rootfs, runtime)
+    node_access(checks, vmid, rootfs)
     return ServingContext(
         facts=facts,
         pools=checks.pools,
@@ -113,7 +123,8 @@ def serving_context(
         where=where,
         rootfs=rootfs,
         gpus=pool.gpus,
-        cuda_visible_devices=indices,
+        runtime=runtime,
+        visible_devices=indices,
         p2p=p2p,
         numa=numa,
         model=model,
@@ -121,6 +132,30 @@ def serving_context(
         problems=tuple(checks.plan_problems),
         findings=tuple(checks.findings),
         stages=stages,
+    )
+
+
+def _runtime(checks: Checks) -> ComputeRuntime | PvegpuError:
+    """The one compute runtime of the pool's GPUs, or why no server can run on them.
+
+    Refused before anything else is judged: the rest (ordinals, P2P through the runtime's
+    collectives, the userspace) means nothing without a runtime. A container pool holds
+    one vendor's GPUs (the planner refuses a mixed one), so there is one vendor to ask.
+    """
+    vendors = {g.vendor for g in checks.pool.gpus}
+    vendor = vendors.pop() if len(vendors) == 1 else None
+    if vendor is not None and vendor.compute is not None:
+        return vendor.compute
+    gpus = ", ".join(f"{g.address} ({g.vendor_device})" for g in checks.pool.gpus)
+    known = sorted({v.compute.name for v in VENDORS if v.compute is not None})
+    return PlanError.one(
+        "serving-gpu-no-runtime",
+        checks.where,
+        f"{checks.engine_label} runs on {' or '.join(known)} GPUs; pvegpu knows no compute "
+        f"runtime for the GPUs of pool {checks.pool.name}: {gpus}",
+        "serve from a pool of "
+        + " or ".join(sorted(v.name for v in VENDORS if v.compute is not None))
+        + " GPUs, or remove the pool's serving table",
     )
 
 

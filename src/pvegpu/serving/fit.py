@@ -19,6 +19,7 @@ from pvegpu.model.model_config import (
 )
 from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
+from pvegpu.vendors import ComputeRuntime
 
 MIB = 1024**2
 GIB = 1024**3
@@ -84,7 +85,7 @@ def checked_model(checks: Checks, tp: int) -> ModelConfig | None:
     return model
 
 
-def _gpu_memory(checks: Checks) -> tuple[int, str] | None:
+def _gpu_memory(checks: Checks, runtime: ComputeRuntime) -> tuple[int, str] | None:
     if checks.spec.gpu_memory_bytes is not None:
         return checks.spec.gpu_memory_bytes, "spec gpu_memory_bytes"
     known = [GPU_MEMORY.get(g.vendor_device) for g in checks.pool.gpus]
@@ -94,8 +95,7 @@ def _gpu_memory(checks: Checks) -> tuple[int, str] | None:
             "gpu-memory-unknown",
             f"pvegpu does not know the memory of {', '.join(ids)}, so it cannot check "
             "that the model fits",
-            "set gpu_memory_bytes (nvidia-smi --query-gpu=memory.total --format=csv: "
-            "MiB x 1048576)",
+            f"set gpu_memory_bytes ({runtime.memory_total})",
         )
         return None
     size, name = min(k for k in known if k is not None)
@@ -127,6 +127,7 @@ def _checkpoint(checks: Checks, model_dir: str) -> tuple[int, str] | None:
 
 def memory_fit(
     checks: Checks,
+    runtime: ComputeRuntime,
     model: ModelConfig,
     tp: int,
     kv_bits: int | None,
@@ -138,7 +139,7 @@ def memory_fit(
     `default_fraction`: the engine's own default of the memory fraction (vLLM's
     --gpu-memory-utilization 0.9), used when the spec sets none.
     """
-    memory = _gpu_memory(checks)
+    memory = _gpu_memory(checks, runtime)
     checkpoint = _checkpoint(checks, posixpath.dirname(model.path))
     if memory is None or checkpoint is None:
         return None

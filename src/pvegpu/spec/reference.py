@@ -14,13 +14,15 @@ from typing import Any, get_type_hints
 import attrs
 
 from pvegpu.model import schema
+from pvegpu.reprs import value_repr
 from pvegpu.spec.rules import RULES
 
 _SCALARS = {int: "integer", str: "string", bool: "boolean", float: "number"}
 _ENVIRONMENT = tuple[tuple[str, str], ...]
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class Row:
     key: str
     type: str

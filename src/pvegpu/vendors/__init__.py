@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING
 
 from pvegpu.vendors.amd import AMD
 from pvegpu.vendors.intel import INTEL
+from pvegpu.vendors.nvidia import CUDA as NVIDIA_CUDA
 from pvegpu.vendors.nvidia import NODES as NVIDIA_NODES
 from pvegpu.vendors.nvidia import NVIDIA
 from pvegpu.vendors.nvidia import SMI as NVIDIA_SMI
 from pvegpu.vendors.nvidia import USERSPACE as NVIDIA_USERSPACE
 from pvegpu.vendors.vendor import (
+    ComputeRuntime,
     DeviceNodes,
     DriverVersionSource,
     DynamicNode,
@@ -36,11 +38,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONTAINER_NODES",
+    "CONTAINER_RUNTIME",
     "CONTAINER_TOOL",
     "CONTAINER_USERSPACE",
     "CONTAINER_VENDOR",
     "DRIVER_VERSION_VENDORS",
+    "RUNTIME_MODULE_FILES",
+    "RUNTIME_RELEASE_FILES",
     "VENDORS",
+    "ComputeRuntime",
     "DeviceNodes",
     "DriverVersionSource",
     "DynamicNode",
@@ -49,6 +55,7 @@ __all__ = [
     "GpuTool",
     "Userspace",
     "Vendor",
+    "module_version_file",
     "vendor_by_driver",
     "vendor_of",
 ]
@@ -68,6 +75,25 @@ CONTAINER_USERSPACE: Userspace = NVIDIA_USERSPACE
 """The userspace a GPU container's files are read and checked for, that same vendor's."""
 CONTAINER_VENDOR: Vendor = NVIDIA
 """That vendor: whose loaded host driver a container's userspace is compared with."""
+CONTAINER_RUNTIME: ComputeRuntime = NVIDIA_CUDA
+"""Its compute runtime: whose visible-devices variable a server in a container of GPUs of
+no known runtime is read by."""
+RUNTIME_RELEASE_FILES: tuple[str, ...] = tuple(
+    v.compute.release_file for v in VENDORS if v.compute is not None and v.compute.release_file
+)
+"""Where a server's container may name its compute runtime's release: discovery reads each."""
+
+
+def module_version_file(vendor: Vendor) -> str:
+    """Where the host driver's module shows its version when it has one: an out-of-tree
+    build's (amdgpu-dkms); the kernel's own modules show none."""
+    return f"sys/module/{vendor.host_driver}/version"
+
+
+RUNTIME_MODULE_FILES: tuple[str, ...] = tuple(
+    module_version_file(v) for v in VENDORS if v.compute is not None and v.compute.release_file
+)
+"""The module version files of the vendors whose runtime release discovery reads."""
 DRIVER_VERSION_VENDORS: tuple[Vendor, ...] = tuple(v for v in VENDORS if v.driver_version)
 """The vendors whose loaded driver's version discovery reads (`HostFacts.gpu_drivers`):
 the facts JSON has a key for each, named by its host driver (`"nvidia"`)."""

@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 from pvegpu.vendors.drm import drm_nodes
-from pvegpu.vendors.vendor import DynamicNode, Vendor
+from pvegpu.vendors.vendor import ComputeRuntime, DynamicNode, Vendor
 
 PCI_VENDOR = 0x1002
 
 # ROCm opens /dev/kfd (one node for every GPU; its major is dynamic, `kfd` in
 # /proc/devices) and the render node of each GPU it may use: it sees exactly those.
 KFD = DynamicNode("kfd", "/dev/kfd", (0,), "modprobe amdgpu", "ROCm", module_name="amdgpu")
+
+# HIP numbers the GPUs it can open in KFD's topology order, which amdgpu fills as it probes
+# them: PCI bus order, with no variable to change it (CUDA_DEVICE_ORDER has no HIP twin).
+# RCCL is NCCL's port and reads NCCL_P2P_DISABLE as NCCL does.
+# HIP also honours CUDA_VISIBLE_DEVICES, and the ROCr runtime below it ROCR_VISIBLE_DEVICES
+# and GPU_DEVICE_ORDINAL, each narrowing the set HIP_VISIBLE_DEVICES then indexes.
+ROCM = ComputeRuntime(
+    "ROCm",
+    "HIP_VISIBLE_DEVICES",
+    (),
+    "RCCL",
+    "rocm-smi --showmeminfo vram: its VRAM Total Memory (B)",
+    other_selectors=("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"),
+    # `6.4.1-120`: the release and its build, written by the rocm-core package.
+    release_file="opt/rocm/.info/version",
+)
 
 AMD = Vendor(
     name="AMD",
@@ -19,4 +35,5 @@ AMD = Vendor(
     # radeon binds the GCN 1/2 cards amdgpu leaves to it by default.
     drivers=("amdgpu", "radeon"),
     nodes=drm_nodes(shared=(KFD.node,), dynamic=KFD),
+    compute=ROCM,
 )

@@ -37,3 +37,17 @@ def drm_nodes(shared: tuple[str, ...] = (), dynamic: DynamicNode | None = None) 
         drm=True,
         display_path=CARD_PATH,
     )
+
+
+RENDER_BASE = 128
+"""The first render node's minor: below it the minors are card nodes'."""
+
+
+def node_path(minor: int) -> str:
+    """The DRM node of a minor on major 226: a render node from 128, a card node below."""
+    return (RENDER_PATH if minor >= RENDER_BASE else CARD_PATH).format(minor=minor)
+
+
+DRM_NODES = drm_nodes()
+"""Every GPU's DRM nodes, whatever its vendor (NVIDIA's too, with nvidia-drm): how a
+container line names a render or card node."""

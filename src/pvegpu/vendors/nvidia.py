@@ -8,6 +8,7 @@ import re
 from pvegpu.pci import PciAddress
 from pvegpu.vendors.partitions import MigSource, VgpuSource
 from pvegpu.vendors.vendor import (
+    ComputeRuntime,
     DeviceNodes,
     DriverVersionSource,
     DynamicNode,
@@ -194,6 +195,15 @@ VGPU = VgpuSource(
 )
 
 
+# CUDA numbers GPUs fastest first unless told PCI order; NCCL carries TP's all-reduce.
+CUDA = ComputeRuntime(
+    "CUDA",
+    "CUDA_VISIBLE_DEVICES",
+    (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),),
+    "NCCL",
+    "nvidia-smi --query-gpu=memory.total --format=csv: MiB x 1048576",
+)
+
 NVIDIA = Vendor(
     name="NVIDIA",
     pci_vendor=PCI_VENDOR,
@@ -216,4 +226,5 @@ NVIDIA = Vendor(
     mdev_dirs=("nvidia",),
     mig=MIG,
     vgpu=VGPU,
+    compute=CUDA,
 )

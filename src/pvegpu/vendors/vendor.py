@@ -154,6 +154,30 @@ class Userspace:
 
 
 @attrs.frozen
+class ComputeRuntime:
+    """The vendor's compute runtime an inference engine's build runs on: how a server is
+    told which of the container's GPUs are its own, and the collective library of TP."""
+
+    name: str
+    """How messages name it: `CUDA`, `ROCm`."""
+    visible_devices: str
+    """The variable that lists the server's GPUs by ordinal (`CUDA_VISIBLE_DEVICES`)."""
+    device_order: tuple[tuple[str, str], ...]
+    """The variables that make those ordinals PCI bus order, set before it; empty when the
+    runtime numbers the GPUs it can open in that order anyway."""
+    collectives: str
+    """The library TP's all-reduce runs on (`NCCL`, `RCCL`): it reads NCCL_P2P_DISABLE."""
+    memory_total: str
+    """How an admin reads a GPU's memory in bytes, for the fix of an unknown one."""
+    other_selectors: tuple[str, ...] = ()
+    """Other variables the runtime also narrows or renumbers its GPUs by: a server's
+    environment must not set them beside `visible_devices`."""
+    release_file: str | None = None
+    """Where a container's installed runtime names its release (relative to its root), when
+    the vendor's userspace is the runtime's own rather than the driver's (`Vendor.userspace`)."""
+
+
+@attrs.frozen
 class Vendor:
     name: str
     """How messages name it: `NVIDIA`."""
@@ -190,3 +214,5 @@ class Vendor:
     """Where its driver lists MIG instances' capability nodes, when its GPUs have MIG."""
     vgpu: VgpuSource | None = None
     """Its vGPU types on SR-IOV virtual functions (in `mdev_dirs`), when it has them."""
+    compute: ComputeRuntime | None = None
+    """Its compute runtime, when pvegpu can decide an inference server on its GPUs."""

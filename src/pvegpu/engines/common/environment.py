@@ -1,9 +1,10 @@
-"""A server unit's environment: what pvegpu derives for NCCL and CUDA, then the spec's own
-variables, checked the same way for every engine.
+"""A server unit's environment: what pvegpu derives for the compute runtime and its
+collectives, then the spec's own variables, checked the same way for every engine.
 
-CUDA_VISIBLE_DEVICES (the ordinals are decided in `serving/visible.py`) in PCI order and
-NCCL's P2P switch are the CUDA runtime's and NCCL's, not an engine's; an engine adds its
-own release's variables (`derived`) and says which of the spec's its release retired.
+The visible devices in PCI order (CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER, ROCm's
+HIP_VISIBLE_DEVICES; the ordinals are decided in `serving/visible.py`) and the P2P switch
+NCCL and RCCL both read are the runtime's, not an engine's; an engine adds its own
+release's variables (`derived`) and says which of the spec's its release retired.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pvegpu.model.decision import P2PDecision
 from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
 from pvegpu.spec.rules import ENV_NAME
+from pvegpu.vendors import ComputeRuntime
 
 P2P_ENV = "NCCL_P2P_DISABLE"
 FORBIDDEN_ENV = {
@@ -31,6 +33,7 @@ Retired = Callable[[str], "tuple[str, str] | None"]
 
 def service_environment(
     checks: Checks,
+    runtime: ComputeRuntime,
     p2p: P2PDecision,
     indices: tuple[int, ...],
     *,
@@ -38,11 +41,11 @@ def service_environment(
     retired: Retired = lambda name: None,
 ) -> tuple[tuple[str, str], ...]:
     """The unit's Environment=: what pvegpu derives (`derived`: the engine's own, after
-    CUDA's and NCCL's), then the spec's own variables."""
+    the runtime's and its collectives'), then the spec's own variables."""
     spec = checks.spec
     env: list[tuple[str, str]] = [
-        ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
-        ("CUDA_VISIBLE_DEVICES", ",".join(map(str, indices))),
+        *runtime.device_order,
+        (runtime.visible_devices, ",".join(map(str, indices))),
     ]
     if not p2p.enabled:
         env.append((P2P_ENV, "1"))
@@ -68,6 +71,15 @@ def service_environment(
                 f"environment {name}={value}: systemd's Environment= does not expand "
                 "`$VAR`, so the server gets these characters as written; spell the value out",
             )
+        if name in runtime.other_selectors:
+            checks.problem(
+                "serving-env-selects-gpus",
+                f"{name}={value}: {runtime.name} narrows its GPUs by {name} too, so the "
+                f"server would not get the GPUs {runtime.visible_devices} names",
+                f"remove {name}; pvegpu sets {runtime.visible_devices} from the pool",
+                subject=where,
+            )
+            continue
         if name in FORBIDDEN_ENV:
             checks.problem(
                 "serving-env-forbidden",

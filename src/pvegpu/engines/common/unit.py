@@ -52,8 +52,8 @@ def server_unit(
     notes = [
         f"Rendered by pvegpu for pool {serving.pool} (LXC {serving.vmid}). Edit the split "
         f"spec, not this file: /{serving.unit_path} is the only copy systemd runs.",
-        f"{layout} over {' '.join(str(g.address) for g in serving.gpus)} (CUDA "
-        f"{','.join(map(str, serving.cuda_visible_devices))}, PCI order).",
+        f"{layout} over {' '.join(str(g.address) for g in serving.gpus)} "
+        f"({serving.runtime.name} {','.join(map(str, serving.visible_devices))}, PCI order).",
         f"P2P {'on' if p2p.enabled else 'off'} ({origin}): {p2p.reason}",
     ]
     fit = _fit_line(serving, fraction)

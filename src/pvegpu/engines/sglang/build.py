@@ -37,7 +37,6 @@ from pvegpu.model.schema import ServingSpec
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.context import ServingContext
 from pvegpu.serving.fit import memory_fit
-from pvegpu.vendors.nvidia import NVIDIA
 
 
 def decide_serving(
@@ -54,16 +53,8 @@ def decide_serving(
     version, table = option_table(checks, context.rootfs.path)
     _check_scalars(checks)
     gpus = context.gpus
-    for gpu in gpus:
-        if gpu.vendor is not NVIDIA:
-            checks.problem(
-                "serving-gpu-not-nvidia",
-                f"{gpu.address} ({gpu.vendor_device}) is not an NVIDIA GPU; SGLang's "
-                "CUDA build cannot use it",
-                "serve from a pool of NVIDIA GPUs",
-            )
     tp = context.tp
-    indices = context.cuda_visible_devices
+    indices = context.visible_devices
     model = context.model
     if spec.mtp and spec.model_config is None:
         checks.problem(
@@ -78,7 +69,7 @@ def decide_serving(
     extra = extra_args(checks, table)
     # The fit is neutral; the KV cache's element size is SGLang's --kv-cache-dtype.
     kv_bits = kv_cache_bits(table, extra)
-    fit = memory_fit(checks, model, tp, kv_bits) if model is not None else None
+    fit = memory_fit(checks, context.runtime, model, tp, kv_bits) if model is not None else None
     driver = context.container_driver
     old_unit = unit_base(checks, context.vmid, context.rootfs)
     base = old_unit.base
@@ -88,7 +79,7 @@ def decide_serving(
         pinned=numa is not None,
     )
     options = launch_options(checks, table, version, holds, tp, p2p, extra) if table else ()
-    environment = service_environment(checks, version, holds, p2p, indices)
+    environment = service_environment(checks, version, holds, context.runtime, p2p, indices)
     if table is not None and options:
         check_whole_line(
             checks,
@@ -110,7 +101,8 @@ def decide_serving(
         served_model_name=spec.served_model_name,
         host=spec.host,
         port=spec.port,
-        cuda_visible_devices=indices,
+        runtime=context.runtime,
+        visible_devices=indices,
         gpus=gpus,
         tp_size=tp,
         options=options,

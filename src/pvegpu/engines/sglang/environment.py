@@ -1,5 +1,5 @@
 """The SGLang service's environment: every engine's (`engines.common.environment`:
-CUDA_VISIBLE_DEVICES, P2P, the spec's own variables checked), plus SGLang's version
+the runtime's visible devices, P2P, the spec's own variables checked), plus SGLang's version
 quirks and the variables a release retired."""
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from pvegpu.engines.sglang import versions
 from pvegpu.engines.sglang.versions import When
 from pvegpu.model.decision import P2PDecision
 from pvegpu.serving.checks import Checks
+from pvegpu.vendors import ComputeRuntime
 
 
 def service_environment(
     checks: Checks,
     version: str,
     holds: Collection[When],
+    runtime: ComputeRuntime,
     p2p: P2PDecision,
     indices: tuple[int, ...],
 ) -> tuple[tuple[str, str], ...]:
@@ -30,6 +32,7 @@ def service_environment(
 
     return environment.service_environment(
         checks,
+        runtime,
         p2p,
         indices,
         # Version quirks (SGLANG_ENABLE_SPEC_V2, SGLANG_AUTO_NUMA_BIND) come from the table.

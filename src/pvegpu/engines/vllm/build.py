@@ -12,7 +12,7 @@ table, the unit, and what the container's current unit loses.
 from __future__ import annotations
 
 from pvegpu.engines.common.drops import drops_message
-from pvegpu.engines.common.environment import service_environment
+from pvegpu.engines.common.environment import P2P_ENV, service_environment
 from pvegpu.engines.common.server import (
     check_rules,
     check_whole_line,
@@ -39,7 +39,6 @@ from pvegpu.model.schema import ServingSpec
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.context import ServingContext
 from pvegpu.serving.fit import memory_fit
-from pvegpu.vendors.nvidia import NVIDIA
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 """vLLM's --gpu-memory-utilization when the spec sets no mem_fraction_static (every
@@ -57,14 +56,6 @@ def decide_serving(
     table = release.table if release is not None else None
     version = release.version if release is not None else ""
     _check_scalars(checks)
-    for gpu in context.gpus:
-        if gpu.vendor is not NVIDIA:
-            checks.problem(
-                "serving-gpu-not-nvidia",
-                f"{gpu.address} ({gpu.vendor_device}) is not an NVIDIA GPU; the vLLM "
-                "build pvegpu renders for (CUDA) cannot use it",
-                "serve from a pool of NVIDIA GPUs",
-            )
     gpus = len(context.gpus)
     pp = spec.pipeline_parallel_size or 1
     if gpus % pp:
@@ -93,14 +84,21 @@ def decide_serving(
     # holds 1/(TP x PP) of the weights.
     kv_bits = kv_cache_bits(table, extra)
     fit = (
-        memory_fit(checks, model, gpus, kv_bits, default_fraction=DEFAULT_GPU_MEMORY_UTILIZATION)
+        memory_fit(
+            checks,
+            context.runtime,
+            model,
+            gpus,
+            kv_bits,
+            default_fraction=DEFAULT_GPU_MEMORY_UTILIZATION,
+        )
         if model is not None
         else None
     )
     old_unit = unit_base(checks, context.vmid, context.rootfs)
     base = old_unit.base
     options = serve_options(checks, table, tp, pp, p2p, mtp, extra) if table else ()
-    environment = service_environment(checks, p2p, context.cuda_visible_devices)
+    environment = service_environment(checks, context.runtime, p2p, context.visible_devices)
     if table is not None and options:
         check_whole_line(
             checks,
@@ -126,7 +124,8 @@ def decide_serving(
         served_model_name=spec.served_model_name,
         host=spec.host,
         port=spec.port,
-        cuda_visible_devices=context.cuda_visible_devices,
+        runtime=context.runtime,
+        visible_devices=context.visible_devices,
         gpus=context.gpus,
         tp_size=tp,
         options=options,
@@ -150,7 +149,7 @@ def decide_serving(
     )
     if old_unit.running and table is not None:
         _report_drops(checks, serving, old_unit, table)
-    off = "NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce"
+    off = f"{P2P_ENV}=1 and --disable-custom-all-reduce"
     return serving, (p2p_finding(pool, p2p, off), *checks.findings)
 
 

@@ -23,6 +23,7 @@ from pvegpu.rendering.bundle import MANIFEST as MANIFEST_FILE
 from pvegpu.rendering.revert import ABSENT_SUFFIX, KEPT_SUFFIX
 from pvegpu.rendering.review.changes import BACKUP_DIR, container_vmid
 from pvegpu.rendering.review.commands import SPLIT_SCRIPT, driver_check
+from pvegpu.reprs import value_repr
 from pvegpu.vendors import CONTAINER_TOOL
 
 
@@ -34,7 +35,8 @@ def _sha_line(target: str, path: str, sha256: str) -> str:
     return f"echo {shlex.quote(line)} | {where}sha256sum -c -"
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class CheckNode:
     """Apply runs on the planned node, from a rendered bundle."""
 
@@ -45,7 +47,8 @@ class CheckNode:
         return (f'test "$(hostname)" = {sh(self.node)} && test -f {MANIFEST_FILE} && echo ready',)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class CheckBase:
     """A file to patch is still the copy the patch was made from."""
 
@@ -58,7 +61,8 @@ class CheckBase:
         return (_sha_line(self.target, self.path, self.sha256),)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class SaveCopies:
     """Host files written whole that revert/ cannot restore: copied aside first."""
 
@@ -70,7 +74,8 @@ class SaveCopies:
         return (f"mkdir -p {BACKUP_DIR}", f"cp --parents {files} {BACKUP_DIR}/")
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class StopService:
     kind: ClassVar[str] = "stop-service"
     vmid: int
@@ -80,7 +85,8 @@ class StopService:
         return (f"pct exec {self.vmid} -- systemctl stop {sh(self.unit)}",)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class StartService:
     kind: ClassVar[str] = "start-service"
     vmid: int
@@ -90,7 +96,8 @@ class StartService:
         return (f"pct exec {self.vmid} -- systemctl start {sh(self.unit)}",)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class PullCopy:
     """A container unit pvegpu could not read, copied out for revert.sh (`pct pull`)."""
 
@@ -112,7 +119,8 @@ class PullCopy:
         )
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class MakeContainerDir:
     kind: ClassVar[str] = "make-container-dir"
     vmid: int
@@ -122,7 +130,8 @@ class MakeContainerDir:
         return (f"pct exec {self.vmid} -- mkdir -p {sh('/' + self.path)}",)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class KeepAside:
     """An old container file holding secrets is copied aside inside the container."""
 
@@ -135,7 +144,8 @@ class KeepAside:
         return (f"pct exec {self.vmid} -- cp -a {sh(src)} {sh(src + KEPT_SUFFIX)}",)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class PushFile:
     """A bundle file into a running container (`pct push`)."""
 
@@ -152,7 +162,8 @@ class PushFile:
         )
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class ContainerReload:
     kind: ClassVar[str] = "container-reload"
     vmid: int
@@ -161,7 +172,8 @@ class ContainerReload:
         return (f"pct exec {self.vmid} -- systemctl daemon-reload",)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class StopContainer:
     kind: ClassVar[str] = "stop-container"
     vmid: int
@@ -170,7 +182,8 @@ class StopContainer:
         return (f"pct stop {self.vmid}",)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class StartContainer:
     kind: ClassVar[str] = "start-container"
     vmid: int
@@ -179,7 +192,8 @@ class StartContainer:
         return (f"pct start {self.vmid}",)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class CheckHolders:
     """Nothing has the GPUs that leave nvidia open (an unbind would block)."""
 
@@ -190,7 +204,8 @@ class CheckHolders:
         return (f"fuser -v {' '.join(self.devices)}",)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class InstallFile:
     """A host file outside /etc/pve: `install -D -m`."""
 
@@ -203,7 +218,8 @@ class InstallFile:
         return (f"install -D -m {self.mode:04o} {sh(self.file)} {sh('/' + self.path)}",)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class WritePveFile:
     """A file under /etc/pve: `cp`, because pmxcfs sets modes and owners itself."""
 
@@ -215,7 +231,8 @@ class WritePveFile:
         return (f"cp {sh(self.file)} {sh('/' + self.path)}",)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class HostCommand:
     """A fixed command on the host (`systemctl daemon-reload`, `update-initramfs -u -k all`).
 
@@ -235,7 +252,8 @@ class HostCommand:
         return tuple(shlex.split(self.line))
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class EnableUnit:
     kind: ClassVar[str] = "enable-unit"
     unit: str
@@ -244,7 +262,8 @@ class EnableUnit:
         return (f"systemctl enable {self.unit}",)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class RunSplit:
     """The rendered split script, the same code the boot unit runs."""
 
@@ -255,7 +274,8 @@ class RunSplit:
         return (f"{SPLIT_SCRIPT} {self.mode}",)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class CheckDrivers:
     """Every listed function is bound to `driver`, read from sysfs."""
 
@@ -269,7 +289,8 @@ class CheckDrivers:
         return (driver_check([PciAddress.parse(a) for a in self.addresses]),)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class CheckGpus:
     """The GPU tool inside the container (`vendors.CONTAINER_TOOL`) lists exactly these
     GPUs, in this order."""
@@ -285,7 +306,8 @@ class CheckGpus:
         )
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class CheckNodes:
     """The container has these device nodes, each the char device of these numbers: the
     check for a vendor with no GPU listing tool (its userspace opens just the nodes)."""
@@ -295,20 +317,31 @@ class CheckNodes:
     paths: tuple[str, ...]
     numbers: tuple[str, ...]
     """`major:minor` (decimal) of each path."""
+    owner: str | None = None
+    """`<gid> <mode>` every node has (`993 660`), as the devN entries create them; None:
+    bind mounts, which keep the host node's, unknown to the plan."""
+
+    @property
+    def format(self) -> str:
+        """stat's format: the node, its numbers and, when planned, its group and mode."""
+        return "%n %t:%T %g %a" if self.owner is not None else "%n %t:%T"
 
     def lines(self) -> tuple[str, ...]:
-        return (f"pct exec {self.vmid} -- stat -c '%n %t:%T' {' '.join(self.paths)}",)
+        return (f"pct exec {self.vmid} -- stat -c '{self.format}' {' '.join(self.paths)}",)
 
     def expected(self) -> tuple[str, ...]:
-        """What the command prints: stat's `%t:%T` is major:minor in hex."""
+        """What the command prints: stat's `%t:%T` is major:minor in hex, `%a` the mode in
+        octal without a leading zero."""
         found = []
         for path, number in zip(self.paths, self.numbers, strict=True):
             major, _, minor = number.partition(":")
-            found.append(f"{path} {int(major):x}:{int(minor):x}")
+            line = f"{path} {int(major):x}:{int(minor):x}"
+            found.append(line if self.owner is None else f"{line} {self.owner}")
         return tuple(found)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class WaitHealthy:
     kind: ClassVar[str] = "wait-healthy"
     vmid: int
@@ -322,7 +355,8 @@ class WaitHealthy:
         )
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class Manual:
     """A line for the admin that apply does not run (a reboot, starting a VM, later checks)."""
 

@@ -80,7 +80,11 @@ def apply_contract(plan: Plan, artifacts: Sequence[Artifact]) -> ApplyContract:
             "unit": p.serving.unit,
             "unit_path": p.serving.unit_path,
             "tp_size": p.serving.tp_size,
-            "cuda_visible_devices": ",".join(str(i) for i in p.serving.cuda_visible_devices),
+            # Named by the variable (`cuda_visible_devices`, `hip_visible_devices`): check
+            # reads that one from the running unit.
+            p.serving.runtime.visible_devices.lower(): ",".join(
+                str(i) for i in p.serving.visible_devices
+            ),
             "p2p_disabled": not p.serving.p2p.enabled,
             "health_url": health_url(p.serving),
         }

@@ -20,6 +20,7 @@ from pvegpu.model.artifact import HOST, Artifact
 from pvegpu.model.facts import GPU, PciFunction
 from pvegpu.model.paths import SPLIT_UDEV_RULE
 from pvegpu.model.plan import Finding, Plan, Pool
+from pvegpu.model.schema import DeviceStyle
 from pvegpu.rendering.revert import (
     ABSENT_SUFFIX,
     kept_in_container,
@@ -71,11 +72,14 @@ from pvegpu.rendering.review.commands import (
     SPLIT_UNIT,
     driver_check,
 )
+from pvegpu.reprs import value_repr
 from pvegpu.vendors import CONTAINER_TOOL, nvswitch
+from pvegpu.vendors.drm import node_path as drm_node_path
 from pvegpu.wording import plural
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class Step:
     """One runbook step: run `commands` in order, then compare with `expect`/`output`.
 
@@ -149,7 +153,8 @@ def runbook(plan: Plan, artifacts: Sequence[Artifact]) -> tuple[Step, ...]:
     return tuple(_runbook(plan, changed_files(plan, artifacts)))
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class _Writes:
     """The files the runbook writes (changed ones), by where they go."""
 
@@ -359,26 +364,37 @@ def _gpu_check(plan: Plan, pool: Pool, vmid: int) -> Step:
             f"(GPU 0 .. GPU {pool.size - 1}); the query prints exactly:",
             tuple(f"{i}, {tool.bus_id(g.address)}" for i, g in enumerate(pool.gpus)),
         )
-    check = CheckNodes(vmid, *container_nodes(plan, pool))
+    check = CheckNodes(vmid, *container_nodes(plan, pool), owner=_node_owner(pool))
+    owned = "," if check.owner is None else ", then its group id and mode,"
     return Step.of(
         f"Check the device nodes CT {vmid} has",
         (check,),
         f"The {vendor.name if vendor else 'GPU'} userspace opens these nodes; stat prints "
-        "each with its major:minor in hex, exactly:",
+        f"each with its major:minor in hex{owned} exactly:",
         check.expected(),
     )
 
 
+def _node_owner(pool: Pool) -> str | None:
+    """`<gid> <mode>` of the nodes devN entries create (pve-container gives them the entry's
+    gid, root's without one, and its mode); None for bind mounts, which keep the host's."""
+    lxc = pool.lxc
+    if lxc is None or lxc.devices is not DeviceStyle.DEV:
+        return None
+    gid = lxc.gid if lxc.gid is not None else lxc.group_gid
+    return f"{gid or 0} {int(lxc.mode, 8):o}"
+
+
 def _held_nodes(gpu: GPU) -> tuple[str, ...]:
-    """The GPU's nodes a process can hold: its node, and its DRM card node (a display
-    server's) for a GPU reached through DRM."""
-    nodes = gpu.vendor.nodes if gpu.vendor is not None else None
+    """The GPU's nodes a process can hold: its own node, then its DRM render and card
+    nodes (a display server's, a media server's), which an NVIDIA GPU has too with
+    nvidia-drm loaded; each once."""
+    drm = (
+        *(() if gpu.drm_render is None else (drm_node_path(gpu.drm_render),)),
+        *(() if gpu.drm_card is None else (drm_node_path(gpu.drm_card),)),
+    )
     path = gpu.node_path
-    card = gpu.drm_card
-    extra: tuple[str, ...] = ()
-    if nodes is not None and nodes.drm and nodes.display_path is not None and card is not None:
-        extra = (nodes.display_path.format(minor=card),)
-    return (*(() if path is None else (path,)), *extra)
+    return tuple(dict.fromkeys((*(() if path is None else (path,)), *drm)))
 
 
 def container_nodes(plan: Plan, pool: Pool) -> tuple[tuple[str, ...], tuple[str, ...]]:

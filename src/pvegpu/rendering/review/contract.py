@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from pvegpu.rendering.review.actions import ACTIONS, Action
+from pvegpu.reprs import value_repr
 
 APPLY_SCHEMA = "pvegpu.apply/1"
 
@@ -31,7 +32,8 @@ class ContractError(ValueError):
     """MANIFEST.json's `apply` key is not a contract this pvegpu wrote."""
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class ContractStep:
     """One runbook step as apply runs it: its actions, and what SUMMARY.md says to expect."""
 
@@ -41,7 +43,8 @@ class ContractStep:
     actions: tuple[Action, ...]
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class ApplyContract:
     digest: str
     """sha256 of the planned functions' facts (apply_doc.facts_digest)."""

@@ -12,13 +12,15 @@ from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
 from pvegpu.model.plan import Plan, Pool, PoolKind
 from pvegpu.pci import PciAddress
+from pvegpu.reprs import value_repr
 from pvegpu.vendors import Vendor
 from pvegpu.wording import plural
 
 UNBOUND = "unbound"
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class LayoutRow:
     """One GPU of the host and where this plan leaves it."""
 
@@ -50,7 +52,8 @@ class LayoutRow:
         return self.driver_after
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class MovingFunction:
     """A non-GPU function (the GPU's HD audio, a group mate) that moves to vfio-pci too."""
 

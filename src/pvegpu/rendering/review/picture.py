@@ -14,6 +14,7 @@ import attrs
 from pvegpu.model.facts import GPU
 from pvegpu.model.plan import Plan, Pool, PoolKind
 from pvegpu.rendering.review import LayoutRow, host_facts_line, layout
+from pvegpu.reprs import value_repr
 from pvegpu.wording import plural
 
 # (fill, stroke) per driver: pale fills keep black text readable, the stroke carries
@@ -36,7 +37,8 @@ def driver_colours(driver: str) -> tuple[str, str]:
     return DRIVER_COLOURS.get(driver, OTHER_DRIVER)
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class Box:
     """A labelled node of the picture: an id safe for SVG and Mermaid, and its lines."""
 
@@ -58,13 +60,15 @@ class Box:
         return f"{name}_moved" if self.dashed else name
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class NumaGroup:
     box: Box
     gpus: tuple[Box, ...]
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class PoolGroup:
     box: Box
     gpu_ids: tuple[str, ...]
@@ -73,7 +77,8 @@ class PoolGroup:
     """The last consumer (the VM) uses the one before it (the mapping), not the pool."""
 
 
-@attrs.frozen
+@value_repr
+@attrs.frozen(repr=False)
 class Picture:
     title: str
     subtitle: str
