@@ -10,11 +10,11 @@ from collections.abc import Iterable
 
 import attrs
 
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Problem:
     """One thing that is wrong, said so that the user can fix it without reading code."""
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class, value_repr
 
 # The kernel names a function "%04x:%02x:%02x.%d": the domain has four hex digits or
 # more. Domains above ffff are real: Intel VMD puts the devices behind it in 10000 and
@@ -99,8 +99,8 @@ def _sorted_cpus(cpus: Iterable[int]) -> tuple[int, ...]:
     return tuple(sorted(set(cpus)))
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class CpuList:
     """A kernel cpulist (`0-31,64-95`) as a sorted tuple of CPU ids."""
 

@@ -26,9 +26,11 @@ from pvegpu.rendering.review.contract import (
     ContractStep,
     contract_from_json,
 )
+from pvegpu.values import value_class
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Entry:
     """One installed file of the bundle (apply bundle, not review, not revert)."""
 
@@ -41,7 +43,8 @@ class Entry:
     content: bytes
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Bundle:
     id: str
     """sha256 of MANIFEST.json (first 16 hex digits): names the apply's state directory."""

@@ -27,6 +27,7 @@ from pvegpu.host.discover import read_host
 from pvegpu.host.reader import RootReader
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Finding, Severity
+from pvegpu.values import value_class
 
 if TYPE_CHECKING:
     # Only a check against a bundle needs the bundle and the review code (jinja2 with
@@ -38,7 +39,8 @@ EXIT_ERRORS = 9
 """`pvegpu check` exit codes: 0 clean (info findings only), 8 warnings, 9 any error."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class CheckReport:
     node: str
     findings: tuple[Finding, ...]

@@ -43,6 +43,7 @@ from pvegpu.rendering.review.actions import (
 )
 from pvegpu.rendering.review.changes import BACKUP_DIR, container_vmid
 from pvegpu.rendering.review.commands import SPLIT_SCRIPT
+from pvegpu.values import value_class
 from pvegpu.vendors import CONTAINER_TOOL
 
 HEALTH_POLL_S = 10
@@ -51,7 +52,8 @@ Note = dict[str, Any] | None
 """What `do` found, journaled with its `done` event (`was_active`) for revert to read."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Applying:
     """The host an action runs on, the bundle it comes from, the apply's state directory."""
 

@@ -43,6 +43,7 @@ from pvegpu.rendering.review.actions import (
     WritePveFile,
 )
 from pvegpu.rendering.review.commands import SPLIT_SCRIPT
+from pvegpu.values import value_class
 
 A = TypeVar("A")
 
@@ -63,7 +64,8 @@ def _never(action: object) -> bool:
     return False
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Handlers(Generic[A]):
     """What apply and revert do with one class of action."""
 

@@ -38,6 +38,7 @@ import attrs
 from pvegpu.apply.not_installed import missing_command
 from pvegpu.errors import ApplyError
 from pvegpu.host.reader import RootReader
+from pvegpu.values import value_class
 
 LOCK_TIMEOUT_S = 10.0
 """How long Proxmox itself waits for a guest config lock or a pmxcfs lock."""
@@ -47,7 +48,8 @@ _LXC_CONF = re.compile(r"etc/pve/(?:nodes/[^/]+/)?lxc/(\d+)\.conf")
 _QEMU_CONF = re.compile(r"etc/pve/(?:nodes/[^/]+/)?qemu-server/(\d+)\.conf")
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Completed:
     argv: tuple[str, ...]
     rc: int
@@ -55,7 +57,8 @@ class Completed:
     stderr: str
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Holder:
     pid: int
     command: str

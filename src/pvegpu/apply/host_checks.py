@@ -45,6 +45,7 @@ from pvegpu.pvefiles.pcicfg import PciMap, parse_mappings
 from pvegpu.serving.container import container_driver_state
 from pvegpu.serving.p2p import facts_p2p
 from pvegpu.serving.unitfile import ENVIRONMENT, SERVICE, UnitFile, environment_pairs, merge_units
+from pvegpu.values import value_class
 from pvegpu.vendors import (
     CONTAINER_NODES,
     CONTAINER_USERSPACE,
@@ -58,7 +59,8 @@ from pvegpu.vendors.drm import node_path as drm_node_path
 _CONF = re.compile(r"(\d+)\.conf")
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class RunningUnit:
     """What a server unit runs, as systemd merges it with its drop-ins."""
 

@@ -18,9 +18,11 @@ from pvegpu.apply.host import Host
 from pvegpu.apply.state import State, last_apply
 from pvegpu.apply.undo import load_last
 from pvegpu.rendering.review.changes import container_vmid
+from pvegpu.values import value_class
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class FileChange:
     target: str
     """`host`, or `ct/<vmid>` for a file inside a container."""
@@ -38,14 +40,16 @@ class FileChange:
         return f"/{self.path}" if self.target == "host" else f"CT {self.target[3:]}:/{self.path}"
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Rebind:
     address: str
     now: str | None
     after: str
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Pending:
     files: tuple[FileChange, ...]
     rebinds: tuple[Rebind, ...]

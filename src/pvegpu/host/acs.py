@@ -26,7 +26,7 @@ from pvegpu.model.bootconfig import BootConfig
 from pvegpu.model.facts import PciFunction
 from pvegpu.model.ports import ACS_CAPABILITY, PORT_TYPES, AcsState, PortAcs, PortType
 from pvegpu.pci import PciAddress
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 OVERRIDE_PARAM = "pcie_acs_override"
 
@@ -53,8 +53,8 @@ REQUIRED_CONTROLS = _ACS_SV | _ACS_RR | _ACS_CR | _ACS_UF
 forwarding. One the port lacks (its capability register) is not asked."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class OverrideSetting:
     """A kernel command line that turns `pcie_acs_override` on."""
 

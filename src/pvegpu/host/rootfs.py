@@ -23,7 +23,7 @@ import attrs
 from pvegpu.model.paths import root_relative
 from pvegpu.pvefiles.guestconf import LineKind, split_sections
 from pvegpu.pvefiles.storagecfg import parse_storage_cfg
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 STORAGE_CFG = "etc/pve/storage.cfg"
 _FILE_STORAGES = ("dir", "btrfs", "nfs", "cifs")
@@ -32,8 +32,8 @@ _NETWORK_MOUNTS = {"nfs": "/mnt/pve", "cifs": "/mnt/pve"}
 _DIRECTORY_VOLUMES = ("subvol-", "basevol-")
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class RootfsLocation:
     """The container's `rootfs:` volume and the host directory holding it, if any."""
 

@@ -27,11 +27,11 @@ from pvegpu.host.serving_files import InstalledFiles, add_serving_files, read_se
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.schema import Spec
 from pvegpu.redact import redact_text
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Snapshot:
     """What `snapshot` wrote. A broken tree is archived up to the first problem."""
 

@@ -8,7 +8,7 @@ from enum import StrEnum
 import attrs
 
 from pvegpu.model.facts import ConfigFile
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 HOST = "host"
 REVIEW = "review"
@@ -35,8 +35,8 @@ def container_target(vmid: int) -> str:
     return f"ct:{vmid}"
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Artifact:
     path: str
     """Target path relative to the root of `target` (`etc/pve/lxc/129.conf`)."""

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 import attrs
 
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 KERNEL_CMDLINE = "etc/kernel/cmdline"
 """The command line proxmox-boot-tool writes into systemd-boot's entries."""
@@ -47,8 +47,8 @@ class ModuleStage(StrEnum):
     """By systemd-modules-load.service, which the split unit is ordered before."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class KernelCmdline:
     """One kernel command line the next boot may use, and where it is set."""
 
@@ -64,8 +64,8 @@ class KernelCmdline:
         return f"{self.variable} in /{self.source}" if self.variable else f"/{self.source}"
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class BootModule:
     """A module named in a list that loads it at boot."""
 
@@ -85,8 +85,8 @@ class BootModule:
         )
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class BootConfig:
     """What the next boot runs with; empty when the root holds none of these files."""
 

@@ -15,6 +15,7 @@ from pvegpu.model.facts import GPU, ConfigFile, FileStat
 from pvegpu.model.model_config import ModelConfig
 from pvegpu.model.paths import UNIT_DIR
 from pvegpu.pci import CpuList
+from pvegpu.values import value_class
 from pvegpu.vendors import ComputeRuntime
 
 
@@ -23,7 +24,8 @@ class P2PSource(StrEnum):
     SPEC = "spec"
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class P2PDecision:
     """Whether GPUs of the pool may DMA to each other, and why (shown in the summary)."""
 
@@ -34,13 +36,15 @@ class P2PDecision:
     """What the facts alone say; differs from `enabled` when the spec overrides them."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class NumaPinning:
     node: int
     cpus: CpuList
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class MemoryFit:
     """The per-GPU memory estimate at TP=tp (docs/serving.md, memory fit)."""
 
@@ -59,7 +63,8 @@ class MemoryFit:
     """The context the server will offer: the spec's, else the model's maximum."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ContainerDriver:
     """The NVIDIA userspace found in a container's root filesystem."""
 
@@ -73,7 +78,8 @@ class ContainerDriver:
         return frozenset(v for _, v in (*self.libraries, *self.packages))
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class DropinChange:
     """A drop-in of the unit whose settings the rendered unit decides, switched off.
 
@@ -92,7 +98,8 @@ class DropinChange:
     """What it set that the rendered unit decides, as the finding shows it (no secrets)."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ServingFiles:
     """What `read_serving_files` found, to add to HostFacts."""
 
@@ -120,7 +127,8 @@ def _check_tp(instance: SglangServing, attribute: attrs.Attribute[int], value: i
         )
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class SglangServing:
     """Everything the unit file says, decided and checked once, by plan(); on `Pool.serving`.
 
@@ -188,7 +196,8 @@ class SglangServing:
         return (self.python, "-m", "sglang.launch_server", *(w for o in self.options for w in o))
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class VllmServing(SglangServing):
     """A pool's vLLM server, decided by `engines.vllm.build.decide_serving` only.
 

@@ -11,7 +11,7 @@ import attrs
 from pvegpu.model.bootconfig import BootConfig
 from pvegpu.model.ports import PortAcs
 from pvegpu.pci import CpuList, PciAddress
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class, value_repr
 from pvegpu.vendors import DRIVER_VERSION_VENDORS, Vendor, vendor_of
 from pvegpu.vendors.nvswitch import is_switch
 
@@ -50,8 +50,8 @@ class KernelModuleFlavor(StrEnum):
     PROPRIETARY = "proprietary"
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class PcieLink:
     current_speed: str
     current_width: int | None
@@ -227,23 +227,23 @@ class GPU:
         return (self.function, *self.companions)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class NumaNode:
     id: int
     cpus: CpuList
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class IommuGroup:
     id: int
     members: tuple[PciAddress, ...]
     type: IommuGroupType | None = None
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class IommuState:
     enabled: bool
     units: tuple[str, ...] = ()
@@ -258,8 +258,8 @@ class IommuState:
         return None
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class GpuDriver:
     """A vendor's GPU kernel driver as loaded on the host (its `DriverVersionSource`)."""
 
@@ -269,8 +269,8 @@ class GpuDriver:
     flavor: KernelModuleFlavor
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class CharMajor:
     major: int
     name: str
@@ -294,8 +294,8 @@ def vfio_id_claims(vfio_id: str, function: PciFunction) -> bool:
     )
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class VfioIdsSetting:
     """A `vfio-pci.ids=` / `options vfio-pci ids=` found on the host, and where."""
 
@@ -307,8 +307,8 @@ class VfioIdsSetting:
         return tuple(i for i in self.ids if vfio_id_claims(i, function))
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ConfigFile:
     """A Proxmox or system file read at discovery time, kept whole so patches are exact."""
 
@@ -323,8 +323,8 @@ class ConfigFile:
         return hashlib.sha256(self.content.encode()).hexdigest()
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class FileStat:
     """A file known by path and size only (shared libraries, weight shards): no content."""
 
@@ -390,8 +390,8 @@ class MigCap:
     """What it is, as the driver's procfs names it: `mig/config`, `gpu0/mig/gi1/ci0`."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class FabricManager:
     """The host's Fabric Manager, the service that programs an HGX board's NVSwitches:
     whether its unit is installed and enabled, and the mode its configuration sets."""
@@ -405,8 +405,8 @@ class FabricManager:
     multitenancy, 2 vGPU; None where the file is absent or does not set it."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class HostFacts:
     node: str
     functions: tuple[PciFunction, ...]

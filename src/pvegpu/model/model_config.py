@@ -16,7 +16,7 @@ import attrs
 
 from pvegpu.errors import PlanError, Problem
 from pvegpu.jsontext import load_json
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 # layer_types entries whose layers keep a per-request recurrent state instead of a KV
 # cache. Any other kind (full, sliding, chunked attention) is counted as holding KV:
@@ -48,8 +48,8 @@ MAX_TP_SIZE = 1024
 a head count of 10**9 one by one would take minutes."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ModelConfig:
     """The attention geometry of one model, as its config.json states it."""
 

@@ -14,7 +14,7 @@ from pvegpu.pvefiles.lxcconf import GpuLines
 from pvegpu.pvefiles.pcicfg import PciMap as PciMap
 from pvegpu.pvefiles.pcicfg import PciMapping as PciMapping
 from pvegpu.pvefiles.qemuconf import NumaPin
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
 
 
@@ -35,8 +35,8 @@ class Severity(StrEnum):
     one, since what would stop a plan refuses it (`PlanError`) instead."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Finding:
     """Something the reviewer should know that does not stop the plan, or something
     `pvegpu check` found on the live host (the same type, so both print alike)."""
@@ -59,8 +59,8 @@ class Finding:
         }
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class LxcContainer:
     vmid: int
     devices: DeviceStyle
@@ -89,8 +89,8 @@ class LxcContainer:
         return f"etc/pve/lxc/{self.vmid}.conf"
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class VmGuest:
     vmid: int
     numa: bool
@@ -115,8 +115,8 @@ class VmGuest:
         return f"etc/pve/qemu-server/{self.vmid}.conf"
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Pool:
     name: str
     kind: PoolKind
@@ -141,8 +141,8 @@ class Pool:
         return len(self.gpus)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class SharedPciCfg:
     """The cluster's one pci.cfg as a cluster plan decided it (planning/cluster.py)."""
 
@@ -157,8 +157,8 @@ class SharedPciCfg:
     pool's mapping on one of `nodes`."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Plan:
     facts: HostFacts
     spec: Spec

@@ -14,7 +14,7 @@ from enum import StrEnum
 import attrs
 
 from pvegpu.pci import PciAddress
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_repr
 
 
 class PortType(StrEnum):

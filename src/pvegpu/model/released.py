@@ -10,12 +10,12 @@ import attrs
 
 from pvegpu.model.facts import ConfigFile
 from pvegpu.pvefiles.lxccaps import CapsRemoval
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ContainerGpusRemoved:
     """Another container's lines for single GPUs the plan gives elsewhere.
 
@@ -47,8 +47,8 @@ class ContainerGpusRemoved:
         return f"etc/pve/lxc/{self.vmid}.conf"
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class MapLinesMoved:
     """A mapping outside the pools losing this node's map lines for devices that move
     into a pool's mapping: a device is in one mapping only."""

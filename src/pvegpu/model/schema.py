@@ -9,7 +9,7 @@ import attrs
 # The two ways the LXC file format hands device nodes to a container: the codec's own
 # value, which the spec's `lxc.devices` key takes as it is.
 from pvegpu.pvefiles.lxcconf import DeviceStyle as DeviceStyle
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 
 class CpusetPolicy(StrEnum):
@@ -29,8 +29,8 @@ class P2PSetting(StrEnum):
     ON = "on"
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class MappingSpec:
     """A cluster PCI mapping (`/etc/pve/mapping/pci.cfg` section) over a pool's GPUs."""
 
@@ -38,8 +38,8 @@ class MappingSpec:
     description: str | None = None
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ServingSpec:
     """An inference server in the container, with tensor parallelism over the pool."""
 
@@ -87,8 +87,8 @@ class ServingSpec:
     """vLLM only: pipeline stages; TP is then the pool's GPU count divided by them."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class LxcSpec:
     vmid: int
     devices: DeviceStyle = DeviceStyle.DEV
@@ -101,22 +101,22 @@ class LxcSpec:
     for compute and video."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class VmSpec:
     vmid: int
     numa: bool = False
     """Pin the VM's memory and vCPUs to the pool's NUMA node."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class VfioSpec:
     vm: VmSpec | None = None
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class PoolSpec:
     """A set of GPUs and what consumes them. Exactly one selector and one consumer."""
 
@@ -134,8 +134,8 @@ class PoolSpec:
     mapping: MappingSpec | None = None
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Spec:
     """A split of one node (`node`), or of several nodes of one cluster (`nodes`, with a
     `node` on every pool). The loader admits exactly one of the two forms."""

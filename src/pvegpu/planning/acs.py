@@ -27,6 +27,7 @@ from pvegpu.model.facts import HostFacts, PciFunction
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.model.ports import PortAcs, PortType
 from pvegpu.pci import PciAddress
+from pvegpu.values import value_class
 
 HOST = "the host"
 OTHER_GUEST = "a guest it is passed to now (vfio-pci)"
@@ -39,7 +40,8 @@ def _fix(domain: Domain) -> str:
     )
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Domain:
     """Devices that can reach each other below ports without ACS: the subtree of `top`."""
 
@@ -58,7 +60,8 @@ class Domain:
         return ", ".join(p.describe for p in self.ports)
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Conflict:
     """A domain whose devices go to different places."""
 

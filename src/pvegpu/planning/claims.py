@@ -15,10 +15,12 @@ import attrs
 from pvegpu.model.facts import GPU, PciFunction
 from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.pvefiles.hostpci import HostId
+from pvegpu.values import value_class
 from pvegpu.vendors.drm import DRM_MAJOR
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Claim:
     """One function of a pool, as hostpci and pci.cfg name devices."""
 

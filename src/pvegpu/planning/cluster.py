@@ -22,11 +22,13 @@ from pvegpu.model.schema import Spec
 from pvegpu.planning.cluster_mapping import shared_pci_cfg
 from pvegpu.planning.planner import plan
 from pvegpu.pvefiles import pcicfg
+from pvegpu.values import value_class
 
 _POOL_PATH = re.compile(r"^pools\[(\d+)\]")
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ClusterPlan:
     spec: Spec
     plans: tuple[Plan, ...]

@@ -28,6 +28,7 @@ from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.pci import PciAddress
+from pvegpu.values import value_class
 from pvegpu.vendors import nvswitch
 from pvegpu.wording import plural
 
@@ -43,7 +44,8 @@ def _switches(n: int) -> str:
     return f"{n} NVSwitch{'' if n == 1 else 'es'}"
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Board:
     """The host's NVSwitches and the GPUs they connect."""
 
@@ -131,7 +133,8 @@ def switch_functions(
     return tuple(members[a] for a in sorted(members))
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Conflict:
     """A split of the board: where each of its GPUs and NVSwitches goes."""
 

@@ -38,6 +38,7 @@ from pvegpu.planning.guests import gpu_majors
 from pvegpu.planning.mapping_moves import VM_DIR, MappingOutcome, mapping_outcome
 from pvegpu.pvefiles import hostpci, lxcconf
 from pvegpu.pvefiles.guestconf import ConfLine, Section, is_pending, is_snapshot, split_sections
+from pvegpu.values import value_class
 from pvegpu.vendors import VENDORS, DeviceNodes
 from pvegpu.vendors.drm import DRM_MAJOR, DRM_NODES
 from pvegpu.vendors.drm import node_path as drm_node_path
@@ -46,7 +47,8 @@ from pvegpu.wording import plural
 LXC_DIR = "etc/pve/lxc/"
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class GuestVerdict:
     removed: tuple[ContainerGpusRemoved, ...] = ()
     problems: tuple[Problem, ...] = ()
@@ -84,7 +86,8 @@ def judge_guests(
     return GuestVerdict(tuple(out.removed), tuple(out.problems), tuple(out.findings))
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class _Family:
     """One stack's device nodes (NVIDIA's, or the DRM nodes AMD and Intel GPUs are handed
     over by) and the char majors of its driver stack on this host."""

@@ -61,18 +61,21 @@ from pvegpu.serving.unitfile import (
     merge_units,
     parse_unit,
 )
+from pvegpu.values import value_class
 from pvegpu.vendors import CONTAINER_NODES, CONTAINER_RUNTIME, ComputeRuntime, DeviceNodes
 from pvegpu.vendors.drm import RENDER_BASE
 from pvegpu.wording import plural
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class LeftoverVerdict:
     problems: tuple[Problem, ...] = ()
     findings: tuple[Finding, ...] = ()
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class _Container:
     vmid: int
     config: ConfigFile
@@ -99,7 +102,8 @@ class _Container:
         return f"after the plan CT {self.vmid} keeps {self.after} of its {self.before} GPUs"
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class _Unit:
     name: str
     source: str

@@ -27,11 +27,13 @@ from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.guestconf import is_pending, split_sections
 from pvegpu.pvefiles.hostpci import HostId, HostpciUse, host_ids, hostpci_use
 from pvegpu.pvefiles.pcicfg import MapLine, PciCfgSection
+from pvegpu.values import value_class
 
 VM_DIR = "etc/pve/qemu-server/"
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class MappingOutcome:
     """pci.cfg's mappings on this node once the plan is applied."""
 

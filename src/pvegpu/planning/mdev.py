@@ -25,10 +25,12 @@ from pvegpu.planning.mapping_moves import VM_DIR
 from pvegpu.pvefiles import hostpci, pcicfg
 from pvegpu.pvefiles.guestconf import is_pending, split_sections
 from pvegpu.pvefiles.hostpci import HostId
+from pvegpu.values import value_class
 from pvegpu.vendors import vendor_of
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class MdevUse:
     """A VM config line that gives the VM a virtual GPU of a host device."""
 

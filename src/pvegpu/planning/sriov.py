@@ -32,6 +32,7 @@ from pvegpu.pci import PciAddress
 from pvegpu.pvefiles import hostpci, pcicfg
 from pvegpu.pvefiles.guestconf import split_sections
 from pvegpu.pvefiles.hostpci import HostId
+from pvegpu.values import value_class
 from pvegpu.wording import plural
 
 
@@ -46,7 +47,8 @@ def vf_device(facts: HostFacts, function: PciFunction) -> GPU | None:
     return GPU(function)
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class LateVfPf:
     """A PF whose VFs the split pins when they are created (`late_vf_pfs`)."""
 

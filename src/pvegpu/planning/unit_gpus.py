@@ -39,6 +39,7 @@ from pvegpu.serving.unitfile import (
     environment_pairs,
     exec_words,
 )
+from pvegpu.values import value_class
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 """The visible-devices variable read unless the caller names its GPUs' runtime's."""
@@ -82,7 +83,8 @@ _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]
 _OPERATOR = re.compile(r"[;&|()<>]+")
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class SizeOption:
     """One parallel-size option of the command line, as the unit writes it."""
 
@@ -99,7 +101,8 @@ class SizeOption:
         return f"{self.spelling}={value}" if "=" in self.written else f"{self.spelling} {value}"
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ServerDemand:
     """One server a unit starts and the GPUs it opens."""
 
@@ -140,7 +143,8 @@ class ServerDemand:
         return " ".join(f"`{o.written}`" for o in self.options)
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class UnitDemand:
     """What a unit (merged with its drop-ins) runs on GPUs."""
 

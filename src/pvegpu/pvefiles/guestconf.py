@@ -13,7 +13,7 @@ from enum import StrEnum
 
 import attrs
 
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 # The headers pve-container and qemu-server recognise: `[pve:pending]` (LXC), `[PENDING]`
 # and `[special:cloudinit]` (VM), and snapshot names. Any other bracketed line is a stray
@@ -40,8 +40,8 @@ class LineKind(StrEnum):
     """Anything Proxmox's parser would warn about and skip; kept as is."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ConfLine:
     raw: str
     """The line exactly as in the file, newline included (absent on an unterminated last line)."""
@@ -68,8 +68,8 @@ class ConfLine:
         return cls.parse(f"{key}: {value}\n")
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Section:
     name: str | None
     """None for the main section, else the text between the brackets."""

@@ -15,7 +15,7 @@ import attrs
 
 from pvegpu.errors import Problem
 from pvegpu.pvefiles.guestconf import ConfLine, LineKind
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 MAX_HOSTPCI_INDEX = 15
 """qemu-server knows hostpci0 .. hostpci15."""
@@ -30,8 +30,8 @@ _HOST_ID = re.compile(
 )
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class HostId:
     """A host device as hostpci and pci.cfg name it: a slot, or one function of it."""
 
@@ -62,8 +62,8 @@ class HostId:
         return self.function is None or other.function is None or self.function == other.function
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Conversion:
     """A hostpci line that named the mapping's devices another way (by raw address, or
     by a mapping they leave), rewritten to the mapping with its options."""
@@ -122,8 +122,8 @@ def raw_hosts(line: ConfLine) -> list[str] | None:
     return None if host is None else host.split(";")
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class HostpciUse:
     """What one `hostpciN` line hands to the VM: a mapping's devices, or host devices."""
 

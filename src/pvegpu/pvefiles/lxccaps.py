@@ -16,15 +16,15 @@ import attrs
 
 from pvegpu.pvefiles.guestconf import ConfLine, LineKind, join, parse_lines, split_sections
 from pvegpu.pvefiles.lxcconf import CGROUP_ALLOW, MOUNT_ENTRY, DeviceStyle, GpuLines
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 from pvegpu.vendors.partitions import MigSource
 
 _DEV_KEY = re.compile(r"^dev\d+$")
 _RULE = re.compile(r"^c\s+([0-9]+):(\*|[0-9]+)(?:\s+[rwm]+)?\s*$")
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class CapsHeld:
     """The capability nodes a container's main section hands over."""
 
@@ -115,8 +115,8 @@ def caps_lines(
     )
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class CapsRemoval:
     """Capability nodes that go from a container that keeps some of its GPUs."""
 

@@ -31,7 +31,7 @@ from pvegpu.pvefiles.guestconf import (
     split_sections,
     used_indices,
 )
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 from pvegpu.vendors import DeviceNodes
 
 if TYPE_CHECKING:
@@ -62,8 +62,8 @@ class DeviceStyle(StrEnum):
     """`lxc.cgroup2.devices.allow` + `lxc.mount.entry` lines (any PVE)."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class GpuLines:
     """The GPU lines a container should have; devN indices are chosen by the patch."""
 

@@ -16,7 +16,7 @@ from types import MappingProxyType
 import attrs
 
 from pvegpu.errors import Problem, RenderError
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 PATH = "etc/pve/mapping/pci.cfg"
 
@@ -38,8 +38,8 @@ _TRUE = {"1", "yes", "on", "true"}
 _FALSE = {"0", "no", "off", "false"}
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class PciMap:
     """One `map` line of pci.cfg. Keys as Proxmox names them."""
 
@@ -51,8 +51,8 @@ class PciMap:
     description: str | None = None
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class PciMapping:
     """One section of /etc/pve/mapping/pci.cfg."""
 
@@ -63,8 +63,8 @@ class PciMapping:
     mdev: bool | None = None
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class MapLine:
     """One `map` line as stored: Proxmox keeps the property string verbatim."""
 
@@ -96,8 +96,8 @@ class MapLine:
         )
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class PciCfgSection:
     """One mapping as read, with line numbers for messages."""
 

@@ -40,13 +40,13 @@ from pvegpu.pvefiles.hostpci import kept_options as _kept_options
 from pvegpu.pvefiles.hostpci import old_mapping as _old_mapping
 from pvegpu.pvefiles.hostpci import options as _options
 from pvegpu.pvefiles.hostpci import uses_mapping as _uses_mapping
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 _NUMA_NODE_KEY = re.compile(r"^numa\d+$")
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class NumaPin:
     """Pin the guest to one host NUMA node: its memory there, its vCPU threads on its CPUs."""
 
@@ -55,8 +55,8 @@ class NumaPin:
     """The node's host cpulist, for `affinity`."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class QemuPatch:
     text: str
     pcie: bool

@@ -12,7 +12,7 @@ import re
 
 import attrs
 
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 _HEADER = re.compile(r"^(?P<type>[a-z][a-z0-9]*):\s*(?P<id>\S+)\s*$")
 _PROPERTY = re.compile(r"^\s+(?P<key>\S+)(?:\s+(?P<value>.*?))?\s*$")
@@ -21,8 +21,8 @@ DEFAULT_DIR = "/var/lib/vz"
 """The path of storage `local`: Proxmox adds `dir: local` with it when the file lacks it."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Storage:
     """One section of storage.cfg: its type, id and properties as written."""
 

@@ -19,7 +19,7 @@ from pvegpu.model.paths import SPLIT_SCRIPT, SPLIT_UDEV_RULE, SPLIT_UNIT_NAME
 from pvegpu.model.plan import Plan
 from pvegpu.redact import holds_secret, redact_text
 from pvegpu.rendering.bundle import bundle_path
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 SPLIT_UNIT = SPLIT_UNIT_NAME
 
@@ -97,8 +97,8 @@ def _restore(artifact: Artifact) -> Artifact:
     )
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class _ContainerSteps:
     """What revert.sh does in one container before stopping it, while it still runs."""
 

@@ -35,7 +35,7 @@ from pvegpu.model.plan import Plan, Pool
 from pvegpu.pci import PciAddress
 from pvegpu.planning.split import revert_driver
 from pvegpu.planning.sriov import LateVfPf, late_vf_pfs
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 from pvegpu.vendors import VENDORS
 from pvegpu.vendors.nvswitch import is_switch
 from pvegpu.wording import plural
@@ -52,8 +52,8 @@ _MODULES = {d: d for v in VENDORS for d in v.drivers} | {"snd_hda_intel": "snd_h
 _COMMENT_UNSAFE = re.compile(r"[^A-Za-z0-9 ._:,()/-]")
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class _Group:
     """One IOMMU group that goes to vfio-pci, as the script's data lists it."""
 
@@ -67,8 +67,8 @@ class _Group:
     """Per member, the driver `revert` returns it to (revert_driver)."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class _HostPool:
     """One LXC pool's functions as the script's host-side pin data lists them."""
 

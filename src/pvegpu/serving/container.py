@@ -23,6 +23,7 @@ from pvegpu.model.paths import (
 )
 from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
+from pvegpu.values import value_class
 from pvegpu.vendors import (
     CONTAINER_USERSPACE,
     CONTAINER_VENDOR,
@@ -121,7 +122,8 @@ def container_driver_problems(
     )
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ContainerRootfs:
     """Where the container's files were read from, or why nothing was."""
 

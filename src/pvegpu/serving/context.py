@@ -37,10 +37,12 @@ from pvegpu.serving.node_access import node_access
 from pvegpu.serving.numa import numa_pinning
 from pvegpu.serving.p2p import decide_p2p
 from pvegpu.serving.visible import container_indices
+from pvegpu.values import value_class
 from pvegpu.vendors import VENDORS, ComputeRuntime
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ServingContext:
     """The engine-neutral decisions about one serving pool, and what they found."""
 

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 
 import attrs
 
+from pvegpu.values import value_class
+
 SERVICE = "Service"
 EXEC_START = "ExecStart"
 ENVIRONMENT = "Environment"
@@ -25,7 +27,8 @@ _SHLEX_WORD = re.compile(r"[^ \t\r\n]+")
 """A word between shlex's whitespace: space, tab, CR, LF (not a vertical tab, say)."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class UnitFile:
     """The settings of a unit, in file order: (section, key, value), resets applied."""
 

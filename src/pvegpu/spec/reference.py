@@ -14,15 +14,15 @@ from typing import Any, get_type_hints
 import attrs
 
 from pvegpu.model import schema
-from pvegpu.reprs import value_repr
 from pvegpu.spec.rules import RULES
+from pvegpu.values import value_class
 
 _SCALARS = {int: "integer", str: "string", bool: "boolean", float: "number"}
 _ENVIRONMENT = tuple[tuple[str, str], ...]
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Row:
     key: str
     type: str

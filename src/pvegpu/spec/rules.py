@@ -23,7 +23,7 @@ import attrs
 from pvegpu.errors import Problem
 from pvegpu.model import schema as s
 from pvegpu.redact import is_secret_name, is_secret_option
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 MAX_TEXT = 4096
 """Longest free-text value (descriptions, paths, arguments): far above any real one."""
@@ -31,8 +31,8 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 """A control character: a newline or tab would start a new line or field in any file."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Rule:
     """One constraint: its wording for people, and the check that returns a problem text."""
 

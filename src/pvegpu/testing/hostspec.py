@@ -20,6 +20,7 @@ from pvegpu.testing.partitions import (
     VgpuSpec,
     check_partitions,
 )
+from pvegpu.values import value_class
 from pvegpu.vendors.nvswitch import SWITCH_CLASS
 
 BRIDGE_CLASS = 0x0604
@@ -78,7 +79,8 @@ BLOCK_DEVICES: tuple[tuple[int, str], ...] = (
 )
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Link:
     """A PCIe link as the `*_link_speed` / `*_link_width` attributes show it."""
 
@@ -90,7 +92,8 @@ class Link:
     """Defaults to `width`."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class DrmInfo:
     """The numbers of a GPU's DRM nodes, as the DRM core hands them out at probe."""
 
@@ -100,7 +103,8 @@ class DrmInfo:
     """N of /dev/dri/renderDN (minor N, from 128)."""
 
 
-@attrs.frozen(kw_only=True)
+@value_class
+@attrs.frozen(eq=False, kw_only=True, repr=False)
 class NvidiaInfo:
     """What /proc/driver/nvidia/gpus/<BDF>/information says about a GPU on nvidia."""
 
@@ -115,7 +119,8 @@ class NvidiaInfo:
     """MIG instances: their capabilities under proc/driver/nvidia/capabilities/."""
 
 
-@attrs.frozen(kw_only=True)
+@value_class
+@attrs.frozen(eq=False, kw_only=True, repr=False)
 class ConfigSpace:
     """A `config` file as root reads it: the PCI Express capability and the extended
     capability list behind the 64-byte header (pvegpu.testing.config_space writes it)."""
@@ -134,7 +139,8 @@ class ConfigSpace:
     """False: a 256-byte file, a function without extended configuration space."""
 
 
-@attrs.frozen(kw_only=True)
+@value_class
+@attrs.frozen(eq=False, kw_only=True, repr=False)
 class DeviceSpec:
     """One PCI function. `parent` is the address of the bridge it sits behind."""
 
@@ -191,7 +197,8 @@ class DeviceSpec:
         return self.pci_class >> 8 == BRIDGE_CLASS
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class IommuUnit:
     """An entry of sys/class/iommu: `ivhdN` (AMD) or `dmarN` (Intel)."""
 
@@ -200,7 +207,8 @@ class IommuUnit:
     """PCI function hosting the unit (AMD IOMMUs are PCI functions); None: virtual."""
 
 
-@attrs.frozen(kw_only=True)
+@value_class
+@attrs.frozen(eq=False, kw_only=True, repr=False)
 class NvidiaModule:
     """The loaded nvidia kernel module."""
 
@@ -213,7 +221,8 @@ class NvidiaModule:
     caps_major: int | None = 510
 
 
-@attrs.frozen(kw_only=True)
+@value_class
+@attrs.frozen(eq=False, kw_only=True, repr=False)
 class HostSpec:
     """A whole host. Paths in `files` and `symlinks` are relative to the root."""
 

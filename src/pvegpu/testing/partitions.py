@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from pvegpu.values import value_class
+
 if TYPE_CHECKING:
     from pvegpu.testing.hostspec import DeviceSpec, HostSpec
     from pvegpu.testing.writer import _Writer
@@ -22,7 +24,8 @@ MIG_COMPUTE_INSTANCES = 8
 _CAPS = "proc/driver/nvidia/capabilities"
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class MdevTypeSpec:
     """One directory of a parent's `mdev_supported_types/`."""
 
@@ -33,7 +36,8 @@ class MdevTypeSpec:
     device_api: str = "vfio-pci"
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class MdevSpec:
     """A mediated device that exists: `/sys/bus/mdev/devices/<uuid>`."""
 
@@ -43,7 +47,8 @@ class MdevSpec:
     type_id: str
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class VgpuSpec:
     """The vGPU manager's `nvidia/` directory on an SR-IOV virtual function."""
 
@@ -53,7 +58,8 @@ class VgpuSpec:
     """`current_vgpu_type`: the type the VF has, 0 for none."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class MigInstance:
     """A MIG GPU instance and its compute instances."""
 

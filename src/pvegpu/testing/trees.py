@@ -8,8 +8,11 @@ from pathlib import Path
 
 import attrs
 
+from pvegpu.values import value_class
 
-@attrs.frozen
+
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class TreeEntry:
     """One entry of a tree as git can keep it: a file or a symlink (empty dirs are lost)."""
 

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from pvegpu.values import value_class
+
 if TYPE_CHECKING:
     from pvegpu.model.facts import PciFunction
 
@@ -86,7 +88,8 @@ def is_sxm_gpu(function: PciFunction) -> bool:
     return function.vendor == PCI_VENDOR and function.device in SXM_GPUS
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ManagerConfig:
     """What fabricmanager.cfg says that pvegpu uses."""
 

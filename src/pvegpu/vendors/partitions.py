@@ -13,8 +13,11 @@ from collections.abc import Callable
 
 import attrs
 
+from pvegpu.values import value_class
 
-@attrs.frozen
+
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class MigSource:
     """Where the host driver lists the capability nodes of MIG instances, and the nodes.
 
@@ -40,7 +43,8 @@ class MigSource:
         return self.node_path.format(minor=minor)
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class VgpuSource:
     """Where a virtual function shows the vendor's vGPU types (outside the kernel's
     `mdev_supported_types`), and how a VM config names one of them (`mdev=`)."""

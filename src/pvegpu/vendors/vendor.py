@@ -9,10 +9,12 @@ from typing import NamedTuple
 import attrs
 
 from pvegpu.pci import PciAddress
+from pvegpu.values import value_class
 from pvegpu.vendors.partitions import MigSource, VgpuSource
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class DynamicNode:
     """A shared node whose char major the kernel hands out when its module loads (NVIDIA's
     unified memory, AMD's kfd): `/proc/devices` names it, and raw cgroup rules need the
@@ -37,7 +39,8 @@ class DynamicNode:
         return self.module_name or self.module
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class DeviceNodes:
     """The /dev nodes a vendor's driver creates for its GPUs, as a container config names them.
 
@@ -90,7 +93,8 @@ class GpuInformation(NamedTuple):
     """The PCI address the driver gives it, as text; discovery checks it is the GPU's."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class GpuNodeSource:
     """Where the host driver says which device node each GPU it holds has.
 
@@ -107,7 +111,8 @@ class GpuNodeSource:
         return self.information.format(address=address)
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class DriverVersionSource:
     """Where the loaded host driver shows its version and whether it is an open module.
 
@@ -123,7 +128,8 @@ class DriverVersionSource:
     module_taint: str
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class GpuTool:
     """The vendor's command-line tool that lists the GPUs its driver holds (on the host,
     or inside a container that has them): the runbook's and apply's health checks."""
@@ -141,7 +147,8 @@ class GpuTool:
         return self.list_gpus[0]
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Userspace:
     """How the vendor's userspace in a container shows its version, which must be the
     host kernel module's exactly (the container's driver check)."""
@@ -153,7 +160,8 @@ class Userspace:
     """Is this dpkg package name one of the driver's own (its version is the driver's)?"""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ComputeRuntime:
     """The vendor's compute runtime an inference engine's build runs on: how a server is
     told which of the container's GPUs are its own, and the collective library of TP."""
@@ -177,7 +185,8 @@ class ComputeRuntime:
     the vendor's userspace is the runtime's own rather than the driver's (`Vendor.userspace`)."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Vendor:
     name: str
     """How messages name it: `NVIDIA`."""

@@ -33,6 +33,7 @@ from pvegpu.serving.unitfile import (
     merge_units,
     unit_words,
 )
+from pvegpu.values import value_class
 
 EXTRA_ARGS = "serving.extra_args"
 SPEC_ENVIRONMENT = "serving.environment"
@@ -70,7 +71,8 @@ LIST_SETTINGS = frozenset(
 Any other setting is one value, and a new value replaces the old on purpose (Type=)."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class DroppedSetting:
     """One setting of the old unit the new one lacks, and where the spec would carry it."""
 
@@ -80,7 +82,8 @@ class DroppedSetting:
     """The spec field that would bring it back, or why it cannot be."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class UnitComparison:
     dropped: tuple[DroppedSetting, ...]
     replaced: tuple[tuple[str, str], ...]

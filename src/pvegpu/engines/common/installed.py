@@ -26,6 +26,7 @@ import attrs
 
 from pvegpu.model.facts import HostFacts
 from pvegpu.serving.checks import Checks
+from pvegpu.values import value_class
 
 SITE_NAMES = ("site-packages", "dist-packages")
 """pip's directory in a venv or self-built python; Debian's python3 uses dist-packages."""
@@ -33,7 +34,8 @@ PYTHON_DIR = re.compile(r"python3(\.[0-9]+)?")
 _METADATA_VERSION = re.compile(r"^Version:[ \t]*(\S+)[ \t]*$", re.MULTILINE)
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Distribution:
     """An engine as pip installs it: the names its problems and fixes are worded with."""
 
@@ -51,7 +53,8 @@ class Distribution:
         return re.compile(rf"{re.escape(self.package)}-(?P<version>[^-/]+)\.dist-info")
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class InstalledRelease:
     version: str
     site: str

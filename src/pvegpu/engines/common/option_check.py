@@ -20,6 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import attrs
 
 from pvegpu.errors import Problem, SpecError
+from pvegpu.values import value_class
 
 # argparse only takes `-5` or `-.5` as a value when no option looks like a negative
 # number (true for both engines); everything else starting with `-` is an option string.
@@ -78,7 +79,8 @@ class Table(Protocol[S_co]):
         ...
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ParserRules(Generic[S]):
     """What an engine's parser does its own way, and how its problems are worded."""
 
@@ -107,7 +109,8 @@ class ParserRules(Generic[S]):
     """Actions that collect every occurrence, so a repeat is no problem."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ParsedOption(Generic[S]):
     """One option of a command line with the values it took, as argparse would group them."""
 
@@ -120,7 +123,8 @@ class ParsedOption(Generic[S]):
     """The action argparse would run (prefixes resolved); None when there is none."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class _UnknownOption(Generic[S]):
     """`<engine>-option-unknown`, worded only when reported.
 
@@ -144,7 +148,8 @@ class _UnknownOption(Generic[S]):
         )
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ParsedCommandLine(Generic[S]):
     positionals: tuple[str, ...]
     options: tuple[ParsedOption[S], ...]

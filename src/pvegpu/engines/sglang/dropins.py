@@ -36,6 +36,7 @@ from pvegpu.serving.unitfile import (
     exec_words,
     unit_words,
 )
+from pvegpu.values import value_class
 
 GUARDED_KEYS = frozenset(
     {EXEC_START, "CPUAffinity", "NUMAPolicy", "NUMAMask", "AllowedCPUs", "AllowedMemoryNodes"}
@@ -57,7 +58,8 @@ MARK = "#pvegpu# "
 _TP_OPTIONS = ("--tp", "--tp-size", "--tensor-parallel-size")
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Dropin:
     """A drop-in systemd applies to the unit, by its path inside the container."""
 
@@ -70,7 +72,8 @@ class Dropin:
         return posixpath.basename(self.path)
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class _Setting:
     """One setting of a drop-in: its physical lines [first, last] and its parse."""
 

@@ -15,9 +15,11 @@ from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Finding
 from pvegpu.model.schema import ServingSpec
 from pvegpu.serving.context import ServingContext
+from pvegpu.values import value_class
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class SglangEngine:
     """SGLang: `python -m sglang.launch_server` in a systemd unit of the container."""
 

@@ -17,9 +17,11 @@ from pvegpu.model.paths import SYSTEM_UNIT_PATH, UNIT_DIR
 from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.container import ContainerRootfs
+from pvegpu.values import value_class
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class OldUnit:
     """The server's unit as systemd runs it now, and the drop-ins the bundle switches off."""
 

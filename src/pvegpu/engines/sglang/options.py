@@ -27,6 +27,7 @@ import pvegpu.engines.sglang.data
 from pvegpu.engines.common.tables import ShippedTables, entry_fields
 from pvegpu.engines.sglang.versions import version_key
 from pvegpu.errors import RenderError
+from pvegpu.values import value_class
 
 if TYPE_CHECKING:
     from pvegpu.engines.sglang.option_source import SourceFiles
@@ -35,7 +36,8 @@ TABLE_PACKAGE = "pvegpu.engines.sglang.data"
 ADD_RELEASE = "make sglang-tables VERSIONS={version} (docs/serving.md, adding a release)"
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class OptionSpec:
     """One argparse action of `launch_server`, as the table records it."""
 
@@ -81,7 +83,8 @@ class OptionSpec:
         return self.nargs != 0
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class OptionTable:
     version: str
     allow_abbrev: bool

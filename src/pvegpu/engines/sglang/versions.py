@@ -15,6 +15,8 @@ from enum import StrEnum
 
 import attrs
 
+from pvegpu.values import value_class
+
 _RELEASE = re.compile(r"^(\d+(?:\.\d+)*)")
 
 
@@ -26,7 +28,8 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in match.group(1).split("."))
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Versions:
     """A range of releases: `since` (inclusive) up to `before` (exclusive); open ends."""
 
@@ -78,7 +81,8 @@ def conditions(*, mtp: bool, hybrid: bool, pinned: bool) -> frozenset[When]:
     return frozenset(holds)
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class OptionRule:
     """One launch_server option pvegpu writes when `when` holds, for `versions`."""
 
@@ -93,7 +97,8 @@ class OptionRule:
     """A default: extra_args may set it instead (then only its value is written)."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class EnvironmentRule:
     """One variable the unit's Environment= sets when `when` holds, for `versions`."""
 
@@ -104,7 +109,8 @@ class EnvironmentRule:
     why: str
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class RetiredVariable:
     """A variable a release removed: set by hand, it is reported; in an old unit, not kept."""
 
@@ -118,7 +124,8 @@ class RetiredVariable:
         return Versions(since=self.since)
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class VersionRules:
     options: tuple[OptionRule, ...]
     environment: tuple[EnvironmentRule, ...]

@@ -26,13 +26,15 @@ from pvegpu.engines.vllm.options import (
 from pvegpu.errors import RenderError
 from pvegpu.model.facts import HostFacts
 from pvegpu.serving.checks import Checks
+from pvegpu.values import value_class
 
 VLLM = Distribution("vllm", "vLLM", lambda: shipped_versions()[-1])
 SERVE_SOURCE = "vllm/engine/arg_utils.py"
 """The file an installed release's table cannot be read without."""
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Release:
     """The release the unit is rendered for, its table, and the console script to run."""
 

@@ -25,6 +25,7 @@ import pvegpu.engines.vllm.data
 from pvegpu.engines.common.tables import ShippedTables, entry_fields
 from pvegpu.engines.sglang.versions import version_key
 from pvegpu.errors import RenderError
+from pvegpu.values import value_class
 
 if TYPE_CHECKING:
     from pvegpu.engines.sglang.option_source import SourceFiles
@@ -34,7 +35,8 @@ ADD_RELEASE = "make vllm-tables VERSIONS={version} (docs/vllm.md, adding a relea
 _INVERSE = {"--enable-": "--disable-", "--disable-": "--enable-"}
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class OptionSpec:
     """One argparse action of `vllm serve`, as the table records it."""
 
@@ -76,7 +78,8 @@ class OptionSpec:
         return self.nargs != 0
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class OptionTable:
     version: str
     allow_abbrev: bool

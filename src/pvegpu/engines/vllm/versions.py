@@ -18,9 +18,11 @@ import json
 import attrs
 
 from pvegpu.engines.sglang.versions import Versions
+from pvegpu.values import value_class
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class MtpRule:
     """The `--speculative-config` method for MTP in `versions`, for `model_types`."""
 
@@ -36,7 +38,8 @@ class MtpRule:
         )
 
 
-@attrs.frozen
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class VersionRules:
     mtp: tuple[MtpRule, ...]
     draft_tokens: int

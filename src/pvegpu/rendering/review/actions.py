@@ -23,7 +23,7 @@ from pvegpu.rendering.bundle import MANIFEST as MANIFEST_FILE
 from pvegpu.rendering.revert import ABSENT_SUFFIX, KEPT_SUFFIX
 from pvegpu.rendering.review.changes import BACKUP_DIR, container_vmid
 from pvegpu.rendering.review.commands import SPLIT_SCRIPT, driver_check
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 from pvegpu.vendors import CONTAINER_TOOL
 
 
@@ -35,8 +35,8 @@ def _sha_line(target: str, path: str, sha256: str) -> str:
     return f"echo {shlex.quote(line)} | {where}sha256sum -c -"
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class CheckNode:
     """Apply runs on the planned node, from a rendered bundle."""
 
@@ -47,8 +47,8 @@ class CheckNode:
         return (f'test "$(hostname)" = {sh(self.node)} && test -f {MANIFEST_FILE} && echo ready',)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class CheckBase:
     """A file to patch is still the copy the patch was made from."""
 
@@ -61,8 +61,8 @@ class CheckBase:
         return (_sha_line(self.target, self.path, self.sha256),)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class SaveCopies:
     """Host files written whole that revert/ cannot restore: copied aside first."""
 
@@ -74,8 +74,8 @@ class SaveCopies:
         return (f"mkdir -p {BACKUP_DIR}", f"cp --parents {files} {BACKUP_DIR}/")
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class StopService:
     kind: ClassVar[str] = "stop-service"
     vmid: int
@@ -85,8 +85,8 @@ class StopService:
         return (f"pct exec {self.vmid} -- systemctl stop {sh(self.unit)}",)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class StartService:
     kind: ClassVar[str] = "start-service"
     vmid: int
@@ -96,8 +96,8 @@ class StartService:
         return (f"pct exec {self.vmid} -- systemctl start {sh(self.unit)}",)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class PullCopy:
     """A container unit pvegpu could not read, copied out for revert.sh (`pct pull`)."""
 
@@ -119,8 +119,8 @@ class PullCopy:
         )
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class MakeContainerDir:
     kind: ClassVar[str] = "make-container-dir"
     vmid: int
@@ -130,8 +130,8 @@ class MakeContainerDir:
         return (f"pct exec {self.vmid} -- mkdir -p {sh('/' + self.path)}",)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class KeepAside:
     """An old container file holding secrets is copied aside inside the container."""
 
@@ -144,8 +144,8 @@ class KeepAside:
         return (f"pct exec {self.vmid} -- cp -a {sh(src)} {sh(src + KEPT_SUFFIX)}",)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class PushFile:
     """A bundle file into a running container (`pct push`)."""
 
@@ -162,8 +162,8 @@ class PushFile:
         )
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ContainerReload:
     kind: ClassVar[str] = "container-reload"
     vmid: int
@@ -172,8 +172,8 @@ class ContainerReload:
         return (f"pct exec {self.vmid} -- systemctl daemon-reload",)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class StopContainer:
     kind: ClassVar[str] = "stop-container"
     vmid: int
@@ -182,8 +182,8 @@ class StopContainer:
         return (f"pct stop {self.vmid}",)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class StartContainer:
     kind: ClassVar[str] = "start-container"
     vmid: int
@@ -192,8 +192,8 @@ class StartContainer:
         return (f"pct start {self.vmid}",)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class CheckHolders:
     """Nothing has the GPUs that leave nvidia open (an unbind would block)."""
 
@@ -204,8 +204,8 @@ class CheckHolders:
         return (f"fuser -v {' '.join(self.devices)}",)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class InstallFile:
     """A host file outside /etc/pve: `install -D -m`."""
 
@@ -218,8 +218,8 @@ class InstallFile:
         return (f"install -D -m {self.mode:04o} {sh(self.file)} {sh('/' + self.path)}",)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class WritePveFile:
     """A file under /etc/pve: `cp`, because pmxcfs sets modes and owners itself."""
 
@@ -231,8 +231,8 @@ class WritePveFile:
         return (f"cp {sh(self.file)} {sh('/' + self.path)}",)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class HostCommand:
     """A fixed command on the host (`systemctl daemon-reload`, `update-initramfs -u -k all`).
 
@@ -252,8 +252,8 @@ class HostCommand:
         return tuple(shlex.split(self.line))
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class EnableUnit:
     kind: ClassVar[str] = "enable-unit"
     unit: str
@@ -262,8 +262,8 @@ class EnableUnit:
         return (f"systemctl enable {self.unit}",)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class RunSplit:
     """The rendered split script, the same code the boot unit runs."""
 
@@ -274,8 +274,8 @@ class RunSplit:
         return (f"{SPLIT_SCRIPT} {self.mode}",)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class CheckDrivers:
     """Every listed function is bound to `driver`, read from sysfs."""
 
@@ -289,8 +289,8 @@ class CheckDrivers:
         return (driver_check([PciAddress.parse(a) for a in self.addresses]),)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class CheckGpus:
     """The GPU tool inside the container (`vendors.CONTAINER_TOOL`) lists exactly these
     GPUs, in this order."""
@@ -306,8 +306,8 @@ class CheckGpus:
         )
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class CheckNodes:
     """The container has these device nodes, each the char device of these numbers: the
     check for a vendor with no GPU listing tool (its userspace opens just the nodes)."""
@@ -340,8 +340,8 @@ class CheckNodes:
         return tuple(found)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class WaitHealthy:
     kind: ClassVar[str] = "wait-healthy"
     vmid: int
@@ -355,8 +355,8 @@ class WaitHealthy:
         )
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Manual:
     """A line for the admin that apply does not run (a reboot, starting a VM, later checks)."""
 

@@ -72,14 +72,14 @@ from pvegpu.rendering.review.commands import (
     SPLIT_UNIT,
     driver_check,
 )
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 from pvegpu.vendors import CONTAINER_TOOL, nvswitch
 from pvegpu.vendors.drm import node_path as drm_node_path
 from pvegpu.wording import plural
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Step:
     """One runbook step: run `commands` in order, then compare with `expect`/`output`.
 
@@ -153,8 +153,8 @@ def runbook(plan: Plan, artifacts: Sequence[Artifact]) -> tuple[Step, ...]:
     return tuple(_runbook(plan, changed_files(plan, artifacts)))
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class _Writes:
     """The files the runbook writes (changed ones), by where they go."""
 

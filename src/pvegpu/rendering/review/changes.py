@@ -16,7 +16,7 @@ from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Plan
 from pvegpu.rendering.bundle import bundle_path
 from pvegpu.rendering.revert import pulled_units
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 BACKUP_DIR = "/root/pvegpu-backup"
 """Where the runbook saves files that exist but have no copy in revert/ (see REPLACED)."""
@@ -38,8 +38,8 @@ class ChangeKind(StrEnum):
     """Already as planned; listed so that a no-op is never silent."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ChangedFile:
     artifact: Artifact
     kind: ChangeKind

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from pvegpu.rendering.review.actions import ACTIONS, Action
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 APPLY_SCHEMA = "pvegpu.apply/1"
 
@@ -32,8 +32,8 @@ class ContractError(ValueError):
     """MANIFEST.json's `apply` key is not a contract this pvegpu wrote."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ContractStep:
     """One runbook step as apply runs it: its actions, and what SUMMARY.md says to expect."""
 
@@ -43,8 +43,8 @@ class ContractStep:
     actions: tuple[Action, ...]
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ApplyContract:
     digest: str
     """sha256 of the planned functions' facts (apply_doc.facts_digest)."""

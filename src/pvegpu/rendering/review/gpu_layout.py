@@ -12,15 +12,15 @@ from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
 from pvegpu.model.plan import Plan, Pool, PoolKind
 from pvegpu.pci import PciAddress
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 from pvegpu.vendors import Vendor
 from pvegpu.wording import plural
 
 UNBOUND = "unbound"
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class LayoutRow:
     """One GPU of the host and where this plan leaves it."""
 
@@ -52,8 +52,8 @@ class LayoutRow:
         return self.driver_after
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class MovingFunction:
     """A non-GPU function (the GPU's HD audio, a group mate) that moves to vfio-pci too."""
 

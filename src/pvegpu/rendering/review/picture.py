@@ -14,7 +14,7 @@ import attrs
 from pvegpu.model.facts import GPU
 from pvegpu.model.plan import Plan, Pool, PoolKind
 from pvegpu.rendering.review import LayoutRow, host_facts_line, layout
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 from pvegpu.wording import plural
 
 # (fill, stroke) per driver: pale fills keep black text readable, the stroke carries
@@ -37,8 +37,8 @@ def driver_colours(driver: str) -> tuple[str, str]:
     return DRIVER_COLOURS.get(driver, OTHER_DRIVER)
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Box:
     """A labelled node of the picture: an id safe for SVG and Mermaid, and its lines."""
 
@@ -60,15 +60,15 @@ class Box:
         return f"{name}_moved" if self.dashed else name
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class NumaGroup:
     box: Box
     gpus: tuple[Box, ...]
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class PoolGroup:
     box: Box
     gpu_ids: tuple[str, ...]
@@ -77,8 +77,8 @@ class PoolGroup:
     """The last consumer (the VM) uses the one before it (the mapping), not the pool."""
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class Picture:
     title: str
     subtitle: str

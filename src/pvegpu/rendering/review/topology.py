@@ -17,7 +17,7 @@ import attrs
 from pvegpu.model.plan import Plan
 from pvegpu.rendering.review import host_facts_line, layout
 from pvegpu.rendering.review.picture import Box, Picture, all_boxes, driver_colours, picture_of
-from pvegpu.reprs import value_repr
+from pvegpu.values import value_class
 
 _XML_TEXT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 _XML_ATTR = str.maketrans(
@@ -137,8 +137,8 @@ def _box_height(box: Box) -> int:
     return len(box.lines) * LINE_H + 2 * PAD - 4
 
 
-@value_repr
-@attrs.frozen(repr=False)
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class _Placed:
     box: Box
     x: int
