@@ -20,6 +20,8 @@ from pvegpu.apply.bundle import read_bundle_dir
 from pvegpu.apply.check import check
 from pvegpu.apply.host_checks import serving_unit
 from pvegpu.errors import PlanError
+from pvegpu.host.discover import discover
+from pvegpu.host.facts_json import facts_from_json, facts_to_json
 from pvegpu.host.reader import RootReader
 from pvegpu.model.decision import SglangServing
 from pvegpu.model.plan import Plan
@@ -296,3 +298,51 @@ def test_check_flags_a_rocm_server_with_p2p_on_under_translation(tmp_path: Path)
     (root / UNIT).write_text(unit.content.replace('Environment="NCCL_P2P_DISABLE=1"\n', ""))
     (p2p,) = [f for f in check(root, None).findings if f.code == "p2p-under-translation"]
     assert p2p.subject == "CT 150:/etc/systemd/system/sglang-qwen.service"
+
+
+# --- Instinct compute partitions
+
+
+def _partitioned(tmp_path: Path, mode: str) -> Path:
+    """amd-instinct with its first MI300X in `mode` (amdgpu's current_compute_partition)."""
+    host = fixture_hosts.amd_instinct()
+    device = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0"
+    files = {**host.files, f"{device}/current_compute_partition": f"{mode}\n"}
+    write_host(attrs.evolve(host, files=files), tmp_path)
+    return tmp_path
+
+
+def test_a_partitioned_instinct_is_discovered_and_refused_for_a_container(tmp_path: Path) -> None:
+    root = _partitioned(tmp_path, "CPX")
+    spec = parse_spec(SPEC_TEXT)
+    facts = discover_for(spec, root)
+    assert [g.compute_partition for g in facts.gpus][:2] == ["CPX", None]
+    assert facts.gpus[0].partitioned and not facts.gpus[1].partitioned
+    with pytest.raises(PlanError) as info:
+        plan(facts, spec)
+    (problem,) = [p for p in info.value.problems if p.code == "lxc-gpu-partitioned"]
+    assert problem.subject == "0000:01:00.0" and "CPX" in problem.message
+    assert "echo SPX > /sys/bus/pci/devices/0000:01:00.0/current_compute_partition" in problem.fix
+
+
+def test_a_whole_instinct_goes_to_a_container_and_a_split_one_to_a_vm(tmp_path: Path) -> None:
+    serving_of(planned(SPEC_TEXT, _partitioned(tmp_path / "spx", "SPX")))
+    # The split GPU on NUMA 0 goes to the VM instead: a VM gets the whole device.
+    swapped = (
+        SPEC_TEXT.replace("numa_node = 0", "numa_node = 2")
+        .replace("numa_node = 1", "numa_node = 0")
+        .replace("numa_node = 2", "numa_node = 1")
+    )
+    root = _partitioned(tmp_path / "cpx", "CPX")
+    result = planned(swapped.replace('mode = "0660"', 'mode = "0666"'), root)
+    (vm,) = [p for p in result.pools if p.vm is not None]
+    assert "0000:01:00.0" in [str(g.address) for g in vm.gpus]
+
+
+def test_the_partition_mode_is_in_the_facts_json_only_where_shown(tmp_path: Path) -> None:
+    root = _partitioned(tmp_path, "CPX")
+    document = json.loads(facts_to_json(discover(root)))
+    modes = [g.get("compute_partition") for g in document["gpus"]]
+    assert modes[0] == "CPX" and modes[1:] == [None] * 7
+    assert all("compute_partition" not in g for g in document["gpus"][1:])
+    assert facts_from_json(facts_to_json(discover(root))).gpus[0].compute_partition == "CPX"

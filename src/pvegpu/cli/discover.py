@@ -126,6 +126,7 @@ def format_table(facts: HostFacts) -> str:
     # Only GPUs a DRM driver holds have them: a host without keeps the table it had.
     drm_lines = [
         f"DRM {gpu.address.short}: /dev/dri/card{gpu.drm_card}, /dev/dri/renderD{gpu.drm_render}"
+        + (f" (compute partitions: {gpu.compute_partition})" if gpu.partitioned else "")
         for gpu in facts.gpus
         if gpu.drm_card is not None and gpu.drm_render is not None
     ]

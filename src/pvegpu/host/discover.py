@@ -45,7 +45,7 @@ from pvegpu.model.facts import (
 )
 from pvegpu.model.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT, SPLIT_UDEV_RULE
 from pvegpu.pci import CpuList, PciAddress
-from pvegpu.vendors import DRIVER_VERSION_VENDORS, VENDORS, GpuNodeSource, Vendor
+from pvegpu.vendors import DRIVER_VERSION_VENDORS, VENDORS, GpuNodeSource, Vendor, vendor_of
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -395,8 +395,31 @@ def _gpus(reader: RootReader, functions: tuple[PciFunction, ...]) -> tuple[GPU, 
         companions = tuple(o for o in by_slot[(a.domain, a.bus, a.device)] if moves_with(fn, o))
         minor, model = _gpu_information(reader, fn.address)
         card, render = _drm_nodes(reader, fn.address)
-        gpus.append(GPU(fn, companions, minor, model, drm_card=card, drm_render=render))
+        partition = _compute_partition(reader, fn)
+        gpus.append(
+            GPU(
+                fn, companions, minor, model,
+                drm_card=card, drm_render=render, compute_partition=partition,
+            )
+        )  # fmt: skip
     return tuple(gpus)
+
+
+def _compute_partition(reader: RootReader, fn: PciFunction) -> str | None:
+    """The GPU's compute partition mode as its driver shows it (`SPX`, `CPX`), for a
+    vendor whose GPUs can be split; None without the attribute (not split, or older)."""
+    vendor = vendor_of(fn)
+    # Only its own driver shows it; on vfio-pci the GPU is whole to the guest anyway.
+    if vendor is None or vendor.compute_partition is None or fn.driver not in vendor.drivers:
+        return None
+    path = f"{PCI_DEVICES}/{fn.address}/{vendor.compute_partition}"
+    text = reader.read(path)
+    if text is None:
+        return None
+    mode = text.strip()
+    if not (mode.isascii() and mode.isalnum()):
+        fail("bad-value", path, f"expected a partition mode such as SPX or CPX, got {mode!r}")
+    return mode
 
 
 _DRM_NODE = re.compile(r"(card|renderD)([0-9]+)")

@@ -28,9 +28,10 @@ SCHEMA = "pvegpu.facts/1"
 GPU_KEYS = {"node_minor": "nvidia_minor"}
 """GPU fields whose key in the document is the name they had while only NVIDIA's GPUs had
 a node minor: documents and snapshots written then read the same."""
-GPU_OPTIONAL = ("drm_card", "drm_render")
+GPU_OPTIONAL = ("drm_card", "drm_render", "compute_partition")
 """GPU fields left out of the document while None: a GPU no DRM driver holds (every
-NVIDIA GPU without nvidia-drm) reads as it did before DRM nodes were discovered."""
+NVIDIA GPU without nvidia-drm), or that no driver splits, reads as it did before DRM
+nodes and partitions were discovered."""
 
 _NAMES: dict[type, tuple[str, ...]] = {}
 _SCALARS = (str, int, bool, float)

@@ -178,6 +178,20 @@ class GPU:
     """N of its DRM card node /dev/dri/cardN (the node's minor), when a DRM driver holds it."""
     drm_render: int | None = None
     """N of its DRM render node /dev/dri/renderDN (the node's minor: 128 and up)."""
+    compute_partition: str | None = None
+    """How its driver splits it into compute partitions (`SPX` whole, `CPX` into eight),
+    for a vendor whose GPUs can be split (`Vendor.compute_partition`); None: not split by
+    such a driver, or no such attribute."""
+
+    @property
+    def partitioned(self) -> bool:
+        """Split into compute partitions whose nodes are not all the GPU's own."""
+        vendor = self.vendor
+        return (
+            vendor is not None
+            and self.compute_partition is not None
+            and self.compute_partition != vendor.whole_partition
+        )
 
     @property
     def address(self) -> PciAddress:

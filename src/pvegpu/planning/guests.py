@@ -186,6 +186,23 @@ def _dynamic_node(
 def _gpu_problems(gpus: Sequence[GPU], nodes: DeviceNodes) -> list[Problem]:
     problems: list[Problem] = []
     for gpu in gpus:
+        split = gpu.vendor if gpu.partitioned else None
+        if split is not None:
+            # Its other partitions' render nodes belong to platform devices sysfs does not
+            # tie to this GPU: the container would get partition 0 alone, and silently.
+            attribute = f"/sys/bus/pci/devices/{gpu.address}/{split.compute_partition}"
+            problems.append(
+                Problem(
+                    "lxc-gpu-partitioned",
+                    str(gpu.address),
+                    f"is split into {gpu.compute_partition} compute partitions ({attribute}): "
+                    "only the first partition's render node is the GPU's own, the others' "
+                    "are nodes of other devices, so a container would get one partition of it",
+                    f"make it whole first (echo {split.whole_partition} > {attribute}, with "
+                    "nothing using it), then plan again; or pass the GPU to a VM",
+                )
+            )
+            continue
         if gpu.container_minor is not None:
             continue
         vendor = gpu.vendor

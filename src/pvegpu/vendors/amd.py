@@ -36,4 +36,9 @@ AMD = Vendor(
     drivers=("amdgpu", "radeon"),
     nodes=drm_nodes(shared=(KFD.node,), dynamic=KFD),
     compute=ROCM,
+    # Instinct MI300 split into DPX..CPX partitions: partition 0 keeps the PCI device's
+    # render node, the others get render nodes of `amdgpu_xcp.N` platform devices, which
+    # sysfs does not tie to the PCI device they are slices of.
+    compute_partition="current_compute_partition",
+    whole_partition="SPX",
 )

@@ -225,3 +225,8 @@ class Vendor:
     """Its vGPU types on SR-IOV virtual functions (in `mdev_dirs`), when it has them."""
     compute: ComputeRuntime | None = None
     """Its compute runtime, when pvegpu can decide an inference server on its GPUs."""
+    compute_partition: str | None = None
+    """The attribute under a GPU's PCI device that names how its driver splits it into
+    compute partitions, when its GPUs can be split (`current_compute_partition`)."""
+    whole_partition: str = ""
+    """That attribute's value for a GPU left whole (`SPX`)."""
