@@ -344,3 +344,16 @@ def test_container_configs_are_accepted_by_proxmox(example: str, path: str) -> N
     # The file as it was passes too, so the check reads Proxmox's own files.
     if example == "nvidia-drm":
         accepted_by_proxmox(base(result.facts, path))
+
+
+def test_display_on_nvidia_is_refused_not_dropped() -> None:
+    """NVIDIA's container nodes have no display node: `display = true` is said to be
+    impossible rather than silently ignored."""
+    spec = parse_spec(
+        'node = "pve-stream"\n\n[[pools]]\nname = "stream"\ngpus = ["01:00.0"]\n\n'
+        "[pools.lxc]\nvmid = 140\ndisplay = true\n"
+    )
+    with pytest.raises(PlanError) as info:
+        plan(discover_for(spec, FIXTURES / "nvidia-drm"), spec)
+    (problem,) = info.value.problems
+    assert (problem.code, problem.subject) == ("lxc-display-unsupported", "pools[0].lxc.display")

@@ -37,8 +37,10 @@ def lxc_container(
     gpus: Sequence[GPU],
     problems: list[Problem],
     findings: list[Finding],
+    where: str,
 ) -> LxcContainer | None:
-    """The container of an LXC pool with the GPU lines its config gets."""
+    """The container of an LXC pool with the GPU lines its config gets; `where`: the
+    pool's spec path, for problems about its own keys."""
     if spec.lxc is None:
         return None
     vmid = spec.lxc.vmid
@@ -67,6 +69,19 @@ def lxc_container(
         problems.extend(own)
         return container
     own.extend(_gpu_problems(gpus, nodes))
+    if spec.lxc.display and nodes.display_path is None:
+        # Said, not dropped: a spec asking for display and getting compute nodes only
+        # would look granted in review.
+        own.append(
+            Problem(
+                "lxc-display-unsupported",
+                f"{where}.lxc.display",
+                f"display = true: the container nodes of {gpus[0].vendor_device} GPUs "
+                f"({nodes.gpu_path.format(minor='N')} and the shared ones) have no display "
+                "node pvegpu hands over; CUDA and NVENC need none",
+                "remove display = true, or pass the GPU to a VM for a desktop",
+            )
+        )
     dynamic_major = _dynamic_node(facts, nodes, container, own, findings)
     gid = container.gid
     if gid is None and nodes.drm and container.config is not None:

@@ -316,7 +316,7 @@ def _build_pool(
         functions = tuple(sorted(f for g in gpus for f in g.functions))
         drivers = {host_driver(g.function) for g in gpus}
         driver = ", ".join(sorted(d or "?" for d in drivers))
-    lxc = lxc_container(facts, spec, gpus, problems, findings)
+    lxc = lxc_container(facts, spec, gpus, problems, findings, where)
     mapping = None
     if spec.mapping is not None and wants_mapping and not groupless:
         mapping, mapping_problems = pool_mapping(facts, gpus, spec.mapping, switches)
