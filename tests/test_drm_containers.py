@@ -173,7 +173,20 @@ def test_raw_lines_in_an_unprivileged_container_explain_the_host_ids() -> None:
     mount = "/dev/dri/renderD128 dev/dri/renderD128 none bind,optional,create=file"
     assert f"lxc.mount.entry: {mount}" in lines
     (finding,) = [f for f in result.findings if f.code == "lxc-raw-unprivileged-ids"]
-    assert finding.subject == CT120
+    assert finding.subject == CT120 and "map to nobody inside" in finding.message
+
+
+def test_raw_lines_with_the_containers_own_idmap_say_what_to_check() -> None:
+    """An admin's lxc.idmap lines may map the host's render group in: not `nobody`."""
+    spec = parse_spec(JELLYFIN.replace("vmid = 120", 'vmid = 120\ndevices = "raw"'))
+    facts = discover_for(spec, FIXTURES / "intel-media")
+    config = facts.file(CT120)
+    assert config is not None
+    idmap = "lxc.idmap: g 0 100000 104\nlxc.idmap: g 104 104 1\nlxc.idmap: g 105 100105 65431\n"
+    result = plan(evolve_file(facts, CT120, config.content + idmap), spec)
+    (finding,) = [f for f in result.findings if f.code == "lxc-raw-unprivileged-ids"]
+    assert "its own lxc.idmap lines" in finding.message
+    assert "nobody" not in finding.message
 
 
 # --- AMD: render nodes and /dev/kfd

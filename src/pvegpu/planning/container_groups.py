@@ -18,7 +18,11 @@ from pvegpu.model.facts import HostFacts
 from pvegpu.model.paths import GROUP_FILE
 from pvegpu.model.plan import Finding, LxcContainer, Severity
 from pvegpu.model.schema import DeviceStyle
+from pvegpu.pvefiles.guestconf import LineKind, split_sections
 from pvegpu.pvefiles.lxcconf import unprivileged
+
+IDMAP = "lxc.idmap"
+"""An unprivileged container's own id mapping (`lxc.idmap: g 0 100000 104`, ...)."""
 
 NODE_GROUPS = ("render", "video")
 """The groups render nodes belong to, in the order they are looked for: Debian and
@@ -47,15 +51,27 @@ def render_gid(
         return None
     path = container.config_path
     if container.devices is DeviceStyle.RAW:
+        # An admin's own lxc.idmap lines may map the host's render group in: then the
+        # ids do not go to nobody, and the finding says what to check instead.
+        mapped = any(
+            line.kind is LineKind.RAW and line.key == IDMAP
+            for line in split_sections(container.config.content)[0].lines
+        )
+        ids = (
+            "which reach the container only through its own lxc.idmap lines (check that they "
+            "map the host's render group to one its users are in)"
+            if mapped
+            else "which map to nobody inside, so only its mode (0666 on the host) lets the "
+            "container's users open it"
+        )
         findings.append(
             Finding(
                 Severity.WARNING,
                 "lxc-raw-unprivileged-ids",
                 path,
                 f"CT {container.vmid} is unprivileged: a bind-mounted node keeps the host's "
-                "owner and group, which map to nobody inside, so only its mode (0666 on the "
-                'host) lets the container\'s users open it; devices = "dev" gives the nodes '
-                "the container's own render group",
+                f'owner and group, {ids}; devices = "dev" gives the nodes the container\'s '
+                "own render group",
             )
         )
         return None
