@@ -253,10 +253,11 @@ def test_mixed_vendor_pool_and_unknown_vendor_are_refused() -> None:
         plan(facts, spec)
     assert [p.code for p in info.value.problems] == ["lxc-pool-mixed-vendors"]
     assert "are GPUs of AMD and NVIDIA" in info.value.problems[0].message
-    aspeed = attrs.evolve(
+    # Moore Threads (1ed5): a GPU vendor pvegpu has no module for.
+    unknown_vendor = attrs.evolve(
         facts,
         gpus=tuple(
-            attrs.evolve(g, function=attrs.evolve(g.function, vendor=0x1A03))
+            attrs.evolve(g, function=attrs.evolve(g.function, vendor=0x1ED5))
             if g.address.bus == 4
             else g
             for g in facts.gpus
@@ -264,7 +265,7 @@ def test_mixed_vendor_pool_and_unknown_vendor_are_refused() -> None:
     )
     one = parse_spec(str(spec_text_for("04:00.0")))
     with pytest.raises(PlanError) as unknown:
-        plan(aspeed, one)
+        plan(unknown_vendor, one)
     assert [p.code for p in unknown.value.problems] == ["lxc-gpu-vendor-unknown"]
 
 

@@ -35,6 +35,7 @@ from pvegpu.rendering.review.actions import CheckNodes
 from pvegpu.rendering.review.apply_steps import runbook
 from pvegpu.spec.load import parse_spec
 from pvegpu.vendors import vendor_of
+from pvegpu.vendors.bmc import is_bmc_display
 from pvegpu.vendors.intel import INTEL
 from pvegpu.vendors.nvidia import NVIDIA
 
@@ -357,3 +358,44 @@ def test_display_on_nvidia_is_refused_not_dropped() -> None:
         plan(discover_for(spec, FIXTURES / "nvidia-drm"), spec)
     (problem,) = info.value.problems
     assert (problem.code, problem.subject) == ("lxc-display-unsupported", "pools[0].lxc.display")
+
+
+# --- a BMC's display is listed, never pooled
+
+
+BMC_COUNT = 'node = "pve-nvr"\n\n[[pools]]\nname = "nvr"\ncount = 1\n\n[pools.lxc]\nvmid = 150\n'
+
+
+def test_count_passes_over_the_bmc_display() -> None:
+    """The BMC's ast display (06:00.0) sorts before the Arc: `count = 1` takes the Arc."""
+    spec = parse_spec(BMC_COUNT.replace("vmid = 150", 'vmid = 150\ndevices = "raw"'))
+    facts = discover_for(spec, FIXTURES / "intel-arc")
+    bmc, arc = facts.gpus
+    assert bmc.bmc_display and not arc.bmc_display
+    (pool,) = plan(facts, spec).pools
+    assert [g.address.short for g in pool.gpus] == ["19:00.0"]
+
+
+def test_naming_the_bmc_display_is_refused() -> None:
+    spec = parse_spec(BMC_COUNT.replace("count = 1", 'gpus = ["06:00.0"]'))
+    with pytest.raises(PlanError) as info:
+        plan(discover_for(spec, FIXTURES / "intel-arc"), spec)
+    (problem,) = info.value.problems
+    assert (problem.code, problem.subject) == ("address-is-bmc-display", "pools[0].gpus[0]")
+    assert problem.fix == "GPUs here: 19:00.0"
+
+
+@pytest.mark.parametrize(
+    ("vendor", "device", "driver", "bmc"),
+    [
+        (0x1A03, 0x2000, "ast", True),
+        (0x1A03, 0x2000, "vfio-pci", True),  # by its ids when not on its driver
+        (0x102B, 0x0536, None, True),  # Matrox G200eW3, a Dell BMC's
+        (0x102B, 0x0525, None, False),  # a Matrox G400 card: not a BMC's
+        (0x102B, 0x0525, "mgag200", True),  # bound to a BMC display driver
+        (0x19E5, 0x1711, "hibmc-drm", True),
+        (0x10DE, 0x2BB5, "nvidia", False),
+    ],
+)
+def test_bmc_displays_by_driver_or_ids(vendor: int, device: int, driver: str, bmc: bool) -> None:
+    assert is_bmc_display(vendor, device, driver) is bmc

@@ -99,7 +99,7 @@ def format_table(facts: HostFacts) -> str:
                 _dash(gpu.driver),
                 _dash(gpu.node_minor),
                 ",".join(f".{c.address.function}" for c in gpu.companions) or "-",
-                gpu.model or "-",
+                gpu.model or ("BMC display (never pooled)" if gpu.bmc_display else "-"),
             )
         )
         # SR-IOV VFs under their PF: slices of this GPU, not GPUs of their own.

@@ -13,6 +13,7 @@ from pvegpu.model.ports import PortAcs
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.values import value_class, value_repr
 from pvegpu.vendors import DRIVER_VERSION_VENDORS, Vendor, vendor_of
+from pvegpu.vendors.bmc import is_bmc_display
 from pvegpu.vendors.nvswitch import is_switch
 
 CLASS_DISPLAY = 0x03
@@ -182,6 +183,12 @@ class GPU:
     """How its driver splits it into compute partitions (`SPX` whole, `CPX` into eight),
     for a vendor whose GPUs can be split (`Vendor.compute_partition`); None: not split by
     such a driver, or no such attribute."""
+
+    @property
+    def bmc_display(self) -> bool:
+        """The BMC's display controller (vendors/bmc.py): listed, never pooled."""
+        fn = self.function
+        return fn.base_class == CLASS_DISPLAY and is_bmc_display(fn.vendor, fn.device, fn.driver)
 
     @property
     def partitioned(self) -> bool:

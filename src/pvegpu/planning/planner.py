@@ -124,10 +124,12 @@ def _select(facts: HostFacts, spec: Spec, problems: list[Problem]) -> list[tuple
         # One refusal that says what the host has, not one per pool blaming its selector.
         problems.append(_no_gpus(facts))
         return selections
+    # The BMC's display is listed with the GPUs but never taken by a selector.
+    poolable = [g for g in facts.gpus if not g.bmc_display]
     for i, pool in enumerate(spec.pools):
         where = f"pools[{i}]"
         if pool.numa_node is not None:
-            selections[i] = tuple(g for g in facts.gpus if g.numa_node == pool.numa_node)
+            selections[i] = tuple(g for g in poolable if g.numa_node == pool.numa_node)
             if not selections[i]:
                 nodes = sorted({g.numa_node for g in facts.gpus if g.numa_node is not None})
                 problems.append(
@@ -143,7 +145,7 @@ def _select(facts: HostFacts, spec: Spec, problems: list[Problem]) -> list[tuple
     claimed = {g.address for sel in selections for g in sel}
     # `count` pools take from the front of what is left, in spec order: one list of the
     # unclaimed GPUs and a cursor into it, instead of a scan of the host per pool.
-    free = [g for g in facts.gpus if g.address not in claimed]
+    free = [g for g in poolable if g.address not in claimed]
     taken = 0
     for i, pool in enumerate(spec.pools):
         if pool.count is None:
@@ -225,6 +227,18 @@ def _explicit(
         if gpu is None and function is not None:
             # A GPU's SR-IOV VF, named by address: a device of the pool on its own.
             gpu = vf_device(facts, function)
+        if gpu is not None and gpu.bmc_display:
+            problems.append(
+                Problem(
+                    "address-is-bmc-display",
+                    f"{where}.gpus[{j}]",
+                    f"{address} ({gpu.vendor_device}, {gpu.driver or 'no driver'}) is the "
+                    "display of the board's management controller, the console its remote "
+                    "KVM shows: no GPU for a VM or a container",
+                    "GPUs here: " + ", ".join(_names(facts)),
+                )
+            )
+            continue
         if gpu is not None:
             yield gpu
             continue
@@ -251,9 +265,10 @@ def _explicit(
 def _names(facts: HostFacts) -> list[str]:
     """The GPUs as a spec may write them: short (`81:00.0`) on a host with domain 0000
     only, in full once there are others, where a short one may be ambiguous."""
+    gpus = [g for g in facts.gpus if not g.bmc_display]
     if all(fn.address.domain == 0 for fn in facts.functions):
-        return [g.address.short for g in facts.gpus]
-    return [str(g.address) for g in facts.gpus]
+        return [g.address.short for g in gpus]
+    return [str(g.address) for g in gpus]
 
 
 def _overlaps(spec: Spec, selections: list[tuple[GPU, ...]]) -> Iterator[Problem]:
