@@ -30,7 +30,7 @@ from pvegpu.model.paths import (
 )
 from pvegpu.model.plan import Finding, Severity
 from pvegpu.planning.acs import check_findings as acs_check_findings
-from pvegpu.planning.container_groups import NODE_GROUPS
+from pvegpu.planning.container_groups import render_group
 from pvegpu.planning.driverctl import driverctl_findings
 from pvegpu.planning.fabric import check_findings as fabric_check_findings
 from pvegpu.planning.findings import host_findings
@@ -151,7 +151,7 @@ def _node_group(
     if not gids or group is None:
         return
     groups = group_ids(group)
-    name = next((g for g in NODE_GROUPS if g in groups), None)
+    name = render_group(groups)
     if name is not None and gids != {groups[name][0]}:
         yield Finding(
             Severity.WARNING,

@@ -88,6 +88,14 @@ class LxcContainer:
     def config_path(self) -> str:
         return f"etc/pve/lxc/{self.vmid}.conf"
 
+    @property
+    def node_gid(self) -> int:
+        """The group its devN nodes get inside: the spec's `gid`, else its own render
+        group's, else root's (pve-container's default)."""
+        if self.gid is not None:
+            return self.gid
+        return self.group_gid if self.group_gid is not None else 0
+
 
 @value_class
 @attrs.frozen(eq=False, repr=False)

@@ -11,6 +11,8 @@ lets the container's users open it then.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pvegpu.errors import Problem
 from pvegpu.formats.accounts import group_ids
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
@@ -37,6 +39,11 @@ def group_file(facts: HostFacts, vmid: int) -> str | None:
         vmid, config.content if config else None, storage.content if storage else None
     )
     return None if location.path is None else f"{location.path}/{GROUP_FILE}"
+
+
+def render_group(groups: Mapping[str, object]) -> str | None:
+    """The name of the group render nodes belong to among a container's `groups`."""
+    return next((g for g in NODE_GROUPS if g in groups), None)
 
 
 def render_gid(
@@ -78,7 +85,7 @@ def render_gid(
     where = group_file(facts, container.vmid)
     file = facts.file(where) if where is not None else None
     groups = group_ids(file.content) if file is not None else {}
-    name = next((g for g in NODE_GROUPS if g in groups), None)
+    name = render_group(groups)
     if name is not None:
         gid, members = groups[name]
         if not members:

@@ -219,7 +219,7 @@ def _runtime_unchecked(
     checks: Checks,
     vmid: int,
     rootfs: ContainerRootfs,
-    vendor: Vendor | None,
+    vendor: Vendor,
     runtime: ComputeRuntime,
 ) -> None:
     """Say what of the container's runtime was read and that it was not paired with the host.
@@ -228,16 +228,14 @@ def _runtime_unchecked(
     ROCm release supports a range of kernels and amdgpu-dkms releases (AMD's compatibility
     matrix), a table pvegpu does not carry, so claiming a pass or a mismatch would be a guess.
     """
-    driver = vendor.host_driver if vendor is not None else "its driver"
-    if vendor is not None:
-        module_file = module_version_file(vendor)
-        module = checks.facts.file(module_file)
-        version = module.content.strip() if module is not None else ""
-        driver = (
-            f"{driver} {version} (/{module_file}, an out-of-tree build such as amdgpu-dkms)"
-            if version
-            else f"{driver} (the kernel's own: no /{module_file})"
-        )
+    module_file = module_version_file(vendor)
+    module = checks.facts.file(module_file)
+    version = module.content.strip() if module is not None else ""
+    driver = (
+        f"{vendor.host_driver} {version} (/{module_file}, an out-of-tree build such as amdgpu-dkms)"
+        if version
+        else f"{vendor.host_driver} (the kernel's own: no /{module_file})"
+    )
     release_file = runtime.release_file
     if rootfs.path is None:
         found = f"CT {vmid}'s files were not read, so its {runtime.name} release is unknown"
@@ -278,7 +276,8 @@ def container_driver(
     """The container's NVIDIA userspace, compared with the host's kernel module; for a
     vendor whose userspace pvegpu cannot pair with its module, a finding saying so."""
     vendor = checks.pool.gpus[0].vendor if checks.pool.gpus else None
-    if vendor is not CONTAINER_VENDOR:
+    if vendor is not None and vendor.userspace is None:
+        # A runtime whose userspace is not the driver's own (ROCm): named, not paired.
         _runtime_unchecked(checks, vmid, rootfs, vendor, runtime)
         return None
     host = checks.facts.gpu_driver(CONTAINER_VENDOR.host_driver)

@@ -27,7 +27,7 @@ def node_access(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> None:
         return
     if int(lxc.mode, 8) & OTHERS_READ_WRITE == OTHERS_READ_WRITE:
         return
-    gid = lxc.gid if lxc.gid is not None else lxc.group_gid if lxc.group_gid is not None else 0
+    gid = lxc.node_gid
     where = f"{checks.where}.user"
     if rootfs.path is None:
         checks.problem(

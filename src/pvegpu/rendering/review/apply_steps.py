@@ -381,8 +381,7 @@ def _node_owner(pool: Pool) -> str | None:
     lxc = pool.lxc
     if lxc is None or lxc.devices is not DeviceStyle.DEV:
         return None
-    gid = lxc.gid if lxc.gid is not None else lxc.group_gid
-    return f"{gid or 0} {int(lxc.mode, 8):o}"
+    return f"{lxc.node_gid} {int(lxc.mode, 8):o}"
 
 
 def _held_nodes(gpu: GPU) -> tuple[str, ...]:
