@@ -61,6 +61,7 @@ def test_value_forms(fixture_root: Callable[[str], Path]) -> None:
         "companions": ["0000:81:00.1"],
         "nvidia_minor": 4,
         "model": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "uuid": "GPU-26515c1c-21cc-5a79-bc50-03376ece417e",
     }
     assert doc["nvidia"] == {"version": "590.48.01", "flavor": "open"}
     assert doc["numa_nodes"][0] == {"id": 0, "cpus": "0-31,64-95"}

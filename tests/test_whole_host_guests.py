@@ -124,27 +124,40 @@ def main_lines(config: str) -> list[str]:
 
 def test_container_outside_the_pools_loses_the_moved_gpus(golden: Golden) -> None:
     """CT 129 is in no pool: the bundle removes its dev0/dev1 (nvidia0/1 move to vfio-pci)
-    and the revert puts them back; its snapshot granting them again is a warning."""
+    and the revert puts them back; its snapshot granting them again is a warning. The GPUs
+    it keeps are numbered afresh at the reboot (nvidia2..7 become nvidia0..5): its lines
+    move to those numbers, so it does not open another GPU after the reboot."""
     result = plan(host_facts("kpro6"), parse_spec(ISSUE))
     (removed,) = result.containers_losing_gpus
     assert (removed.vmid, removed.minors, removed.keys) == (129, (0, 1), ("dev0", "dev1"))
+    assert removed.renumber == tuple((n, n - 2) for n in range(2, 8))
     artifacts = render(result)
     config = artifact(artifacts, CT129)
     base = host_facts("kpro6").file(CT129)
     assert base is not None and config.base == base
-    assert [ln for ln in main_lines(base.content) if ln not in main_lines(config.content)] == [
-        "dev0: /dev/nvidia0,mode=0666",
-        "dev1: /dev/nvidia1,mode=0666",
-    ]
+    gone = [ln for ln in main_lines(base.content) if ln not in main_lines(config.content)]
+    assert gone == [f"dev{n}: /dev/nvidia{n},mode=0666" for n in range(8)]
+    added = [ln for ln in main_lines(config.content) if ln not in main_lines(base.content)]
+    assert added == [f"dev{n}: /dev/nvidia{n - 2},mode=0666" for n in range(2, 8)]
+    assert "nvidia2 -> nvidia0" in config.reason
     # Snapshot section byte for byte; the revert restores the file as discovered.
     assert config.content.split("[pre-split]")[1] == base.content.split("[pre-split]")[1]
     assert artifact(artifacts, CT129, REVERT_BUNDLE).content == base.content
     assert "dev0, dev1 for /dev/nvidia0, /dev/nvidia1 removed" in config.reason
-    flagged = of(result.findings, "container-loses-gpus", "snapshot-grants-pool-gpus")
+    flagged = of(
+        result.findings,
+        "container-loses-gpus",
+        "container-renumbered-at-reboot",
+        "container-number-stale-at-reboot",
+        "snapshot-grants-pool-gpus",
+    )
     assert [(f.code, f.subject) for f in flagged] == [
         ("container-loses-gpus", CT129),
+        ("container-renumbered-at-reboot", CT129),
         ("snapshot-grants-pool-gpus", f"{CT129} [pre-split]"),
+        ("container-number-stale-at-reboot", f"{CT129} [pre-split]"),
     ]
+    assert [f.code for f in result.findings if f.reboot_first] == ["container-renumbered-at-reboot"]
     assert text(flagged) == golden("txt")
 
 

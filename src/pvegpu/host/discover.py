@@ -28,6 +28,7 @@ from pvegpu.host.fabric import read_fabric_manager
 from pvegpu.host.listing import Listing
 from pvegpu.host.partitions import read_mdev, read_mig
 from pvegpu.host.reader import RECAPTURE, RootReader, Trace, fail
+from pvegpu.host.references import read_cgroup, read_references
 from pvegpu.model.facts import (
     GPU,
     ConfigFile,
@@ -115,6 +116,26 @@ def read_host(reader: RootReader) -> HostFacts:
         if override_settings(cmdline, boot)
         else ()
     )
+    char_majors = _parse(
+        "proc/devices",
+        reader.need("proc/devices", "the 'Character devices:' list"),
+        sysfs.proc_devices,
+    )
+    files = _config_files(reader)
+    driverctl = read_driverctl(reader)
+    mig_caps = read_mig(reader)
+    cgroup = read_cgroup(reader, cmdline)
+    references = read_references(
+        reader,
+        node=node,
+        gpus=gpus,
+        functions=functions,
+        mig_caps=mig_caps,
+        char_majors=char_majors,
+        files=files,
+        driverctl=driverctl,
+        cgroup=cgroup,
+    )
     return HostFacts(
         node=node,
         functions=functions,
@@ -124,21 +145,19 @@ def read_host(reader: RootReader) -> HostFacts:
         iommu=IommuState(enabled=bool(units), units=units),
         sev_snp=_sev_snp(reader),
         gpu_drivers=_gpu_drivers(reader),
-        char_majors=_parse(
-            "proc/devices",
-            reader.need("proc/devices", "the 'Character devices:' list"),
-            sysfs.proc_devices,
-        ),
+        char_majors=char_majors,
         cmdline=cmdline.strip(),
         vfio_ids=_vfio_ids(reader, cmdline),
         boot=boot,
         acs_ports=acs_ports,
-        driverctl=read_driverctl(reader),
-        files=_config_files(reader),
+        driverctl=driverctl,
+        files=files,
         mdev_types=mdev_types,
         mdev_instances=mdev_instances,
-        mig_caps=read_mig(reader),
+        mig_caps=mig_caps,
         fabric_manager=read_fabric_manager(reader, functions),
+        cgroup=cgroup,
+        references=references,
     )
 
 
@@ -393,13 +412,13 @@ def _gpus(reader: RootReader, functions: tuple[PciFunction, ...]) -> tuple[GPU, 
             continue
         a = fn.address
         companions = tuple(o for o in by_slot[(a.domain, a.bus, a.device)] if moves_with(fn, o))
-        minor, model = _gpu_information(reader, fn.address)
+        minor, model, uuid = _gpu_information(reader, fn.address)
         card, render = _drm_nodes(reader, fn.address)
         partition = _compute_partition(reader, fn)
         gpus.append(
             GPU(
                 fn, companions, minor, model,
-                drm_card=card, drm_render=render, compute_partition=partition,
+                drm_card=card, drm_render=render, compute_partition=partition, uuid=uuid,
             )
         )  # fmt: skip
     return tuple(gpus)
@@ -449,10 +468,12 @@ def _drm_nodes(reader: RootReader, address: PciAddress) -> tuple[int | None, int
     return found.get("card"), render
 
 
-def _gpu_information(reader: RootReader, address: PciAddress) -> tuple[int | None, str | None]:
-    """The node minor and model the driver holding the GPU gives it (None, None: no driver
-    that says so holds it). Every vendor's file is looked for, not just the GPU's vendor's:
-    the file says which driver holds it."""
+def _gpu_information(
+    reader: RootReader, address: PciAddress
+) -> tuple[int | None, str | None, str | None]:
+    """The node minor, model and UUID the driver holding the GPU gives it (Nones: no
+    driver that says so holds it). Every vendor's file is looked for, not just the GPU's
+    vendor's: the file says which driver holds it."""
     for source in _GPU_INFORMATION:
         path = source.path(address)
         text = reader.read(path)
@@ -461,8 +482,8 @@ def _gpu_information(reader: RootReader, address: PciAddress) -> tuple[int | Non
         info = _parse(path, text, source.parse)
         if info.bus_location not in (None, str(address)):
             fail("bad-value", path, f"says Bus Location {info.bus_location}")
-        return info.minor, info.model
-    return None, None
+        return info.minor, info.model, info.uuid
+    return None, None, None
 
 
 def _sev_snp(reader: RootReader) -> bool:

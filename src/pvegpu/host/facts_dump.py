@@ -20,6 +20,7 @@ import attrs
 
 from pvegpu.model.bootconfig import BootConfig
 from pvegpu.model.facts import GPU, FabricManager, GpuDriver, HostFacts, IommuGroup, PciFunction
+from pvegpu.model.references import CgroupVersion, GpuReference
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import DRIVER_VERSION_VENDORS
 
@@ -28,7 +29,7 @@ SCHEMA = "pvegpu.facts/1"
 GPU_KEYS = {"node_minor": "nvidia_minor"}
 """GPU fields whose key in the document is the name they had while only NVIDIA's GPUs had
 a node minor: documents and snapshots written then read the same."""
-GPU_OPTIONAL = ("drm_card", "drm_render", "compute_partition")
+GPU_OPTIONAL = ("drm_card", "drm_render", "compute_partition", "uuid")
 """GPU fields left out of the document while None: a GPU no DRM driver holds (every
 NVIDIA GPU without nvidia-drm), or that no driver splits, reads as it did before DRM
 nodes and partitions were discovered."""
@@ -55,9 +56,30 @@ def _value(value: Any) -> Any:
         return str(value)
     if kind is tuple or kind is list:
         return [_value(item) for item in value]
+    if kind is GpuReference:
+        # Its keys are left out while they have their default: most name a GPU one way.
+        return {
+            name: _value(item)
+            for name, default in _reference_defaults()
+            if (item := getattr(value, name)) != default
+        }
     if attrs.has(kind):
         return {name: _value(getattr(value, name)) for name in _names(kind)}
     raise TypeError(f"no JSON form for {kind.__name__}")
+
+
+_REFERENCE_DEFAULTS: list[tuple[str, Any]] = []
+
+
+def _reference_defaults() -> list[tuple[str, Any]]:
+    """GpuReference's fields in order, each with its default (a sentinel when required)."""
+    if not _REFERENCE_DEFAULTS:
+        required = object()
+        _REFERENCE_DEFAULTS.extend(
+            (f.name, required if f.default is attrs.NOTHING else f.default)
+            for f in attrs.fields(GpuReference)
+        )
+    return _REFERENCE_DEFAULTS
 
 
 def _gpu(gpu: GPU) -> dict[str, Any]:
@@ -134,12 +156,17 @@ def _fields(facts: HostFacts) -> Iterator[tuple[str, Any]]:
             # Left out while it has its default (no NVSwitch, so not read), as above.
             if value != FabricManager():
                 yield name, _value(value)
+        elif name == "cgroup":
+            # Left out on the unified hierarchy, every PVE host's since 7.0.
+            if value is not CgroupVersion.V2:
+                yield name, _value(value)
         else:
             yield name, _value(value)
 
 
 _OMITTED_WHILE_EMPTY = frozenset({"acs_ports", "driverctl"})
 _OMITTED_WHILE_EMPTY |= {"mdev_types", "mdev_instances", "mig_caps"}  # no vGPU, no MIG
+_OMITTED_WHILE_EMPTY |= {"references"}  # no guest or host file that reaches a GPU
 """Fields left out of the document while empty (no ACS override, no driverctl), so the
 documents of hosts without them read as before they existed (facts_json likewise)."""
 

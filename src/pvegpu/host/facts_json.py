@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.v import format_exception
@@ -29,6 +30,7 @@ from pvegpu.host.facts_dump import facts_to_json as facts_to_json
 from pvegpu.host.facts_dump import unstructure_facts as unstructure_facts
 from pvegpu.jsontext import load_json
 from pvegpu.model.facts import GPU, HostFacts, PciFunction, moves_with
+from pvegpu.model.references import GpuReference
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import DRIVER_VERSION_VENDORS
 
@@ -85,6 +87,16 @@ def _make_converter() -> cattrs.Converter:
     gpu_keys: dict[str, Any] = {"node_minor": override(rename=GPU_KEYS["node_minor"])}
     gpu_keys |= {name: override(omit_if_default=True) for name in GPU_OPTIONAL}
     conv.register_unstructure_hook(GPU, make_dict_unstructure_fn(GPU, conv, **gpu_keys))
+    # A reference's keys are left out while they have their default: most name a GPU
+    # one way only (facts_dump writes them so too).
+    reference_keys: dict[str, Any] = {
+        f.name: override(omit_if_default=True)
+        for f in attrs.fields(GpuReference)
+        if f.default is not attrs.NOTHING
+    }
+    conv.register_unstructure_hook(
+        GpuReference, make_dict_unstructure_fn(GpuReference, conv, **reference_keys)
+    )
     conv.register_structure_hook(GPU, make_dict_structure_fn(GPU, conv, **gpu_keys))
     # `boot` is left out while it is empty (no boot files read, as on every bundled
     # fixture), so documents of hosts without them read as before it existed.
@@ -99,6 +111,8 @@ def _make_converter() -> cattrs.Converter:
         mdev_instances=override(omit_if_default=True),
         mig_caps=override(omit_if_default=True),
         fabric_manager=override(omit_if_default=True),
+        cgroup=override(omit_if_default=True),
+        references=override(omit_if_default=True),
     )
 
     def unstructure(facts: HostFacts) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import TypeVar
 
@@ -10,6 +10,7 @@ import attrs
 
 from pvegpu.model.bootconfig import BootConfig
 from pvegpu.model.ports import PortAcs
+from pvegpu.model.references import CgroupVersion, GpuReference
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.values import value_class, value_repr
 from pvegpu.vendors import DRIVER_VERSION_VENDORS, Vendor, vendor_of
@@ -183,6 +184,10 @@ class GPU:
     """How its driver splits it into compute partitions (`SPX` whole, `CPX` into eight),
     for a vendor whose GPUs can be split (`Vendor.compute_partition`); None: not split by
     such a driver, or no such attribute."""
+    uuid: str | None = None
+    """Its stable name in its vendor's tools (`GPU-9c74604d-...`, what
+    `NVIDIA_VISIBLE_DEVICES` and CDI specs may name it by), from the driver's information
+    file; None while no driver that says it holds the GPU."""
 
     @property
     def bmc_display(self) -> bool:
@@ -246,6 +251,19 @@ class GPU:
     @property
     def functions(self) -> tuple[PciFunction, ...]:
         return (self.function, *self.companions)
+
+
+def driver_order(gpus: Iterable[GPU]) -> tuple[PciAddress, ...]:
+    """The GPUs a vendor's own driver numbers (`node_minor`), in PCI order: how its tools
+    and container hook index them (NVML's order for NVIDIA)."""
+    return tuple(
+        g.address
+        for g in sorted(gpus, key=lambda g: g.address)
+        if g.node_minor is not None
+        and (vendor := g.vendor) is not None
+        and vendor.nodes is not None
+        and not vendor.nodes.drm
+    )
 
 
 @value_class
@@ -461,6 +479,12 @@ class HostFacts:
     fabric_manager: FabricManager = attrs.field(factory=FabricManager)
     """The host's NVLink Fabric Manager service (`vendors/nvswitch.py`), read only on a
     host with NVSwitches; its default (not installed) everywhere else."""
+    cgroup: CgroupVersion = CgroupVersion.V2
+    """The cgroup hierarchy of the devices controller: which `lxc.cgroup*.devices.allow`
+    key LXC applies on this host (`host/references.py` reads it)."""
+    references: tuple[GpuReference, ...] = ()
+    """Every place on the host that reaches a GPU, in every guest and on the host itself,
+    with the GPUs each reaches now or why that is unknown (`model/references.py`)."""
 
     _index: _FactsIndex | None = attrs.field(default=None, init=False, eq=False, repr=False)
     """Lookups by key, built on first use (see `_lookups`); not a fact, never compared."""

@@ -10,7 +10,7 @@ from pvegpu.model.decision import SglangServing
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts, NumaNode, PciFunction
 from pvegpu.model.released import ContainerGpusRemoved, MapLinesMoved
 from pvegpu.model.schema import CpusetPolicy, DeviceStyle, Spec
-from pvegpu.pvefiles.lxcconf import GpuLines
+from pvegpu.pvefiles.lxcconf import PLAIN, GpuLines, NodeNaming
 from pvegpu.pvefiles.pcicfg import PciMap as PciMap
 from pvegpu.pvefiles.pcicfg import PciMapping as PciMapping
 from pvegpu.pvefiles.qemuconf import NumaPin
@@ -83,6 +83,9 @@ class LxcContainer:
     group_gid: int | None = None
     """The gid of the container's own render group, read from its /etc/group, which its
     devN entries get when the spec gives no `gid` (an unprivileged container)."""
+    naming: NodeNaming = PLAIN
+    """How this host's lines name GPU nodes (its cgroup key, by-path names): the old
+    lines the patch replaces are recognised by it, and raw lines use its key."""
 
     @property
     def config_path(self) -> str:

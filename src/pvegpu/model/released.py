@@ -10,6 +10,7 @@ import attrs
 
 from pvegpu.model.facts import ConfigFile
 from pvegpu.pvefiles.lxccaps import CapsRemoval
+from pvegpu.pvefiles.lxcconf import PLAIN, NodeNaming
 from pvegpu.values import value_class
 from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
 
@@ -17,10 +18,12 @@ from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
 @value_class
 @attrs.frozen(eq=False, repr=False)
 class ContainerGpusRemoved:
-    """Another container's lines for single GPUs the plan gives elsewhere.
+    """Another container's lines for single GPUs the plan gives elsewhere, and its lines
+    for GPUs it keeps whose numbers the next boot changes.
 
-    The bundle removes them from its main section (the revert restores the file): after
-    the split the node is gone or, after a reboot, names another GPU.
+    The bundle removes the first from its main section and moves the second to their new
+    numbers (the revert restores the file): after the split the node is gone or, after a
+    reboot, names another GPU.
     """
 
     vmid: int
@@ -41,6 +44,11 @@ class ContainerGpusRemoved:
     mig_caps: CapsRemoval | None = None
     """The MIG capability nodes of those GPUs' instances its lines hand over, which go with
     them (and the host-wide ones once it holds no instance); None: none (planning/mig.py)."""
+    renumber: tuple[tuple[int, int], ...] = ()
+    """(minor now, minor after the next boot) of the nodes of GPUs it keeps whose numbers
+    the split's reboot changes (planning/numbering.py): its lines move to them."""
+    naming: NodeNaming = PLAIN
+    """How the host's lines name GPU nodes (cgroup key, by-path names)."""
 
     @property
     def config_path(self) -> str:

@@ -12,11 +12,23 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from pvegpu.model.facts import GPU, PciFunction
+from pvegpu.model.facts import GPU, HostFacts, PciFunction
 from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.pvefiles.hostpci import HostId
+from pvegpu.pvefiles.lxcconf import NodeNaming
 from pvegpu.values import value_class
 from pvegpu.vendors.drm import DRM_MAJOR
+
+
+def node_naming(facts: HostFacts) -> NodeNaming:
+    """How container lines on this host name GPU nodes: the devices.allow key its cgroup
+    hierarchy applies, and udev's stable by-path names of the GPUs' DRM nodes."""
+    stable = []
+    for gpu in facts.gpus:
+        for kind, minor in (("card", gpu.drm_card), ("render", gpu.drm_render)):
+            if minor is not None:
+                stable.append((f"/dev/dri/by-path/pci-{gpu.address}-{kind}", minor))
+    return NodeNaming(facts.cgroup.allow_key, tuple(stable))
 
 
 @value_class

@@ -7,10 +7,9 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
 from pvegpu.hardware import VFIO_DRIVER, host_driver
-from pvegpu.model.facts import GPU, HostFacts
+from pvegpu.model.facts import HostFacts
 from pvegpu.model.paths import SPLIT_MODPROBE, SPLIT_UNIT
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
-from pvegpu.pci import PciAddress
 from pvegpu.planning.acs import acs_findings, multifunction_findings
 from pvegpu.planning.driverctl import driverctl_findings
 from pvegpu.pvefiles.lxcconf import raw_uvm_majors
@@ -56,7 +55,6 @@ def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
                 "these functions share IOMMU groups with the GPUs and move to vfio-pci too: "
                 + ", ".join(f"{f.address} ({f.vendor_device})" for f in extra),
             )
-    yield from _minors_after_reboot(facts, pools)
     yield from _other_binders(facts)
     yield from driverctl_findings(facts, pools)
     yield from multifunction_findings(facts, pools)
@@ -129,75 +127,6 @@ def _container_of(path: str) -> int | None:
     """The container id of a facts file that is one's config (`etc/pve/lxc/N.conf`)."""
     match = _LXC_CONFIG.fullmatch(path)
     return int(match.group(1)) if match else None
-
-
-def _minors_after_reboot(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
-    """Node numbers are handed out at probe time, normally in PCI order.
-
-    Right after a runtime split the container GPUs keep their numbers; after the next
-    boot a driver numbers only the GPUs it still gets, so a container config naming
-    /dev/nvidia4 (or /dev/dri/renderD130) can point at nothing, or at another GPU.
-    NVIDIA's driver numbers its own GPUs from 0; the DRM core numbers every DRM device of
-    the host (a BMC's display too) from 128 for render nodes.
-    """
-    to_vfio = {g.address for p in pools if p.kind is PoolKind.VFIO for g in p.gpus}
-    stays: dict[object, list[GPU]] = defaultdict(list)
-    for g in facts.gpus:
-        vendor = g.vendor
-        if g.address in to_vfio:
-            continue
-        if g.drm_render is not None:
-            stays["drm"].append(g)
-        own = vendor is not None and vendor.gpu_information is not None
-        if own and vendor is not None and host_driver(g.function) == vendor.host_driver:
-            stays[vendor].append(g)
-    expected: dict[tuple[object, PciAddress], int] = {}
-    for numbering, gpus in stays.items():
-        first = _FIRST_RENDER_MINOR if numbering == "drm" else 0
-        for n, g in enumerate(sorted(gpus, key=lambda g: g.address)):
-            expected[(numbering, g.address)] = first + n
-    for pool in pools:
-        if pool.kind is not PoolKind.LXC:
-            continue
-        moved = []
-        for g in pool.gpus:
-            nodes = g.vendor.nodes if g.vendor is not None else None
-            minor = g.container_minor
-            if nodes is None or minor is None:
-                continue
-            family: object = "drm" if nodes.drm else g.vendor
-            after = expected.get((family, g.address))
-            if after is not None and after != minor:
-                moved.append(f"{g.address.short}: {minor} -> {after}")
-        if moved:
-            named = {_numbering(g) for g in pool.gpus}
-            yield Finding(
-                Severity.WARNING,
-                "minors-change-at-reboot",
-                pool.name,
-                f"the container config names today's {' and '.join(sorted(named))} minors, "
-                f"but after a reboot with the split {_numberer(pool)} numbers its GPUs afresh "
-                f"(probe order, normally PCI order): {', '.join(moved)}. Reboot, then run "
-                "pvegpu plan again before starting the container: the runbook does, and "
-                "stops there",
-                reboot_first=True,
-            )
-
-
-_FIRST_RENDER_MINOR = 128
-
-
-def _numbering(gpu: GPU) -> str:
-    nodes = gpu.vendor.nodes if gpu.vendor is not None else None
-    return nodes.gpu_path.format(minor="N") if nodes is not None else "node"
-
-
-def _numberer(pool: Pool) -> str:
-    """Who numbers the pool's nodes: its vendor's driver, or the DRM core."""
-    vendor = pool.gpus[0].vendor if pool.gpus else None
-    if vendor is None or vendor.nodes is None or vendor.nodes.drm:
-        return "the DRM core"
-    return vendor.host_driver
 
 
 # What a unit that moves PCI devices between drivers has to write somewhere.

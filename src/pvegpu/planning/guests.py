@@ -17,9 +17,11 @@ from pvegpu.errors import Problem
 from pvegpu.model.facts import GPU, HostFacts
 from pvegpu.model.plan import Finding, LxcContainer, Plan, Pool, Severity, VmGuest
 from pvegpu.model.schema import CpusetPolicy, DeviceStyle, PoolSpec
+from pvegpu.planning.claims import node_naming
 from pvegpu.planning.container_groups import render_gid
 from pvegpu.planning.mapping_moves import old_mappings
 from pvegpu.planning.mig import mig_lines
+from pvegpu.planning.numbering import Renumbering
 from pvegpu.pvefiles import hostpci, lxcconf, qemuconf
 from pvegpu.pvefiles.pcicfg import PciMapping
 from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
@@ -38,12 +40,16 @@ def lxc_container(
     problems: list[Problem],
     findings: list[Finding],
     where: str,
+    numbers: Renumbering | None = None,
 ) -> LxcContainer | None:
     """The container of an LXC pool with the GPU lines its config gets; `where`: the
-    pool's spec path, for problems about its own keys."""
+    pool's spec path, for problems about its own keys. `numbers`: the nodes the next boot
+    renumbers, whose new numbers the lines get (the runbook reboots before the container
+    starts: planning/numbering.py)."""
     if spec.lxc is None:
         return None
     vmid = spec.lxc.vmid
+    naming = node_naming(facts)
     container = LxcContainer(
         vmid,
         spec.lxc.devices,
@@ -51,6 +57,7 @@ def lxc_container(
         spec.lxc.gid,
         facts.file(f"etc/pve/lxc/{vmid}.conf"),
         cpuset_policy=spec.lxc.cpuset,
+        naming=naming,
     )
     path = container.config_path
     own: list[Problem] = []
@@ -97,10 +104,12 @@ def lxc_container(
         gid=gid,
         uvm_major=dynamic_major,
         display=spec.lxc.display,
+        renumber=numbers.minors(nodes.major) if numbers is not None else None,
+        allow_key=naming.allow_key,
     )
     # The capability nodes of its MIG instances stay with it (planning/mig.py).
     lines = mig_lines(facts, attrs.evolve(container, gid=gid), gpus, lines, problems, findings)
-    problems.extend(lxcconf.dev_slot_problems(container.config.content, nodes, lines))
+    problems.extend(lxcconf.dev_slot_problems(container.config.content, nodes, lines, naming))
     majors = gpu_majors(facts, nodes)
     group_gid = gid if container.gid is None else None
     return attrs.evolve(

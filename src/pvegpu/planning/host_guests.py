@@ -32,12 +32,22 @@ from pvegpu.planning.claims import (
     by_destination,
     container_may_hold,
     container_node,
+    node_naming,
     vm_may_hold,
 )
 from pvegpu.planning.guests import gpu_majors
 from pvegpu.planning.mapping_moves import VM_DIR, MappingOutcome, mapping_outcome
+from pvegpu.planning.numbering import NodeChange, Renumbering
 from pvegpu.pvefiles import hostpci, lxcconf
-from pvegpu.pvefiles.guestconf import ConfLine, Section, is_pending, is_snapshot, split_sections
+from pvegpu.pvefiles.guestconf import (
+    PENDING_SECTIONS,
+    ConfLine,
+    Section,
+    is_pending,
+    is_snapshot,
+    split_sections,
+)
+from pvegpu.pvefiles.lxcconf import NodeNaming
 from pvegpu.values import value_class
 from pvegpu.vendors import VENDORS, DeviceNodes
 from pvegpu.vendors.drm import DRM_MAJOR, DRM_NODES
@@ -62,25 +72,34 @@ class _Collected:
     findings: list[Finding] = attrs.field(factory=list)
 
 
-def judge_host(facts: HostFacts, pools: Sequence[Pool]) -> tuple[MappingOutcome, GuestVerdict]:
+def judge_host(
+    facts: HostFacts, pools: Sequence[Pool], numbers: Renumbering | None = None
+) -> tuple[MappingOutcome, GuestVerdict]:
     """The mappings after the plan, then every guest judged against them."""
     claims = Claims(pools, facts.gpus)
     mappings = mapping_outcome(facts, pools, claims)
-    return mappings, judge_guests(facts, pools, claims, mappings)
+    return mappings, judge_guests(facts, pools, claims, mappings, numbers or Renumbering())
 
 
 def judge_guests(
-    facts: HostFacts, pools: Sequence[Pool], claims: Claims, mappings: MappingOutcome
+    facts: HostFacts,
+    pools: Sequence[Pool],
+    claims: Claims,
+    mappings: MappingOutcome,
+    numbers: Renumbering | None = None,
 ) -> GuestVerdict:
-    """What every guest config on the node means for the plan's GPUs."""
+    """What every guest config on the node means for the plan's GPUs, and for the GPUs
+    whose numbers the next boot changes (`numbers`)."""
     out = _Collected()
     if not pools:
         return GuestVerdict()
     own = {p.lxc.vmid for p in pools if p.lxc is not None}
-    families = _node_families(facts, pools)
+    numbers = numbers or Renumbering()
+    families = _node_families(facts, pools, numbers)
+    naming = node_naming(facts)
     for file in facts.files:
         if (vmid := _vmid(file.path, LXC_DIR)) is not None:
-            _container(file, vmid, vmid in own, claims, families, out)
+            _container(file, vmid, vmid in own, claims, families, naming, numbers, out)
         elif (vmid := _vmid(file.path, VM_DIR)) is not None:
             _vm(facts.node, file, vmid, claims, mappings, out)
     return GuestVerdict(tuple(out.removed), tuple(out.problems), tuple(out.findings))
@@ -96,10 +115,16 @@ class _Family:
     majors: frozenset[int]
 
 
-def _node_families(facts: HostFacts, pools: Sequence[Pool]) -> list[_Family]:
-    """The node families of the pools' GPUs, once each: the lines other containers may
-    hold them by."""
+def _node_families(facts: HostFacts, pools: Sequence[Pool], numbers: Renumbering) -> list[_Family]:
+    """The node families of the pools' GPUs, and of the nodes the next boot renumbers,
+    once each: the lines other containers may hold them by."""
     found: dict[int, DeviceNodes] = {}
+    for change in numbers.changes:
+        if change.major == DRM_MAJOR:
+            found.setdefault(DRM_MAJOR, DRM_NODES)
+        for vendor in VENDORS:
+            if vendor.nodes is not None and vendor.nodes.major == change.major:
+                found.setdefault(change.major, vendor.nodes)
     for gpu in (g for p in pools for g in p.gpus):
         nodes = gpu.vendor.nodes if gpu.vendor is not None else None
         if nodes is not None and nodes.major not in found:
@@ -148,56 +173,79 @@ def _container(
     own: bool,
     claims: Claims,
     families: Sequence[_Family],
+    naming: NodeNaming,
+    numbers: Renumbering,
     out: _Collected,
 ) -> None:
     snapshots: list[Finding] = []
-    losses = [
-        loss
+    changes = [
+        change
         for f in families
-        if (loss := _losses(file, vmid, own, claims, f, out, snapshots)) is not None
+        if (change := _changes(file, vmid, own, claims, f, naming, numbers, out, snapshots))
+        is not None
     ]
-    if len(losses) > 1:
+    if len(changes) > 1:
         # One artifact per config: two stacks' lines (a GPU's /dev/nvidiaN and its DRM
         # nodes) would need one patch that knows both.
         out.problems.append(
             Problem(
                 "container-loses-gpus-of-two-stacks",
                 file.path,
-                f"CT {vmid} holds GPUs the plan gives elsewhere by the nodes of more than "
-                "one driver stack ("
-                + ", ".join(r.nodes.gpu_path.format(minor="N") for r, _ in losses)
+                f"CT {vmid} holds GPUs the plan gives elsewhere or renumbers by the nodes "
+                "of more than one driver stack ("
+                + ", ".join(c.removed.nodes.gpu_path.format(minor="N") for c in changes)
                 + ")",
                 "remove those lines from the container by hand (pct set "
                 f"{vmid} --delete devN, or edit the raw lines), then run pvegpu again",
             )
         )
     else:
-        for removed, taken in losses:
-            out.removed.append(removed)
-            out.findings.append(_loses_gpus(file, vmid, removed, taken))
+        for change in changes:
+            out.removed.append(change.removed)
+            if change.removed.minors:
+                out.findings.append(_loses_gpus(file, vmid, change.removed, change.taken))
+            if change.removed.renumber:
+                out.findings.append(_renumbered(file, vmid, change))
     out.findings.extend(snapshots)
 
 
-def _losses(
+@value_class
+@attrs.frozen(eq=False, repr=False)
+class _Change:
+    """What one container's config changes of one node family."""
+
+    removed: ContainerGpusRemoved
+    taken: list[tuple[str, Pool]]
+    moved: list[tuple[str, NodeChange]]
+    """The keys of its lines that move to new numbers, with the change."""
+
+
+def _changes(
     file: ConfigFile,
     vmid: int,
     own: bool,
     claims: Claims,
     family: _Family,
+    naming: NodeNaming,
+    numbers: Renumbering,
     out: _Collected,
     snapshot_findings: list[Finding],
-) -> tuple[ContainerGpusRemoved, list[tuple[str, Pool]]] | None:
+) -> _Change | None:
     """What the container loses of one node family (its lines for pool GPUs that go
-    elsewhere), with the problems its other lines give and, into `snapshot_findings`,
-    the warnings its snapshots do."""
+    elsewhere) and which of its lines move to new numbers, with the problems its other
+    lines give and, into `snapshot_findings`, the warnings its snapshots do."""
     nodes, majors = family.nodes, family.majors
     minors: list[int] = []
     keys: list[str] = []
     taken: list[tuple[str, Pool]] = []
+    moved: list[tuple[str, NodeChange]] = []
     snapshots: dict[str, list[tuple[str, Pool]]] = {}
+    stale: dict[str, list[tuple[ConfLine, NodeChange]]] = {}
+    renumbered = numbers.by_node
     for section, number, line in _numbered(file.content):
-        every = lxcconf.grants_every_gpu(line, nodes)
-        minor = lxcconf.gpu_minor(line, nodes)
+        every = lxcconf.grants_every_gpu(line, nodes, naming)
+        minor = lxcconf.gpu_minor(line, nodes, naming)
+        change = None if minor is None else renumbered.get((nodes.major, minor))
         if every:
             hit = [
                 (g, p)
@@ -208,16 +256,25 @@ def _losses(
             hit = [claims.by_node[(nodes.major, minor)]]
             hit = [(g, p) for g, p in hit if not container_may_hold(p, vmid)]
         else:
+            hit = []
+        by_number = change is not None and lxcconf.gpu_minor(line, nodes) is not None
+        if not hit and not (by_number and not (own and section.name is None)):
             continue
+        where = f"{file.path} line {number}"
         if not hit:
+            # A line by number for a GPU it keeps, whose number the next boot changes.
+            assert change is not None  # by_number says so
+            if is_snapshot(section) or is_pending(section):
+                stale.setdefault(section.name or "", []).append((line, change))
+            else:
+                moved.append((line.key, change))
             continue
         named = [(_node(g, nodes, None if every else minor), p) for g, p in hit]
-        where = f"{file.path} line {number}"
         if is_snapshot(section):
             snapshots.setdefault(section.name or "", []).extend(named)
         elif is_pending(section):
             out.problems.append(_pending(where, f"CT {vmid}", line, named, f"pct set {vmid}"))
-        elif own and lxcconf.is_gpu_line(line, nodes, majors):
+        elif own and lxcconf.is_gpu_line(line, nodes, majors, naming):
             continue  # the pool's own container: guests.py rewrites all its GPU lines
         elif every:
             out.problems.append(_every_gpu(where, vmid, line, named, claims, nodes))
@@ -227,15 +284,84 @@ def _losses(
             taken.extend(named)
     for name, items in snapshots.items():
         snapshot_findings.append(_snapshot(file.path, f"CT {vmid}", "pct", vmid, name, items))
-    if not minors:
+    for name, lines in stale.items():
+        snapshot_findings.append(_stale_numbers(file.path, vmid, name, lines, nodes))
+    if not minors and not moved:
         return None
     lost = tuple(sorted(set(minors)))
-    last = not lxcconf.keeps_a_gpu(file.content, nodes, lost)
-    shared = lxcconf.shared_node_keys(file.content, nodes, majors) if last else ()
+    last = bool(lost) and not lxcconf.keeps_a_gpu(file.content, nodes, lost, naming)
+    shared = lxcconf.shared_node_keys(file.content, nodes, majors, naming) if last else ()
+    renumber = tuple(sorted({(c.before, c.after) for _, c in moved if c.before not in lost}))
     removed = ContainerGpusRemoved(
-        vmid, file, lost, tuple(keys), majors if last else None, shared, nodes=nodes
+        vmid,
+        file,
+        lost,
+        tuple(keys),
+        majors if last else None,
+        shared,
+        nodes=nodes,
+        renumber=renumber,
+        naming=naming,
     )
-    return removed, taken
+    return _Change(removed, taken, moved)
+
+
+def _renumbered(file: ConfigFile, vmid: int, change: _Change) -> Finding:
+    nodes = change.removed.nodes
+    moves = ", ".join(
+        dict.fromkeys(
+            f"{key}: {_path(nodes, c.before)} -> {_path(nodes, c.after)} ({c.gpu.short})"
+            for key, c in change.moved
+        )
+    )
+    return Finding(
+        Severity.WARNING,
+        "container-renumbered-at-reboot",
+        file.path,
+        f"CT {vmid} names GPUs it keeps by number, and after the reboot with the split their "
+        f"nodes are numbered afresh: {moves}. The bundle moves those lines to the new "
+        "numbers (the revert puts them back); they are right only after that reboot, so do "
+        f"not start CT {vmid} before it (the runbook reboots), or it opens another GPU",
+        reboot_first=True,
+    )
+
+
+def _path(nodes: DeviceNodes, minor: int) -> str:
+    return drm_node_path(minor) if nodes.drm else nodes.path(minor)
+
+
+def _stale_numbers(
+    path: str,
+    vmid: int,
+    section: str,
+    lines: list[tuple[ConfLine, NodeChange]],
+    nodes: DeviceNodes,
+) -> Finding:
+    """A pending change or snapshot naming GPUs by numbers the next boot changes: pvegpu
+    edits neither, so it says what they will name."""
+    pending = section.lower() in PENDING_SECTIONS
+    moves = ", ".join(
+        f"{line.key}: {_path(nodes, c.before)} ({c.gpu.short}) becomes {_path(nodes, c.after)}"
+        for line, c in lines
+    )
+    if pending:
+        keys = ",".join(dict.fromkeys(line.key for line, _ in lines))
+        then = (
+            f"applied at CT {vmid}'s next start, after that reboot, it opens another GPU or "
+            f"none: revert it (pct set {vmid} --revert {keys}) and set it again after the reboot"
+        )
+    else:
+        then = (
+            f"a rollback to it after that reboot opens another GPU or none: after `pct "
+            f"rollback {vmid} {section}`, run pvegpu again before starting CT {vmid}"
+        )
+    return Finding(
+        Severity.WARNING,
+        "container-number-stale-at-reboot",
+        f"{path} [{section}]",
+        f"{'the pending change' if pending else f'snapshot {section}'} of CT {vmid} names "
+        f"GPUs by today's numbers, which the reboot with the split changes ({moves}): {then}",
+    )
 
 
 def _on_major(gpu: GPU, major: int) -> bool:

@@ -34,6 +34,8 @@ from pvegpu.planning.leftover_servers import leftover_servers
 from pvegpu.planning.mapping import pci_cfg_findings, pci_cfg_problems, pool_mapping
 from pvegpu.planning.mdev import mdev_problems
 from pvegpu.planning.mig import with_lost_caps
+from pvegpu.planning.numbering import Renumbering, next_boot_numbers, renumbering_findings
+from pvegpu.planning.references import reference_judgments
 from pvegpu.planning.split import split_problems
 from pvegpu.planning.sriov import sriov_findings, sriov_problems, vf_device
 from pvegpu.planning.vm_numa import vm_numa_findings, vm_numa_problems
@@ -62,6 +64,14 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
         )
     selections = _select(facts, spec, problems)
     problems.extend(_overlaps(spec, selections))
+    # The numbers the GPUs that stay get at the next boot, once the vfio pools' GPUs have
+    # left their drivers: pool containers are given those (planning/numbering.py).
+    chosen = list(zip(spec.pools, selections, strict=True))
+    numbers = next_boot_numbers(
+        facts,
+        (g.address for p, gpus in chosen if p.vfio is not None for g in gpus),
+        (g.address for p, gpus in chosen if p.lxc is not None for g in gpus),
+    )
     pools: list[Pool] = []
     guest_findings: list[Finding] = []
     # Every pool's mapping id: a VM line on one is that pool's, never a renamed mapping's.
@@ -69,7 +79,9 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     for index, (pool_spec, gpus) in enumerate(zip(spec.pools, selections, strict=True)):
         if gpus:
             where = f"pools[{index}]"
-            pools.append(_build_pool(facts, pool_spec, where, gpus, problems, guest_findings, ids))
+            pools.append(
+                _build_pool(facts, pool_spec, where, gpus, problems, guest_findings, ids, numbers)
+            )
     problems.extend(pci_cfg_problems(facts, pools))
     problems.extend(split_problems(facts, pools))
     problems.extend(sriov_problems(facts, pools))
@@ -82,11 +94,15 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     problems.extend(_vfio_ids_problems(facts, pools))
     problems.extend(boot_problems(facts, pools))
     # Every other guest and mapping on the node that names the pools' GPUs.
-    mappings, others = judge_host(facts, pools)
+    mappings, others = judge_host(facts, pools, numbers)
     # Their MIG capability nodes go with the GPUs they lose (planning/mig.py).
     removed, caps_findings = with_lost_caps(facts, others.removed)
     others = attrs.evolve(others, removed=removed, findings=(*others.findings, *caps_findings))
     problems.extend((*mappings.problems, *others.problems))
+    # Every other reference to a GPU on the host: hooks, hookscripts, host files, what
+    # pvegpu cannot resolve (planning/references.py).
+    reference_problems, reference_findings = reference_judgments(facts, pools, numbers)
+    problems.extend(reference_problems)
     # The servers those containers keep running where pvegpu renders no unit (--tp 8 on 4).
     leftover = leftover_servers(facts, spec, pools, others.removed)
     problems.extend(leftover.problems)
@@ -95,9 +111,11 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     guest_findings.extend(pci_cfg_findings(facts, pools))
     guest_findings.extend(vm_numa_findings(facts, pools))
     guest_findings.extend((*mappings.findings, *others.findings))
+    guest_findings.extend(reference_findings)
     guest_findings.extend(leftover.findings)
     findings = (
         *plan_findings(facts, pools),
+        *renumbering_findings(pools, numbers),
         *fabric_findings(facts, pools),
         *boot_findings(facts, pools),
         *sriov_findings(facts, pools),
@@ -305,6 +323,7 @@ def _build_pool(
     problems: list[Problem],
     findings: list[Finding],
     mapping_ids: frozenset[str] = frozenset(),
+    numbers: Renumbering | None = None,
 ) -> Pool:
     """The pool with every decision made; its refusals go to `problems`."""
     kind = PoolKind.VFIO if spec.vfio is not None else PoolKind.LXC
@@ -331,7 +350,7 @@ def _build_pool(
         functions = tuple(sorted(f for g in gpus for f in g.functions))
         drivers = {host_driver(g.function) for g in gpus}
         driver = ", ".join(sorted(d or "?" for d in drivers))
-    lxc = lxc_container(facts, spec, gpus, problems, findings, where)
+    lxc = lxc_container(facts, spec, gpus, problems, findings, where, numbers)
     mapping = None
     if spec.mapping is not None and wants_mapping and not groupless:
         mapping, mapping_problems = pool_mapping(facts, gpus, spec.mapping, switches)

@@ -11,7 +11,7 @@ docs/formats.md, "LXC container config".
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -45,6 +45,10 @@ CGROUP_ALLOW = "lxc.cgroup2.devices.allow"
 MOUNT_ENTRY = "lxc.mount.entry"
 CPUSET = "lxc.cgroup2.cpuset.cpus"
 """Pins the container's CPU set; without it pvestatd picks `cores` CPUs and moves them."""
+CGROUP1_ALLOW = "lxc.cgroup.devices.allow"
+CPUSET_V1 = "lxc.cgroup.cpuset.cpus"
+"""The legacy hierarchy's keys: live only on a host booted with cgroup v1's devices and
+cpuset controllers (PVE 7/8 with `systemd.unified_cgroup_hierarchy=0`)."""
 _DEV_KEY = re.compile(r"^dev(\d+)$")
 _CGROUP_RULE = re.compile(r"^c\s+(\d+):")
 # A devices.allow rule: type (a: every device, b, c), then optionally major:minor (`*`
@@ -60,6 +64,33 @@ class DeviceStyle(StrEnum):
     """`devN: /dev/nvidiaN,...` entries; Proxmox writes the cgroup rules (PVE >= 8.1)."""
     RAW = "raw"
     """`lxc.cgroup2.devices.allow` + `lxc.mount.entry` lines (any PVE)."""
+
+
+@value_class
+@attrs.frozen(eq=False, repr=False)
+class NodeNaming:
+    """How this host's container lines name GPU nodes besides `/dev/<node><minor>`: the
+    devices.allow key LXC applies (cgroup2's, or v1's on a legacy-hierarchy host), and
+    udev's stable names of the GPUs' DRM nodes (`/dev/dri/by-path/pci-<addr>-render`),
+    each with the minor it names now."""
+
+    allow_key: str = CGROUP_ALLOW
+    stable: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def cpuset_key(self) -> str:
+        """The cpuset key of the same hierarchy as `allow_key`."""
+        return CPUSET if self.allow_key == CGROUP_ALLOW else CPUSET_V1
+
+    def stable_minor(self, path: str) -> int | None:
+        for name, minor in self.stable:
+            if name == path:
+                return minor
+        return None
+
+
+PLAIN = NodeNaming()
+"""Numbers only, cgroup2: what every line pvegpu writes uses."""
 
 
 @value_class
@@ -95,6 +126,7 @@ def raw_style(
     minors: Iterable[int],
     uvm_major: int | None,
     display: Iterable[int] = (),
+    allow_key: str = CGROUP_ALLOW,
 ) -> GpuLines:
     """cgroup rules per minor (never `<major>:*`, which would grant other guests' GPUs) +
     binds. `uvm_major`: the major of the dynamic node (`nodes.dynamic`, from
@@ -107,7 +139,7 @@ def raw_style(
     paths = [nodes.path(m) for m in minors] + _display_paths(nodes, display) + list(nodes.shared)
     mounts = [f"{path} {path[1:]} none bind,optional,create=file" for path in paths]
     return GpuLines(
-        raw=tuple((CGROUP_ALLOW, r) for r in rules) + tuple((MOUNT_ENTRY, m) for m in mounts)
+        raw=tuple((allow_key, r) for r in rules) + tuple((MOUNT_ENTRY, m) for m in mounts)
     )
 
 
@@ -125,6 +157,8 @@ def gpu_lines(
     gid: int | None = None,
     uvm_major: int | None = None,
     display: bool = False,
+    renumber: Mapping[int, int] | None = None,
+    allow_key: str = CGROUP_ALLOW,
 ) -> GpuLines:
     """The lines for these GPUs by their real node minors, never their position.
 
@@ -132,12 +166,15 @@ def gpu_lines(
     vfio-pci it is no longer the index in PCI order. plan() refuses a GPU without one
     (gpu-minor-unknown) and raw lines without the dynamic major (its -major-unknown)
     before asking for these lines, so this only formats them. `display`: the GPUs'
-    display nodes too (`nodes.display_path`, DRM card nodes).
+    display nodes too (`nodes.display_path`, DRM card nodes). `renumber`: minor now ->
+    minor at the next boot, for nodes the split renumbers (planning/numbering.py).
+    `allow_key`: the devices.allow key raw lines are written with (the host's cgroup).
     """
-    minors = [m for gpu in gpus if (m := gpu.container_minor) is not None]
-    cards = [gpu.drm_card for gpu in gpus if gpu.drm_card is not None] if display else []
+    change = renumber or {}
+    minors = [change.get(m, m) for gpu in gpus if (m := gpu.container_minor) is not None]
+    cards = [change.get(c, c) for gpu in gpus if (c := gpu.drm_card) is not None] if display else []
     if style is DeviceStyle.RAW and (uvm_major is not None or nodes.dynamic is None):
-        return raw_style(nodes, minors, uvm_major, cards)
+        return raw_style(nodes, minors, uvm_major, cards, allow_key)
     return dev_style(nodes, minors, mode, gid, cards)
 
 
@@ -157,7 +194,12 @@ def dev_gid(line: ConfLine) -> int | None:
     return None
 
 
-def is_gpu_line(line: ConfLine, nodes: DeviceNodes, majors: Collection[int] | None = None) -> bool:
+def is_gpu_line(
+    line: ConfLine,
+    nodes: DeviceNodes,
+    majors: Collection[int] | None = None,
+    naming: NodeNaming = PLAIN,
+) -> bool:
     """A line that hands the vendor's device nodes to the container, in either style.
 
     `majors`: the char majors whose cgroup rules count (default: the fixed one)."""
@@ -167,7 +209,7 @@ def is_gpu_line(line: ConfLine, nodes: DeviceNodes, majors: Collection[int] | No
         return bool(_DEV_KEY.match(line.key)) and bool(nodes.any_node.match(_dev_path(line.value)))
     if line.kind is not LineKind.RAW:
         return False
-    if line.key == CGROUP_ALLOW:
+    if line.key == naming.allow_key:
         rule = _CGROUP_RULE.match(line.value)
         return rule is not None and int(rule[1]) in majors
     if line.key == MOUNT_ENTRY:
@@ -183,43 +225,66 @@ def unprivileged(text: str) -> bool:
     return bool(keys) and keys[-1].value.strip() == "1"
 
 
-def is_cpuset_line(line: ConfLine) -> bool:
-    """`lxc.cgroup2.cpuset.cpus` (`:` or `=`); the cgroup v1 key is inert on PVE and left."""
-    return line.kind is LineKind.RAW and line.key == CPUSET
+def is_cpuset_line(line: ConfLine, naming: NodeNaming = PLAIN) -> bool:
+    """The cpuset key of the host's hierarchy (`:` or `=`); the other one is inert and left."""
+    return line.kind is LineKind.RAW and line.key == naming.cpuset_key
 
 
-def _allow_rule(line: ConfLine) -> tuple[str, str, str] | None:
-    """(type, major, minor) of a cgroup2 devices.allow line, `*` where any matches."""
-    if line.kind is not LineKind.RAW or line.key != CGROUP_ALLOW:
+def _allow_rule(line: ConfLine, key: str = CGROUP_ALLOW) -> tuple[str, str, str] | None:
+    """(type, major, minor) of a devices.allow line of `key` (the cgroup2 one unless
+    told), `*` where any matches."""
+    if line.kind is not LineKind.RAW or line.key != key:
         return None
-    rule = _ALLOW_RULE.match(line.value)
+    return allow_rule(line.value)
+
+
+def allow_rule(value: str) -> tuple[str, str, str] | None:
+    """(type, major, minor) of a devices.allow rule's value (`c 195:4 rwm`, `a`), `*`
+    where any matches; None for a value the kernel's rule syntax does not take."""
+    rule = _ALLOW_RULE.match(value)
     return None if rule is None else (rule[1], rule[2] or "*", rule[3] or "*")
 
 
-def gpu_minor(line: ConfLine, nodes: DeviceNodes) -> int | None:
+def dev_path(value: str) -> str:
+    """The host path of a `devN:` entry's value (`path=` optional, options after it)."""
+    return _dev_path(value)
+
+
+def gpu_minor(line: ConfLine, nodes: DeviceNodes, naming: NodeNaming = PLAIN) -> int | None:
     """The minor of the one GPU node a line hands to the container, or None.
 
-    A `devN` entry or `lxc.mount.entry` of the node, or a `c <major>:N` rule: the lines
-    that name one GPU by the minor the driver gave it.
+    A `devN` entry or `lxc.mount.entry` of the node (by number, or by a stable name
+    `naming` knows), or a `c <major>:N` rule of the key LXC applies: the lines that name
+    one GPU by the minor the driver gave it.
     """
-    node = None
-    if line.kind is LineKind.KEY and _DEV_KEY.match(line.key):
-        node = nodes.gpu_node.match(_dev_path(line.value))
-    elif line.kind is LineKind.RAW and line.key == MOUNT_ENTRY:
-        source = line.value.split(maxsplit=1)
-        node = nodes.gpu_node.match(source[0]) if source else None
-    elif (rule := _allow_rule(line)) is not None:
+    path = _node_source(line)
+    if path is not None:
+        node = nodes.gpu_node.match(path)
+        if node is not None:
+            return int(node[1])
+        return naming.stable_minor(path) if nodes.drm else None
+    if (rule := _allow_rule(line, naming.allow_key)) is not None:
         kind, major, minor = rule
         if kind != "b" and major.isdigit() and int(major) == nodes.major and minor.isdigit():
             # The major's other minors are shared nodes (nvidiactl), every GPU's.
             return int(minor) if int(minor) in nodes.gpu_minors else None
-    return int(node[1]) if node else None
+    return None
 
 
-def grants_every_gpu(line: ConfLine, nodes: DeviceNodes) -> bool:
+def _node_source(line: ConfLine) -> str | None:
+    """The host path a `devN` entry or `lxc.mount.entry` hands over; None for other lines."""
+    if line.kind is LineKind.KEY and _DEV_KEY.match(line.key):
+        return _dev_path(line.value)
+    if line.kind is LineKind.RAW and line.key == MOUNT_ENTRY:
+        source = line.value.split(maxsplit=1)
+        return source[0] if source else None
+    return None
+
+
+def grants_every_gpu(line: ConfLine, nodes: DeviceNodes, naming: NodeNaming = PLAIN) -> bool:
     """A rule for every minor of the GPUs' major (`c <major>:* rwm`, `c *:* rwm`, `a`): it
     reaches every GPU the driver holds, whichever guest they are meant for."""
-    rule = _allow_rule(line)
+    rule = _allow_rule(line, naming.allow_key)
     if rule is None or rule[0] == "b":
         return False
     major, minor = rule[1], rule[2]
@@ -231,6 +296,7 @@ def remove_gpu_nodes(
     nodes: DeviceNodes,
     minors: Collection[int],
     shared_majors: Collection[int] | None = None,
+    naming: NodeNaming = PLAIN,
 ) -> str:
     """The config without the main section's lines for the GPU nodes of `minors`
     (`gpu_minor`); every other line, and the sections after main, keep their bytes.
@@ -241,19 +307,59 @@ def remove_gpu_nodes(
     kept = [
         line
         for line in parse_lines(main.text)
-        if gpu_minor(line, nodes) not in minors
-        and not (shared_majors is not None and is_gpu_line(line, nodes, shared_majors))
+        if gpu_minor(line, nodes, naming) not in minors
+        and not (shared_majors is not None and is_gpu_line(line, nodes, shared_majors, naming))
     ]
     return join(kept) + "".join(s.text for s in others)
 
 
-def keeps_a_gpu(text: str, nodes: DeviceNodes, minors: Collection[int]) -> bool:
+def keeps_a_gpu(
+    text: str, nodes: DeviceNodes, minors: Collection[int], naming: NodeNaming = PLAIN
+) -> bool:
     """Does the main section still name a GPU (`gpu_minor`) once `minors` are removed?"""
     main = split_sections(text)[0]
     return any(
-        (minor := gpu_minor(line, nodes)) is not None and minor not in minors
+        (minor := gpu_minor(line, nodes, naming)) is not None and minor not in minors
         for line in parse_lines(main.text)
     )
+
+
+def renumber_gpu_nodes(
+    text: str, nodes: DeviceNodes, change: Mapping[int, int], naming: NodeNaming = PLAIN
+) -> str:
+    """The config with the main section's lines for GPU nodes by number moved to the
+    numbers `change` gives them (minor now -> minor at the next boot): a `devN` entry's
+    path, both paths of a bind mount, a rule's minor. Stable names (`by-path`) and every
+    other byte are kept; the sections after main are history or pending changes."""
+    main, *others = split_sections(text)
+    lines = []
+    for line in parse_lines(main.text):
+        minor = gpu_minor(line, nodes)
+        path = _node_source(line)
+        stable = path is not None and nodes.gpu_node.match(path) is None
+        if minor is None or minor not in change or stable:
+            lines.append(line)
+            continue
+        after = change[minor]
+        if path is not None:
+            new_path = nodes.path(after) if not nodes.drm else _drm_path(path, after)
+            value = line.value.replace(path, new_path, 1)
+            if line.key == MOUNT_ENTRY:
+                # The node's path inside the container follows: its userspace opens the
+                # node by the number the driver reports.
+                value = value.replace(path[1:], new_path[1:], 1)
+        else:
+            value = re.sub(rf"(:){minor}\b", rf"\g<1>{after}", line.value, count=1)
+        # Only the value changes: the key, its separator and the line's end keep their bytes.
+        at = line.raw.find(line.value, len(line.key))
+        raw = line.raw[:at] + value + line.raw[at + len(line.value) :]
+        lines.append(ConfLine.parse(raw))
+    return join(lines) + "".join(s.text for s in others)
+
+
+def _drm_path(path: str, minor: int) -> str:
+    """A DRM node's path with another minor, of the same kind (card or render)."""
+    return re.sub(r"[0-9]+$", str(minor), path)
 
 
 def cpuset(text: str) -> CpuList | None:
@@ -289,13 +395,15 @@ def raw_uvm_majors(text: str, nodes: DeviceNodes) -> tuple[int, ...] | None:
     )
 
 
-def shared_node_keys(text: str, nodes: DeviceNodes, majors: Collection[int]) -> tuple[str, ...]:
+def shared_node_keys(
+    text: str, nodes: DeviceNodes, majors: Collection[int], naming: NodeNaming = PLAIN
+) -> tuple[str, ...]:
     """Keys of the main section's lines for the shared nodes (not one GPU's)."""
     main = split_sections(text)[0]
     return tuple(
         line.key
         for line in parse_lines(main.text)
-        if is_gpu_line(line, nodes, majors) and gpu_minor(line, nodes) is None
+        if is_gpu_line(line, nodes, majors, naming) and gpu_minor(line, nodes, naming) is None
     )
 
 
@@ -332,7 +440,9 @@ def _slots_full(needed: int, free: int) -> Problem:
     )
 
 
-def dev_slot_problems(text: str, nodes: DeviceNodes, new: GpuLines) -> tuple[Problem, ...]:
+def dev_slot_problems(
+    text: str, nodes: DeviceNodes, new: GpuLines, naming: NodeNaming = PLAIN
+) -> tuple[Problem, ...]:
     """Whether `patch_gpu_lines` finds devN indices for `new` (`lxc-dev-slots-full`).
 
     The indices it may use are those no other device takes, in the main section (old GPU
@@ -342,7 +452,7 @@ def dev_slot_problems(text: str, nodes: DeviceNodes, new: GpuLines) -> tuple[Pro
     taken = used_indices(section_named(text, "pve:pending"), "dev")
     for line in parse_lines(main.text):
         match = _DEV_KEY.match(line.key) if line.kind is LineKind.KEY else None
-        if match and not is_gpu_line(line, nodes):
+        if match and not is_gpu_line(line, nodes, naming=naming):
             taken.add(int(match[1]))
     free = sum(1 for i in range(MAX_DEV_INDEX + 1) if i not in taken)
     return (_slots_full(len(new.devices), free),) if free < len(new.devices) else ()
@@ -355,6 +465,7 @@ def patch_gpu_lines(
     majors: Collection[int] = (),
     *,
     cpuset: CpuList | None = None,
+    naming: NodeNaming = PLAIN,
 ) -> str:
     """The config with its GPU lines (main section only) replaced by `new`.
 
@@ -369,7 +480,7 @@ def patch_gpu_lines(
     """
     # The majors of the new rules count too, so a second patch recognises the first one's
     # lines even when the caller's majors are incomplete.
-    own = (_CGROUP_RULE.match(v) for k, v in new.raw if k == CGROUP_ALLOW)
+    own = (_CGROUP_RULE.match(v) for k, v in new.raw if k == naming.allow_key)
     every_major = {nodes.major, *majors, *(int(m[1]) for m in own if m)}
     main, *others = split_sections(text)
     rest = "".join(s.text for s in others)
@@ -378,7 +489,8 @@ def patch_gpu_lines(
     raw_at: int | None = None
     taken = used_indices(section_named(text, "pve:pending"), "dev")
     for line in parse_lines(main.text):
-        if is_gpu_line(line, nodes, every_major) or (cpuset is not None and is_cpuset_line(line)):
+        gpu = is_gpu_line(line, nodes, every_major, naming)
+        if gpu or (cpuset is not None and is_cpuset_line(line, naming)):
             if line.kind is LineKind.KEY:
                 dev_at = len(kept) if dev_at is None else dev_at
             else:
@@ -394,7 +506,7 @@ def patch_gpu_lines(
     dev_block = [ConfLine.new(f"dev{i}", v) for i, v in zip(free, new.devices, strict=False)]
     raw_block = [ConfLine.new(k, v) for k, v in new.raw]
     if cpuset is not None:
-        raw_block.insert(0, ConfLine.new(CPUSET, str(cpuset)))
+        raw_block.insert(0, ConfLine.new(naming.cpuset_key, str(cpuset)))
     if dev_at is None and dev_block:
         dev_at = key_position(kept, dev_block[0].key)
     if raw_at is None:

@@ -23,9 +23,16 @@ from pvegpu.vendors.drm import node_path as drm_node_path
 from pvegpu.wording import plural
 
 
-def _count_gpu_lines(text: str, nodes: DeviceNodes, majors: frozenset[int]) -> int:
+def _count_gpu_lines(
+    text: str, nodes: DeviceNodes, majors: frozenset[int], naming: lxcconf.NodeNaming
+) -> int:
     main = split_sections(text)[0]
-    return sum(lxcconf.is_gpu_line(line, nodes, majors) for line in main.lines)
+    return sum(lxcconf.is_gpu_line(line, nodes, majors, naming) for line in main.lines)
+
+
+def _name(nodes: DeviceNodes, minor: int) -> str:
+    """A node by file name: `nvidia4`, `renderD129`, `card1`."""
+    return posixpath.basename(drm_node_path(minor) if nodes.drm else nodes.path(minor))
 
 
 def _names(paths: Iterable[str]) -> str:
@@ -59,13 +66,28 @@ def render_lxc_configs(plan: Plan) -> tuple[Artifact, ...]:
 def _losing_gpus(container: ContainerGpusRemoved) -> Artifact:
     nodes = container.nodes
     content = lxcconf.remove_gpu_nodes(
-        container.config.content, nodes, container.minors, container.shared_majors
+        container.config.content,
+        nodes,
+        container.minors,
+        container.shared_majors,
+        container.naming,
     )
-    paths = ", ".join(nodes.path(m) for m in container.minors)
-    reason = (
-        f"LXC {container.vmid}: {', '.join(container.keys)} for {paths} removed, GPUs the "
-        "plan gives elsewhere"
-    )
+    reasons = []
+    if container.minors:
+        paths = ", ".join(nodes.path(m) for m in container.minors)
+        reasons.append(
+            f"{', '.join(container.keys)} for {paths} removed, GPUs the plan gives elsewhere"
+        )
+    if container.renumber:
+        # After the removal: a line the container loses is not also moved.
+        content = lxcconf.renumber_gpu_nodes(
+            content, nodes, dict(container.renumber), container.naming
+        )
+        moves = ", ".join(f"{_name(nodes, a)} -> {_name(nodes, b)}" for a, b in container.renumber)
+        reasons.append(
+            f"lines of the GPUs it keeps moved to their numbers after the reboot ({moves})"
+        )
+    reason = f"LXC {container.vmid}: " + "; ".join(reasons)
     if container.shared_keys:
         reason += (
             f"; it keeps no GPU, so {', '.join(container.shared_keys)} for the shared "
@@ -87,7 +109,7 @@ def _container_config(facts: HostFacts, pool: Pool, container: LxcContainer) -> 
     device_nodes = container.nodes
     majors = frozenset({device_nodes.major, *container.gpu_majors})
     content = lxcconf.patch_gpu_lines(
-        base, device_nodes, container.gpu_lines, majors, cpuset=cpuset
+        base, device_nodes, container.gpu_lines, majors, cpuset=cpuset, naming=container.naming
     )
     nodes = _names(_gpu_nodes(pool, container.gpu_lines))
     if content == base:
@@ -96,7 +118,7 @@ def _container_config(facts: HostFacts, pool: Pool, container: LxcContainer) -> 
             reason += f" and CPU set (NUMA node {numa.id})"
     else:
         style = "devN entries" if container.devices is DeviceStyle.DEV else "raw lxc.* lines"
-        old = _count_gpu_lines(base, device_nodes, majors)
+        old = _count_gpu_lines(base, device_nodes, majors, container.naming)
         shared = f" + {_names(device_nodes.shared)}" if device_nodes.shared else ""
         reason = (
             f"LXC {container.vmid}: GPUs {nodes}{shared} "

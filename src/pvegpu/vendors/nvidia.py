@@ -9,6 +9,7 @@ from pvegpu.pci import PciAddress
 from pvegpu.vendors.partitions import MigSource, VgpuSource
 from pvegpu.vendors.vendor import (
     ComputeRuntime,
+    ContainerHook,
     DeviceNodes,
     DriverVersionSource,
     DynamicNode,
@@ -49,6 +50,8 @@ def smi_bus_id(address: PciAddress) -> str:
 # also accept '²', which int() refuses).
 _NUMBER = re.compile(r"[0-9]+")
 _VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)+")
+# What nvidia-smi -L and NVIDIA_VISIBLE_DEVICES call a GPU: `GPU-` and a UUID's hex digits.
+_UUID = re.compile(r"GPU-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
 # nv-procfs.c prints one of these two banners; the open module names its flavor, the
 # proprietary one names the architecture where the open one says "for x86_64".
 _BANNER = re.compile(
@@ -81,7 +84,12 @@ def device_minor(fields: dict[str, str]) -> int:
 def gpu_information(raw: str) -> GpuInformation:
     """One GPU's information file: its node minor, model and the address the driver gives it."""
     fields = information_fields(raw)
-    return GpuInformation(device_minor(fields), fields.get("Model"), fields.get("Bus Location"))
+    uuid = fields.get("GPU UUID")
+    if uuid is not None and not _UUID.fullmatch(uuid):
+        raise ValueError(f"expected 'GPU UUID: GPU-<hex and dashes>', got {uuid!r}")
+    return GpuInformation(
+        device_minor(fields), fields.get("Model"), fields.get("Bus Location"), uuid
+    )
 
 
 def banner_version(raw: str) -> tuple[str, bool]:
@@ -137,6 +145,18 @@ SMI = GpuTool(
     listed_prefix="GPU ",
     query_bus_ids=("nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"),
     bus_id=smi_bus_id,
+    reset=("-r", "--gpu-reset"),
+)
+
+# LXC's hooks/nvidia: nvidia-container-cli mounts the GPUs NVIDIA_VISIBLE_DEVICES names
+# (`all`, NVML indices, UUIDs; empty, `void` or `none` for none); an old CUDA image's
+# CUDA_VERSION without NVIDIA_REQUIRE_CUDA means all of them.
+HOOK = ContainerHook(
+    script="nvidia",
+    variable="NVIDIA_VISIBLE_DEVICES",
+    tool="nvidia-container-cli",
+    legacy="CUDA_VERSION",
+    legacy_guard="NVIDIA_REQUIRE_CUDA",
 )
 
 # MIG and vGPU: what nv-caps.c prints per capability, and the vGPU manager's VF files.
@@ -227,4 +247,5 @@ NVIDIA = Vendor(
     mig=MIG,
     vgpu=VGPU,
     compute=CUDA,
+    container_hook=HOOK,
 )

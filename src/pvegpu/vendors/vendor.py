@@ -91,6 +91,8 @@ class GpuInformation(NamedTuple):
     model: str | None
     bus_location: str | None
     """The PCI address the driver gives it, as text; discovery checks it is the GPU's."""
+    uuid: str | None = None
+    """Its stable name in the vendor's tools (`GPU-9c74...`), when the driver says it."""
 
 
 @value_class
@@ -141,10 +143,35 @@ class GpuTool:
     """Prints `<index>, <bus id>` per GPU, in the order the userspace numbers them."""
     bus_id: Callable[[PciAddress], str]
     """A PCI address as `query_bus_ids` prints it."""
+    reset: tuple[str, ...] = ()
+    """Its options that reset a GPU (what a hookscript may run between two guests)."""
 
     @property
     def name(self) -> str:
         return self.list_gpus[0]
+
+
+@value_class
+@attrs.frozen(eq=False, repr=False)
+class ContainerHook:
+    """LXC's hook for the vendor's GPUs (`lxc.hook.mount: /usr/share/lxc/hooks/<script>`):
+    at every start of an unprivileged container it mounts the GPUs a variable of the
+    container's environment names, and the driver's libraries."""
+
+    script: str
+    """The hook's file name in LXC's hooks directory."""
+    variable: str
+    """The `lxc.environment` variable that selects the GPUs: every one, their indices in
+    the driver's own order (PCI order of the GPUs it holds), or their UUIDs."""
+    tool: str
+    """The command the hook runs, which scripts may call the same way."""
+    every: str = "all"
+    nothing: tuple[str, ...] = ("", "void", "none")
+    """Values that hand over no GPU (the libraries at most)."""
+    legacy: str = ""
+    """A variable whose presence (without `legacy_guard`) makes the hook take every GPU
+    when `variable` is unset (an old image's convention)."""
+    legacy_guard: str = ""
 
 
 @value_class
@@ -225,6 +252,8 @@ class Vendor:
     """Its vGPU types on SR-IOV virtual functions (in `mdev_dirs`), when it has them."""
     compute: ComputeRuntime | None = None
     """Its compute runtime, when pvegpu can decide an inference server on its GPUs."""
+    container_hook: ContainerHook | None = None
+    """LXC's hook that hands its GPUs to containers, when LXC ships one."""
     compute_partition: str | None = None
     """The attribute under a GPU's PCI device that names how its driver splits it into
     compute partitions, when its GPUs can be split (`current_compute_partition`)."""

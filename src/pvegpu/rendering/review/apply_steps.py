@@ -488,14 +488,17 @@ def _reboot_and_plan_again(
     plan: Plan, functions: Sequence[PciFunction], reasons: Sequence[Finding]
 ) -> Iterator[Step]:
     """The runbook's last steps when a finding says the plan holds only until a reboot."""
-    vmids = [f"CT {p.lxc.vmid}" for p in container_pools(plan) if p.lxc is not None]
+    ids = [p.lxc.vmid for p in container_pools(plan) if p.lxc is not None]
+    # Other containers whose lines were moved to the numbers of the next boot.
+    ids += [c.vmid for c in plan.containers_losing_gpus if c.renumber]
+    vmids = [f"CT {v}" for v in dict.fromkeys(ids)]
     why = "; ".join(f"{f.subject}: {f.code}" for f in reasons)
     yield Step.of(
         f"Reboot {plan.facts.node} before starting {', '.join(vmids) or 'anything'}",
         (Manual("systemctl reboot"),),
-        f"A finding says the plan changes at the next boot ({why}). A container with "
-        "`onboot: 1` starts by itself at boot with the device lines written above: "
-        "`pct stop` it first thing after the reboot.",
+        f"A finding says the plan changes at the next boot ({why}). The device lines written "
+        "above hold the numbers the GPUs get at that boot, so a container with `onboot: 1` "
+        "starts right by itself; started before the reboot, it would open other GPUs.",
     )
     yield Step.of(
         "After the reboot, check the split and plan again",
