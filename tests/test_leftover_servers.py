@@ -216,9 +216,8 @@ def test_link_is_resolved_inside_the_container(tmp_path: Path) -> None:
     assert "systemctl edit --full vllm.service): `-tp 8` -> `-tp 4`" in problem.fix
 
 
-def test_block_storage_is_a_warning(tmp_path: Path) -> None:
-    """lvmthin: nothing readable from the host; the container loses GPUs: say so."""
-    root = host(tmp_path)
+def on_lvm(root: Path) -> Path:
+    """CT 129's root file system moved to an lvmthin volume: a block device on the host."""
     conf = root / "etc/pve/nodes/kpro6/lxc/129.conf"
     conf.write_text(
         conf.read_text().replace("local-zfs:subvol-129-disk-0", "local-lvm:vm-129-disk-0")
@@ -227,12 +226,33 @@ def test_block_storage_is_a_warning(tmp_path: Path) -> None:
     storage.write_text(
         storage.read_text() + "\nlvmthin: local-lvm\n\tthinpool data\n\tvgname pve\n"
     )
-    result = planned(root)
+    return root
+
+
+def test_block_storage_is_a_warning(tmp_path: Path) -> None:
+    """lvmthin: nothing readable from the host; the container loses GPUs: say so."""
+    result = planned(on_lvm(host(tmp_path)))
     (finding,) = (f for f in result.findings if f.code in OWN_CODES)
     assert finding.code == "container-units-unchecked"
     assert finding.subject == "etc/pve/lxc/129.conf"
     assert "local-lvm is lvmthin storage" in finding.message
     assert "CT 129 has 4 GPUs" in finding.message
+    assert "`pct mount 129` (pvegpu then reads /var/lib/lxc/129/rootfs)" in finding.message
+
+
+def test_block_storage_mounted_by_pct_mount_is_judged(tmp_path: Path) -> None:
+    """The same container after `pct mount 129`: its files are at /var/lib/lxc/129/rootfs,
+    where discovery reads the units, and the enabled `--tp 8` unit is refused as on ZFS."""
+    root = on_lvm(host(tmp_path))
+    mounted = root / "var/lib/lxc/129/rootfs"
+    mounted.parent.mkdir(parents=True)
+    (root / CT).rename(mounted)
+    (problem,) = refused(root)
+    assert problem.code == "container-unit-needs-gpus"
+    assert problem.subject == "var/lib/lxc/129/rootfs/etc/systemd/system/sglang-qwen.service"
+    assert "/etc/systemd/system/sglang-qwen.service in CT 129: `--tp 8` -> `--tp 4`" in (
+        problem.fix
+    )
 
 
 def test_other_container_losing_gpus(tmp_path: Path) -> None:

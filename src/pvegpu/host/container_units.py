@@ -5,7 +5,8 @@ A pool with `[pools.lxc.serving]` gets its unit rendered by pvegpu, so whatever 
 before is replaced. Every other container that holds GPUs keeps its own units, and one
 that starts a server with `--tp 8` on the 4 GPUs the plan leaves it fails at every start.
 This module reads what that check needs, through the one reader (`host.reader`), in the
-container's root file system as `host.rootfs` finds it:
+container's root file system as `host.rootfs` finds it (its storage's directory, else
+where `pct mount <vmid>` put it):
 
 - which units are enabled: the `*.service` links in `etc/systemd/system/*.wants/` and
   `*.requires/` (what `systemctl enable` writes);
@@ -32,7 +33,7 @@ import posixpath
 from collections.abc import Iterator
 
 from pvegpu.host.reader import RootReader
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
+from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs, rootfs_dirs
 from pvegpu.model.decision import ServingFiles
 from pvegpu.model.facts import ConfigFile, HostFacts
 from pvegpu.model.paths import UNIT_DIR, dropin_dirs
@@ -88,7 +89,8 @@ def unit_containers(spec: Spec, facts: HostFacts) -> tuple[int, ...]:
 
 def read_container_units(reader: RootReader, spec: Spec, facts: HostFacts) -> ServingFiles:
     """The enabled units (and their drop-ins) of every container `unit_containers` names
-    whose root file system is a directory on the host; block storage reads nothing."""
+    whose root file system is a directory on the host, or mounted by `pct mount`; block
+    storage not mounted reads nothing."""
     storage = facts.file(STORAGE_CFG)
     found: dict[str, ConfigFile] = {}
     for vmid in unit_containers(spec, facts):
@@ -96,9 +98,13 @@ def read_container_units(reader: RootReader, spec: Spec, facts: HostFacts) -> Se
         location = locate_rootfs(
             vmid, config.content if config else None, storage.content if storage else None
         )
-        if location.path is not None:
-            for file in _Units(reader, location.path).read():
-                found.setdefault(file.path, file)
+        # The storage's directory, else where `pct mount` put it (block storage, or a
+        # subvolume not mounted): the first that has a unit directory.
+        for directory in rootfs_dirs(vmid, location):
+            if reader.is_dir(f"{directory}/{UNIT_DIR}"):
+                for file in _Units(reader, directory).read():
+                    found.setdefault(file.path, file)
+                break
     return ServingFiles(tuple(found.values()))
 
 

@@ -20,8 +20,9 @@ planning again. Warnings instead, where the plan breaks nothing or cannot tell:
   still fits (`container-unit-visible-devices`): CUDA shows those before the first one
   that is gone;
 - the size is not a number pvegpu can read (`container-unit-gpus-unknown`);
-- the root file system is block storage or otherwise not a host directory, so nothing
-  could be checked (`container-units-unchecked`), for a container that loses GPUs.
+- the root file system is block storage or otherwise not a host directory, and nothing
+  was read where `pct mount` puts it, so nothing could be checked
+  (`container-units-unchecked`), for a container that loses GPUs.
 
 A unit that is not enabled is not judged: nothing starts it.
 """
@@ -40,7 +41,7 @@ from pvegpu.host.container_units import (
     template_of,
     unit_dropin_dirs,
 )
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
+from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs, pct_mount_path, rootfs_dirs
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
 from pvegpu.model.paths import UNIT_DIR
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
@@ -135,12 +136,19 @@ def leftover_servers(
         location = locate_rootfs(
             container.vmid, container.config.content, storage.content if storage else None
         )
-        if location.path is None:
+        # Where discovery read the units: the storage's directory, else a `pct mount`.
+        read = (
+            d
+            for d in rootfs_dirs(container.vmid, location)
+            if any(f.path.startswith(f"{d}/{UNIT_DIR}/") for f in facts.files)
+        )
+        rootfs = next(read, location.path)
+        if rootfs is None:
             # No `rootfs:` line is not a container Proxmox can start: nothing to say.
             if location.volume is not None and container.after < container.before:
                 findings.append(_unchecked(container, location.volume, location.why))
             continue
-        for unit in _enabled_units(facts, location.path, container.visible):
+        for unit in _enabled_units(facts, rootfs, container.visible):
             _judge(container, unit, problems, findings)
     return LeftoverVerdict(tuple(problems), tuple(findings))
 
@@ -382,5 +390,7 @@ def _unchecked(container: _Container, volume: str, why: str) -> Finding:
         f"({why}), so its enabled units were not checked; {container.gets}, and a server "
         "started with more (SGLang or vLLM `--tp 8`) fails at every start. Check by hand: "
         f"pct exec {container.vmid} -- grep -rs -e --tp -e --tensor-parallel "
-        f"-e {container.visible} /etc/systemd/system",
+        f"-e {container.visible} /etc/systemd/system; or stop CT {container.vmid}, "
+        f"`pct mount {container.vmid}` (pvegpu then reads /{pct_mount_path(container.vmid)}), "
+        f"plan again, `pct unmount {container.vmid}`",
     )
