@@ -24,7 +24,11 @@ planning again. Warnings instead, where the plan breaks nothing or cannot tell:
   was read where `pct mount` puts it, so nothing could be checked
   (`container-units-unchecked`), for a container that loses GPUs.
 
-A unit that is not enabled is not judged: nothing starts it.
+A unit installed in the container's /etc/systemd/system but not enabled does not start
+by itself, so it is not refused; one whose server needs more GPUs than the container has
+after the plan is mentioned (`container-unit-disabled-needs-gpus`, a warning naming the
+unit file, what it asks for, what the container keeps and the fix): the day someone
+starts it, it fails.
 """
 
 from __future__ import annotations
@@ -148,8 +152,11 @@ def leftover_servers(
             if location.volume is not None and container.after < container.before:
                 findings.append(_unchecked(container, location.volume, location.why))
             continue
-        for unit in _enabled_units(facts, rootfs, container.visible):
+        enabled, idle = _units(facts, rootfs, container.visible)
+        for unit in enabled:
             _judge(container, unit, problems, findings)
+        for unit in idle:
+            findings.extend(_judge_idle(container, unit))
     return LeftoverVerdict(tuple(problems), tuple(findings))
 
 
@@ -202,11 +209,13 @@ def _containers(
         yield _Container(gone.vmid, gone.config, before, after, (), _runtime(held))
 
 
-def _enabled_units(facts: HostFacts, rootfs: str, variable: str) -> Iterator[_Unit]:
-    """Each enabled unit as systemd loads it: /etc's file (or its template), else what the
-    enabling link names; merged with its drop-ins in /etc."""
+def _units(facts: HostFacts, rootfs: str, variable: str) -> tuple[list[_Unit], list[_Unit]]:
+    """The container's units as systemd loads them, merged with their drop-ins in /etc:
+    the enabled ones (/etc's file or its template, else what the enabling link names),
+    then those installed in /etc that no link names (nor an instance of them)."""
     unit_dir = f"{rootfs}/{UNIT_DIR}/"
     links: dict[str, ConfigFile] = {}
+    installed: dict[str, ConfigFile] = {}
     dropins: dict[str, list[ConfigFile]] = {}
     for file in facts.files:
         if not file.path.startswith(unit_dir):
@@ -216,19 +225,17 @@ def _enabled_units(facts: HostFacts, rootfs: str, variable: str) -> Iterator[_Un
             links.setdefault(name, file)
         elif name.endswith(".conf") and "/" not in directory:
             dropins.setdefault(f"{UNIT_DIR}/{directory}", []).append(file)
-    for name in sorted(links):
-        candidates = (name, template_of(name))
-        base = next(
-            (f for u in candidates if u and (f := facts.file(f"{unit_dir}{u}")) is not None),
-            links[name],
-        )
+        elif not directory and name.endswith(".service"):
+            installed[name] = file
+
+    def unit(name: str, base: ConfigFile, link: ConfigFile | None) -> _Unit | None:
         chosen: dict[str, ConfigFile] = {}
         for directory in unit_dropin_dirs(name):
             for file in dropins.get(directory, ()):
                 chosen.setdefault(posixpath.basename(file.path), file)
         files = (base, *(chosen[n] for n in sorted(chosen)))
         if not base.content.strip():
-            continue  # masked (linked to /dev/null) or empty: it runs nothing
+            return None  # masked (linked to /dev/null) or empty: it runs nothing
         source = next(
             (f for f in reversed(files) if parse_unit(f.content).values(SERVICE, EXEC_START)),
             base,
@@ -236,8 +243,17 @@ def _enabled_units(facts: HostFacts, rootfs: str, variable: str) -> Iterator[_Un
         inside = "/" + source.path[len(rootfs) + 1 :]
         demand = unit_demand(merge_units(f.content for f in files), variable)
         visible = next((f for f in reversed(files) if _sets_visible(f.content, variable)), source)
-        linked = source is links[name]
-        yield _Unit(name, source.path, inside, demand, visible.path, linked)
+        return _Unit(name, source.path, inside, demand, visible.path, source is link)
+
+    enabled: list[_Unit] = []
+    for name in sorted(links):
+        candidates = (name, template_of(name))
+        base = next((installed[u] for u in candidates if u and u in installed), links[name])
+        if (found := unit(name, base, links[name])) is not None:
+            enabled.append(found)
+    used = {*links, *(t for n in links if (t := template_of(n)) is not None)}
+    idle = [u for n in sorted(installed) if n not in used and (u := unit(n, installed[n], None))]
+    return enabled, idle
 
 
 def _sets_visible(text: str, variable: str) -> bool:
@@ -274,11 +290,23 @@ def _judge(
         findings.append(_visible(container, unit, unit.demand.visible or (), unit.visible_source))
 
 
+def _judge_idle(container: _Container, unit: _Unit) -> Iterator[Finding]:
+    """A unit installed but not enabled: only a server that could not start on what the
+    container has after the plan is mentioned; it starts when someone starts it."""
+    for server in unit.demand.servers:
+        need = server.gpus
+        after = _available(server.visible, container.after)
+        if need is not None and need > after:
+            yield _idle(container, unit, server, need, after)
+
+
 def _names_gone(visible: tuple[str, ...] | None, container: _Container) -> bool:
     return visible is not None and container.after < min(len(visible), container.before)
 
 
-def _ways(container: _Container, unit: _Unit, server: ServerDemand, after: int) -> str:
+def _ways(
+    container: _Container, unit: _Unit, server: ServerDemand, after: int, *, enabled: bool = True
+) -> str:
     ways: list[str] = []
     if container.pools and server.server == SGLANG:
         ways.append(
@@ -288,7 +316,13 @@ def _ways(container: _Container, unit: _Unit, server: ServerDemand, after: int) 
         )
     if (edit := _edit(server, after, container)) is not None:
         ways.append(f"edit {unit.edit(container.vmid)}: {edit}")
-    ways.append(f"disable it (pct exec {container.vmid} -- systemctl disable {unit.name})")
+    if enabled:
+        ways.append(f"disable it (pct exec {container.vmid} -- systemctl disable {unit.name})")
+    else:
+        ways.append(
+            f"remove it if it is not used (pct exec {container.vmid} -- sh -c 'rm "
+            f"{unit.inside} && systemctl daemon-reload')"
+        )
     return "; or ".join(ways) + "; then run pvegpu again"
 
 
@@ -346,6 +380,21 @@ def _short(
         f"{server.shown}: {plural(need, 'GPU')}, more than CT {container.vmid} has now; "
         f"{container.gets}{_seen(container, server, after)}, so it still cannot start. Fix it: "
         + _ways(container, unit, server, after),
+    )
+
+
+def _idle(
+    container: _Container, unit: _Unit, server: ServerDemand, need: int, after: int
+) -> Finding:
+    return Finding(
+        Severity.WARNING,
+        "container-unit-disabled-needs-gpus",
+        unit.source,
+        f"{unit.name} is installed in CT {container.vmid} but not enabled, and runs "
+        f"{server.server} with {server.shown}: {plural(need, 'GPU')}; {container.gets}"
+        f"{_seen(container, server, after)}. It does not start with the container, but "
+        f"the day someone starts it (systemctl start {unit.name}) the server fails. Fix "
+        "it before then: " + _ways(container, unit, server, after, enabled=False),
     )
 
 
