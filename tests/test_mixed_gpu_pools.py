@@ -87,6 +87,8 @@ def test_a_4090_with_a_3090_is_served_with_a_warning(root: Path, engine: str) ->
     assert "1 x GeForce RTX 4090 (10de:2684, 24.0 GiB)" in message
     assert "1 x GeForce RTX 3090 (10de:2204, 24.0 GiB)" in message
     assert "at the pace of its slowest model" in message
+    assert "their memory is the same size (within 1 GiB)" in message
+    assert "stays unused" not in message
     # The fit is the smallest GPU's, not the first's: the 4090 has 12 MiB less.
     assert serving.fit is not None and serving.fit.gpu_memory_bytes == SMALL_MEMORY
     assert serving.fit.gpu_memory_source == "GeForce RTX 4090 (10de:2684), the pool's smallest GPU"
@@ -194,6 +196,28 @@ def test_the_fit_refusal_names_the_smallest_gpu() -> None:
         decided_servings(plan_of(host(gpus, files=files), lxc_pool(gpus, spec)))
     (problem,) = [p for p in info.value.problems if p.code == "model-does-not-fit"]
     assert "more than the 24.0 GiB of each GPU (GeForce RTX 4090 (10de:2684)" in problem.message
+
+
+def test_a_model_of_unknown_memory_is_named_and_the_fit_asks_for_the_size() -> None:
+    """A 4090 beside a card pvegpu has no size for (GTX 1080 Ti): the fit refuses to guess;
+    with gpu_memory_bytes it is planned, and the warning says the fit uses that size."""
+    old = attrs.evolve(gpu(2, 0, minor=1, device=0x1B06, group=2), model="GeForce GTX 1080 Ti")
+    gpus = (gpu(1, 0, minor=0, device=0x2684, group=1), old)
+    files = (
+        ConfigFile(f"{MODEL_DIR}/config.json", qwen35_config()),
+        ConfigFile(f"{MODEL_DIR}/model.safetensors.index.json", index_json(20 * 10**9)),
+    )
+    facts = host(gpus, files=files)
+    spec = qwen_serving(container_rootfs=None, mtp=False, context_length=None)
+    with pytest.raises(PvegpuError) as info:
+        decided_servings(plan_of(facts, lxc_pool(gpus, spec)))
+    assert [p.code for p in info.value.problems] == ["gpu-memory-unknown"]
+    assert "10de:1b06" in info.value.problems[0].message
+    sized = attrs.evolve(spec, gpu_memory_bytes=11 * 1024**3)
+    result = decided_servings(plan_of(facts, lxc_pool(gpus, sized)))
+    (message,) = [f.message for f in result.findings if f.code == "serving-gpus-mixed"]
+    assert "pvegpu does not know the memory of GeForce GTX 1080 Ti (10de:1b06)" in message
+    assert "the memory fit uses the spec's gpu_memory_bytes (11.0 GiB)" in message
 
 
 # --- two vendors

@@ -22,6 +22,9 @@ from pvegpu.serving.checks import Checks
 from pvegpu.values import value_class
 
 GIB = 1024**3
+SAME_SIZE = GIB
+"""Memory that differs by less is called the same size (a 4090 has 12 MiB less than a
+3090 after the driver's reservation); what the fit uses is still the smaller."""
 
 
 @value_class
@@ -93,25 +96,32 @@ def mixed_models_finding(checks: Checks) -> None:
         return
     listed = " and ".join(f"{m.count} x {m.said}" for m in models)
     head = (
-        f"pool {checks.pool.name} mixes GPU models in one tensor-parallel group: {listed}. "
-        "Each GPU holds the same share of the weights and the KV cache and every step "
-        "waits for the slowest, so it serves at the pace of its slowest model"
+        f"one tensor-parallel group over GPU models: {listed}. Each GPU holds the same "
+        "share of the weights and the KV cache and every step waits for the slowest, so "
+        "the server runs at the pace of its slowest model"
     )
     low, high = smallest(models), largest(models)
+    spec_size = checks.spec.gpu_memory_bytes
+    fit = (
+        f"the memory fit uses the spec's gpu_memory_bytes ({_gib(spec_size)})"
+        if spec_size is not None
+        else f"the memory fit uses {low.name}'s {_gib(low.memory or 0)}"
+        if low is not None
+        else "the memory fit needs gpu_memory_bytes"
+    )
     if low is None or high is None:
         unknown = ", ".join(m.label for m in models if m.memory is None)
         tail = (
             f"; pvegpu does not know the memory of {unknown}, and {checks.engine_label} "
-            "sizes the KV cache by the GPU with the least"
+            f"sizes every GPU's KV cache by the one with the least, so {fit}"
         )
-    elif low.memory == high.memory:
-        tail = f"; their memory is the same, and the memory fit uses {low.name}'s"
+    elif (high.memory or 0) - (low.memory or 0) < SAME_SIZE:
+        tail = f"; their memory is the same size (within 1 GiB), and {fit}"
     else:
         tail = (
             f"; {checks.engine_label} sizes every GPU's KV cache by the one with the least "
             f"memory, {low.name}, so {_gib((high.memory or 0) - (low.memory or 0))} of each "
-            f"{high.name} stays unused. The memory fit uses {low.name}'s "
-            f"{_gib(low.memory or 0)}"
+            f"{high.name} stays unused, and {fit}"
         )
     checks.finding(Severity.WARNING, "serving-gpus-mixed", head + tail)
 

@@ -43,11 +43,11 @@ def check_memory_balance(checks: Checks, version: str, gpus: Sequence[GPU]) -> N
         checks.finding(
             Severity.WARNING,
             "sglang-memory-unbalanced-allowed",
-            f"pool {checks.pool.name} puts {sizes} in one tensor-parallel group, which SGLang "
-            f"{version} refuses to start with; {rule.variable}={environment[rule.variable]} "
-            f"makes it start and only log it. It sizes every GPU's KV cache by the least "
-            f"free memory of any, so {low.name} bounds the server and "
-            f"{(high.memory - low.memory) / GIB:.1f} GiB of each {high.name} stays unused",
+            f"SGLang {version} refuses to start one tensor-parallel group over {sizes}; "
+            f"{rule.variable}={environment[rule.variable]} makes it start and only log it. "
+            f"It sizes every GPU's KV cache by the least free memory of any, so {low.name} "
+            f"bounds the server and {(high.memory - low.memory) / GIB:.1f} GiB of each "
+            f"{high.name} stays unused",
         )
         return
     checks.problem(
