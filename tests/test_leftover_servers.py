@@ -19,7 +19,6 @@ from pvegpu.host import container_units
 from pvegpu.host.discover import read_host
 from pvegpu.host.reader import RootReader
 from pvegpu.host.snapshot import snapshot, unpack
-from pvegpu.model.decision import ServingFiles
 from pvegpu.model.plan import Plan
 from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_for
@@ -57,11 +56,14 @@ OWN_CODES = (
     "container-unit-visible-devices",
     "container-unit-gpus-unknown",
     "container-units-unchecked",
+    "container-unit-disabled-needs-gpus",
 )
+IDLE = "container-unit-disabled-needs-gpus"
 
 
-def host(tmp_path: Path, *, enabled: bool = True, tp: str = "8") -> Path:
-    """kpro6 with CT 129's unit at `--tp <tp>`, enabled the way `systemctl enable` does."""
+def host(tmp_path: Path, *, enabled: bool = True, tp: str = "8", installed: bool = True) -> Path:
+    """kpro6 with CT 129's unit at `--tp <tp>`, enabled the way `systemctl enable` does
+    (or only installed, or not even that)."""
     root = copy_tree(fixture_root("kpro6"), tmp_path / "root")
     unit = root / UNIT
     text = unit.read_text()
@@ -69,6 +71,8 @@ def host(tmp_path: Path, *, enabled: bool = True, tp: str = "8") -> Path:
     unit.write_text(text.replace(" --tp 8 ", f" --tp {tp} "))
     if enabled:
         enable(root, "sglang-qwen.service")
+    elif not installed:
+        unit.unlink()
     return root
 
 
@@ -128,16 +132,74 @@ def test_tp4_unit_fits(tmp_path: Path) -> None:
     assert codes(result) == set()
 
 
-def test_unit_not_enabled_is_not_judged(tmp_path: Path) -> None:
-    """Nothing starts it: no problem, no warning."""
+def test_unit_not_enabled_is_mentioned_not_refused(tmp_path: Path) -> None:
+    """Installed, not enabled: it does not start with the container, so no refusal; but
+    `systemctl start` would fail it on the 4 GPUs left, so a warning names the unit file,
+    what it asks for, what the container keeps and the fix."""
     result = planned(host(tmp_path, enabled=False))
-    assert codes(result) == set()
+    (finding,) = [f for f in result.findings if f.code in OWN_CODES]
+    assert (finding.code, finding.subject) == (IDLE, UNIT)
+    assert "sglang-qwen.service is installed in CT 129 but not enabled" in finding.message
+    assert "runs SGLang with `--tp 8`: 8 GPUs" in finding.message
+    assert "after the plan CT 129 has 4 GPUs (pool sglang)" in finding.message
+    assert "systemctl start sglang-qwen.service" in finding.message
+    assert "edit /etc/systemd/system/sglang-qwen.service in CT 129: `--tp 8` -> `--tp 4`" in (
+        finding.message
+    )
+    assert '[pools.lxc.serving] to pool sglang with unit = "sglang-qwen"' in finding.message
+    assert (
+        "pct exec 129 -- sh -c 'rm /etc/systemd/system/sglang-qwen.service && systemctl "
+        "daemon-reload'"
+    ) in finding.message
+    assert "systemctl disable" not in finding.message
 
 
-def test_reference_examples_read_and_report_nothing() -> None:
+def test_unit_not_enabled_that_fits_says_nothing(tmp_path: Path) -> None:
+    assert codes(planned(host(tmp_path, enabled=False, tp="4"))) == set()
+
+
+def test_unit_not_enabled_with_a_dropin_is_judged_as_merged(tmp_path: Path) -> None:
+    """A drop-in of the idle unit sets the size: the drop-in is the file named."""
+    root = host(tmp_path, enabled=False, tp="4")
+    dropin = f"{UNIT}.d/override.conf"
+    write(
+        root,
+        dropin,
+        "[Service]\nExecStart=\nExecStart=/root/ml-env/bin/python3 -m sglang.launch_server "
+        "--model-path /m --tp-size=8\n",
+    )
+    (finding,) = [f for f in planned(root).findings if f.code in OWN_CODES]
+    assert (finding.code, finding.subject) == (IDLE, dropin)
+
+
+def test_an_alias_of_an_enabled_unit_is_that_unit(tmp_path: Path) -> None:
+    """`Alias=llm.service` links /etc's llm.service to the enabled unit: refused once, as
+    the enabled unit, and the alias is not read as another, idle one."""
+    root = host(tmp_path)
+    (root / UNITS / "llm.service").symlink_to("/etc/systemd/system/sglang-qwen.service")
+    assert [p.code for p in refused(root)] == ["container-unit-needs-gpus"]
+    result = discover_for(spec(), root)
+    assert result.file(f"{UNITS}/llm.service") is None
+
+
+def test_enabled_units_are_read_before_idle_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The budget goes to what starts by itself first: with room for two files, the
+    enabled unit (its link and its file) is read and the idle one is not."""
+    root = host(tmp_path)
+    write(root, f"{UNITS}/aaa.service", "[Service]\nExecStart=/usr/bin/vllm serve m -tp 8\n")
+    monkeypatch.setattr(container_units, "MAX_UNIT_FILES", 2)
+    facts = discover_for(spec(), root)
+    assert facts.file(UNIT) is not None
+    assert facts.file(f"{UNITS}/aaa.service") is None
+
+
+def test_reference_examples_read_only_the_idle_unit_of_the_cluster() -> None:
     """examples/ on the committed fixtures: a serving pool's container is not read (pvegpu
-    renders its unit), and cluster.toml's CT 129 (no serving) has no enabled unit. Their
-    goldens (test_end_to_end, test_cluster) stay byte-identical."""
+    renders its unit), and cluster.toml's CT 129 (no serving) has no enabled unit but the
+    `--tp 8` sglang-qwen.service installed: that one file is read, and the cluster plan
+    mentions it (test_cluster's golden summary shows the warning)."""
     kpro6 = example_plan("kpro6")
     assert codes(kpro6) == set()
     assert container_units.unit_containers(kpro6.spec, kpro6.facts) == ()
@@ -150,9 +212,13 @@ def test_reference_examples_read_and_report_nothing() -> None:
         reader = RootReader(fixture_root(node))
         facts = read_host(reader)
         read = container_units.read_container_units(reader, one, facts)
-        assert read == ServingFiles(), name
+        expected = [UNIT] if (name, node) == ("cluster", "kpro6") else []
+        assert [f.path for f in read.files] == expected, name
     # cluster.toml's pool without serving: CT 129 is looked at, and has no enabled unit.
     assert container_units.unit_containers(cluster.for_node("kpro6"), host_facts("kpro6")) == (129,)
+    one = cluster.for_node("kpro6")
+    result = plan(discover_for(one, fixture_root("kpro6")), one)
+    assert [(f.code, f.subject) for f in result.findings if f.code in OWN_CODES] == [(IDLE, UNIT)]
 
 
 def test_serving_pool_is_left_to_the_renderer(tmp_path: Path) -> None:
@@ -195,7 +261,7 @@ def test_masked_unit_runs_nothing(tmp_path: Path) -> None:
 def test_link_is_resolved_inside_the_container(tmp_path: Path) -> None:
     """An absolute link target is the container's path: a host unit of the same path is
     never read as the container's."""
-    root = host(tmp_path, enabled=False)
+    root = host(tmp_path, enabled=False, installed=False)
     host_unit = "etc/systemd/system/vllm.service"
     write(root, host_unit, "[Service]\nExecStart=/usr/bin/vllm serve m -tp 8\n")
     enable(root, "vllm.service")  # -> /etc/systemd/system/vllm.service, not in CT 129
@@ -216,9 +282,8 @@ def test_link_is_resolved_inside_the_container(tmp_path: Path) -> None:
     assert "systemctl edit --full vllm.service): `-tp 8` -> `-tp 4`" in problem.fix
 
 
-def test_block_storage_is_a_warning(tmp_path: Path) -> None:
-    """lvmthin: nothing readable from the host; the container loses GPUs: say so."""
-    root = host(tmp_path)
+def on_lvm(root: Path) -> Path:
+    """CT 129's root file system moved to an lvmthin volume: a block device on the host."""
     conf = root / "etc/pve/nodes/kpro6/lxc/129.conf"
     conf.write_text(
         conf.read_text().replace("local-zfs:subvol-129-disk-0", "local-lvm:vm-129-disk-0")
@@ -227,12 +292,33 @@ def test_block_storage_is_a_warning(tmp_path: Path) -> None:
     storage.write_text(
         storage.read_text() + "\nlvmthin: local-lvm\n\tthinpool data\n\tvgname pve\n"
     )
-    result = planned(root)
+    return root
+
+
+def test_block_storage_is_a_warning(tmp_path: Path) -> None:
+    """lvmthin: nothing readable from the host; the container loses GPUs: say so."""
+    result = planned(on_lvm(host(tmp_path)))
     (finding,) = (f for f in result.findings if f.code in OWN_CODES)
     assert finding.code == "container-units-unchecked"
     assert finding.subject == "etc/pve/lxc/129.conf"
     assert "local-lvm is lvmthin storage" in finding.message
     assert "CT 129 has 4 GPUs" in finding.message
+    assert "`pct mount 129` (pvegpu then reads /var/lib/lxc/129/rootfs)" in finding.message
+
+
+def test_block_storage_mounted_by_pct_mount_is_judged(tmp_path: Path) -> None:
+    """The same container after `pct mount 129`: its files are at /var/lib/lxc/129/rootfs,
+    where discovery reads the units, and the enabled `--tp 8` unit is refused as on ZFS."""
+    root = on_lvm(host(tmp_path))
+    mounted = root / "var/lib/lxc/129/rootfs"
+    mounted.parent.mkdir(parents=True)
+    (root / CT).rename(mounted)
+    (problem,) = refused(root)
+    assert problem.code == "container-unit-needs-gpus"
+    assert problem.subject == "var/lib/lxc/129/rootfs/etc/systemd/system/sglang-qwen.service"
+    assert "/etc/systemd/system/sglang-qwen.service in CT 129: `--tp 8` -> `--tp 4`" in (
+        problem.fix
+    )
 
 
 def test_other_container_losing_gpus(tmp_path: Path) -> None:

@@ -394,7 +394,7 @@ def test_model_too_big_for_two_gpus() -> None:
 
 def test_unknown_gpu_memory_asks_for_it() -> None:
     """A card pvegpu has no size for: refuse to guess, ask for gpu_memory_bytes."""
-    gpus = tuple(gpu(b, 0, minor=i, device=0x2204, group=i) for i, b in enumerate((1, 2, 3, 4)))
+    gpus = tuple(gpu(b, 0, minor=i, device=0x1B06, group=i) for i, b in enumerate((1, 2, 3, 4)))
     files, stats = kpro6_files()
     plan = plan_of(host(gpus, files=files, stats=stats), lxc_pool(gpus, qwen_serving()))
     err = refused(plan)

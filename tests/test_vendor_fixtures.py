@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 
 from bundled import FIXTURES, copy_tree, example_plan, fixture_root, host_facts
+from pvegpu.engines import installed_files
 from pvegpu.errors import PlanError
+from pvegpu.host.snapshot import snapshot, unpack
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Plan
 from pvegpu.pipeline import discover_for
@@ -314,7 +316,13 @@ def test_intel_arc_unprivileged_dev_entries_need_the_containers_group(tmp_path: 
     with pytest.raises(PlanError) as info:
         plan(discover_for(spec, root), spec)
     assert [(p.code, p.subject) for p in info.value.problems] == [("lxc-render-gid-unknown", CT150)]
-    assert "getent group render" in info.value.problems[0].fix
+    (problem,) = info.value.problems
+    assert "getent group render" in problem.fix
+    # Nothing where `pct mount` puts it either, and the fix says to mount it there.
+    assert "nothing at /var/lib/lxc/150/rootfs/etc/group" in problem.message
+    assert "local-lvm is lvmthin storage" in problem.message
+    assert "stop CT 150, `pct mount 150`" in problem.fix
+    assert "reads /var/lib/lxc/150/rootfs/etc/group" in problem.fix
     named = parse_spec(ARC_DEV.replace("display = true", "display = true\ngid = 993"))
     text = rendered(plan(discover_for(named, root), named), CT150)
     assert gpu_lines(text) == [
@@ -322,6 +330,27 @@ def test_intel_arc_unprivileged_dev_entries_need_the_containers_group(tmp_path: 
         "dev1: /dev/dri/card1,gid=993,mode=0666",
     ]
     accepted_by_proxmox(text)
+
+
+def test_the_group_is_read_where_pct_mount_puts_it(tmp_path: Path) -> None:
+    """Following the refusal's fix: `pct mount 150` mounts the LVM volume at
+    /var/lib/lxc/150/rootfs; planned again, the devN entries get its render gid (and a
+    snapshot taken with the spec carries the file)."""
+    root = _unprivileged_arc(tmp_path)
+    group = root / "var/lib/lxc/150/rootfs/etc/group"
+    group.parent.mkdir(parents=True)
+    group.write_text("root:x:0:\nvideo:x:44:\nrender:x:992:frigate\nfrigate:x:1000:\n")
+    spec = parse_spec(ARC_DEV)
+    facts = discover_for(spec, root)
+    assert facts.file("var/lib/lxc/150/rootfs/etc/group") is not None
+    assert gpu_lines(rendered(plan(facts, spec), CT150)) == [
+        "dev0: /dev/dri/renderD128,gid=992,mode=0666",
+        "dev1: /dev/dri/card1,gid=992,mode=0666",
+    ]
+    taken = snapshot(root, tmp_path / "s.tar.gz", spec, installed_files)
+    assert taken.error is None
+    unpacked = unpack(taken.path, tmp_path / "unpacked")
+    assert (unpacked / "var/lib/lxc/150/rootfs/etc/group").read_text() == group.read_text()
 
 
 # --- both: every container config the examples write, as pve-container reads it

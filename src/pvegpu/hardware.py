@@ -33,6 +33,12 @@ GPU_MEMORY: dict[str, tuple[int, str]] = {
     # GDDR6; pci.ids names 1002:7448. Not 1002:744c: that id is the RX 7900 XT (20 GB),
     # XTX (24 GB) and GRE (16 GB) alike, so its memory is the spec's gpu_memory_bytes.
     "1002:7448": (49136 * MIB, "Radeon Pro W7900"),
+    # nvidia-smi's FB memory total of the workstation cards a serving pool may mix (pci.ids
+    # names the ids): 48 GB of GDDR6 (ECC off), and 24 GB of GDDR6X on the two GeForce
+    # cards, of which the 4090's driver reserves 12 MiB more than the 3090's.
+    "10de:26b1": (49140 * MIB, "RTX 6000 Ada Generation"),
+    "10de:2684": (24564 * MIB, "GeForce RTX 4090"),
+    "10de:2204": (24576 * MIB, "GeForce RTX 3090"),
 }
 """Per-GPU memory by PCI vendor:device, used when the spec gives no gpu_memory_bytes."""
 

@@ -5,14 +5,18 @@ A pool with `[pools.lxc.serving]` gets its unit rendered by pvegpu, so whatever 
 before is replaced. Every other container that holds GPUs keeps its own units, and one
 that starts a server with `--tp 8` on the 4 GPUs the plan leaves it fails at every start.
 This module reads what that check needs, through the one reader (`host.reader`), in the
-container's root file system as `host.rootfs` finds it:
+container's root file system as `host.rootfs` finds it (its storage's directory, else
+where `pct mount <vmid>` put it):
 
 - which units are enabled: the `*.service` links in `etc/systemd/system/*.wants/` and
   `*.requires/` (what `systemctl enable` writes);
 - each enabled unit as systemd loads it: `etc/systemd/system/<name>` (and, for an
   instance `a@b.service`, its template `a@.service`) when there, else what the link
   points to; and its drop-ins in `etc/systemd/system` (`<name>.d/`, the dash prefixes,
-  `service.d/`; `*.conf`).
+  `service.d/`; `*.conf`);
+- then, with the files left of the budget, every other `*.service` in
+  `etc/systemd/system` (installed, not enabled: it does not start with the container,
+  but one `systemctl start` runs it) with its drop-ins, the same way.
 
 Nothing else: vendor directories (`/usr/lib/systemd/system`) hold what packages ship,
 not the servers admins write. The work is bounded: at most `MAX_UNIT_FILES` files per
@@ -23,7 +27,8 @@ masked unit (read as empty, and the host's /dev/null is never opened).
 
 The files go into the facts as `ConfigFile`s at their paths under the root; an enabling
 link is kept at the link's own path with the text of the unit it names, which is how the
-planner knows the unit is enabled.
+planner knows the unit is enabled (a unit file with no link naming it, or an instance of
+it, is installed but not enabled).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import posixpath
 from collections.abc import Iterator
 
 from pvegpu.host.reader import RootReader
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
+from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs, rootfs_dirs
 from pvegpu.model.decision import ServingFiles
 from pvegpu.model.facts import ConfigFile, HostFacts
 from pvegpu.model.paths import UNIT_DIR, dropin_dirs
@@ -88,7 +93,8 @@ def unit_containers(spec: Spec, facts: HostFacts) -> tuple[int, ...]:
 
 def read_container_units(reader: RootReader, spec: Spec, facts: HostFacts) -> ServingFiles:
     """The enabled units (and their drop-ins) of every container `unit_containers` names
-    whose root file system is a directory on the host; block storage reads nothing."""
+    whose root file system is a directory on the host, or mounted by `pct mount`; block
+    storage not mounted reads nothing."""
     storage = facts.file(STORAGE_CFG)
     found: dict[str, ConfigFile] = {}
     for vmid in unit_containers(spec, facts):
@@ -96,9 +102,13 @@ def read_container_units(reader: RootReader, spec: Spec, facts: HostFacts) -> Se
         location = locate_rootfs(
             vmid, config.content if config else None, storage.content if storage else None
         )
-        if location.path is not None:
-            for file in _Units(reader, location.path).read():
-                found.setdefault(file.path, file)
+        # The storage's directory, else where `pct mount` put it (block storage, or a
+        # subvolume not mounted): the first that has a unit directory.
+        for directory in rootfs_dirs(vmid, location):
+            if reader.is_dir(f"{directory}/{UNIT_DIR}"):
+                for file in _Units(reader, directory).read():
+                    found.setdefault(file.path, file)
+                break
     return ServingFiles(tuple(found.values()))
 
 
@@ -123,7 +133,8 @@ def unit_dropin_dirs(name: str) -> tuple[str, ...]:
 
 
 class _Units:
-    """One container's enabled units, read at most MAX_UNIT_FILES files deep."""
+    """One container's enabled units, then its other installed ones, read at most
+    MAX_UNIT_FILES files deep."""
 
     def __init__(self, reader: RootReader, rootfs: str) -> None:
         self.reader = reader
@@ -161,6 +172,20 @@ class _Units:
                 loaded = f"{UNIT_DIR}/{unit}"
                 if unit in names and (text := self._text(loaded)) is not None:
                     yield ConfigFile(self._host(loaded), text)
+            for directory in unit_dropin_dirs(name):
+                yield from self._dropins(directory, names)
+        # Then the units installed here but not enabled, with what budget is left: none
+        # starts by itself, but `systemctl start` would run it on the GPUs the plan leaves.
+        used = {*enabled, *(t for n in enabled if (t := template_of(n)) is not None)}
+        for name in sorted(names - used):
+            if not name.endswith(".service"):
+                continue
+            target = self.reader.readlink(f"{unit_dir}/{name}")
+            if target is not None and posixpath.basename(target) in used:
+                continue  # an Alias= of an enabled unit: judged as that unit
+            if (text := self._text(f"{UNIT_DIR}/{name}")) is None:
+                continue
+            yield ConfigFile(self._host(f"{UNIT_DIR}/{name}"), text)
             for directory in unit_dropin_dirs(name):
                 yield from self._dropins(directory, names)
 

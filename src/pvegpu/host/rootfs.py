@@ -11,7 +11,11 @@ texts. The rules (pve-storage's plugins, in our words):
 - `dir`, `btrfs`, `nfs`, `cifs` (`path D`): volumes lie in `D/images/<vmid>/`; a
   `subvol-*` volume (size=0) is a directory there, anything else a disk image.
 - any other type (`lvmthin`, `lvm`, `rbd`, `iscsi*`, ...): block devices. Their files are
-  readable only in the running container or after `pct mount <vmid>`.
+  readable only in the running container or after `pct mount <vmid>`, which mounts the
+  stopped container's root file system (and its mount points) at
+  `/var/lib/lxc/<vmid>/rootfs` (`pct_mount_path`). The checks of a pool without a server
+  (its render group, its own units) read there too, after the storage's directory
+  (`rootfs_dirs`); a serving pool names that path in its spec (`container_rootfs`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,22 @@ class RootfsLocation:
     """Root-relative directory of the root file system; None when it is not one."""
     why: str = ""
     """Why there is no directory (`local-lvm is lvmthin storage: a block device`)."""
+
+
+def pct_mount_path(vmid: int) -> str:
+    """Root-relative: where `pct mount <vmid>` mounts the container's root file system
+    (pve-container's `/var/lib/lxc/<vmid>/rootfs`; empty on the host while it runs)."""
+    return f"var/lib/lxc/{vmid}/rootfs"
+
+
+def rootfs_dirs(vmid: int, location: RootfsLocation) -> tuple[str, ...]:
+    """Where CT `vmid`'s files may be read, in order: its storage's directory when the
+    volume is one, then where `pct mount` puts them. The first that has the file asked
+    for wins: an unmounted subvolume or block storage falls back to a `pct mount`."""
+    mounted = pct_mount_path(vmid)
+    if location.path is None or location.path == mounted:
+        return (mounted,)
+    return (location.path, mounted)
 
 
 def rootfs_volume(config: str) -> str | None:

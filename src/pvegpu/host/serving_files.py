@@ -21,7 +21,7 @@ from pathlib import Path
 import attrs
 
 from pvegpu.host.reader import RootReader, Trace
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
+from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs, rootfs_dirs
 from pvegpu.model.decision import ServingFiles
 from pvegpu.model.facts import ConfigFile, FileStat, HostFacts
 from pvegpu.model.paths import (
@@ -134,8 +134,9 @@ def _add_groups(found: _Found, vmid: int) -> None:
     if config is None or not unprivileged(config):
         return
     location = locate_rootfs(vmid, config, reader.read(STORAGE_CFG))
-    if location.path is not None:
-        found.add(f"{location.path}/{GROUP_FILE}")
+    # Also where `pct mount` puts it, which the refusal's fix asks for on block storage.
+    for directory in rootfs_dirs(vmid, location):
+        found.add(f"{directory}/{GROUP_FILE}")
 
 
 def _rootfs_candidates(reader: RootReader, vmid: int, spec_rootfs: str | None) -> list[str]:

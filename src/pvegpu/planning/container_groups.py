@@ -4,7 +4,8 @@ An unprivileged container maps its ids onto a range of the host's (root is 10000
 host), so a node owned by the host's `render` group is owned by nobody inside. A `devN:`
 entry makes pve-container create the node inside the container with the gid the entry
 names, counted inside the container; the `render` (and `video`) gids differ between
-distributions and from the host's, so pvegpu reads the container's own /etc/group. A raw
+distributions and from the host's, so pvegpu reads the container's own /etc/group (in
+its storage's directory, else where `pct mount` puts it: `host.rootfs.rootfs_dirs`). A raw
 `lxc.mount.entry` bind keeps the host's ids, which map to nobody: only the node's mode
 lets the container's users open it then.
 """
@@ -15,7 +16,13 @@ from collections.abc import Mapping
 
 from pvegpu.errors import Problem
 from pvegpu.formats.accounts import group_ids
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
+from pvegpu.host.rootfs import (
+    STORAGE_CFG,
+    RootfsLocation,
+    locate_rootfs,
+    pct_mount_path,
+    rootfs_dirs,
+)
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.paths import GROUP_FILE
 from pvegpu.model.plan import Finding, LxcContainer, Severity
@@ -31,14 +38,19 @@ NODE_GROUPS = ("render", "video")
 Ubuntu give render nodes to `render`; older images only have `video`."""
 
 
-def group_file(facts: HostFacts, vmid: int) -> str | None:
-    """Where the container's /etc/group is under the root, when its rootfs is a directory."""
+def rootfs_location(facts: HostFacts, vmid: int) -> RootfsLocation:
+    """Where the container's `rootfs:` line and storage.cfg put its root file system."""
     config = facts.file(f"etc/pve/lxc/{vmid}.conf")
     storage = facts.file(STORAGE_CFG)
-    location = locate_rootfs(
+    return locate_rootfs(
         vmid, config.content if config else None, storage.content if storage else None
     )
-    return None if location.path is None else f"{location.path}/{GROUP_FILE}"
+
+
+def group_files(location: RootfsLocation, vmid: int) -> tuple[str, ...]:
+    """Where the container's /etc/group may be under the root, in the order they are
+    taken: its storage's directory, then where `pct mount` puts it (the refusal's fix)."""
+    return tuple(f"{d}/{GROUP_FILE}" for d in rootfs_dirs(vmid, location))
 
 
 def render_group(groups: Mapping[str, object]) -> str | None:
@@ -82,8 +94,10 @@ def render_gid(
             )
         )
         return None
-    where = group_file(facts, container.vmid)
-    file = facts.file(where) if where is not None else None
+    vmid = container.vmid
+    location = rootfs_location(facts, vmid)
+    candidates = group_files(location, vmid)
+    file = next((f for w in candidates if (f := facts.file(w)) is not None), None)
     groups = group_ids(file.content) if file is not None else {}
     name = render_group(groups)
     if name is not None:
@@ -100,16 +114,21 @@ def render_gid(
                 )
             )
         return gid
-    read = f"{where} has no render or video group" if file else "its /etc/group was not read"
+    if file is not None:
+        read = f"{file.path} has no render or video group"
+    else:
+        places = " or ".join(f"/{w}" for w in candidates)
+        why = f" ({location.why})" if location.path is None and location.why else ""
+        read = f"its /etc/group was not read: nothing at {places}{why}"
     problems.append(
         Problem(
             "lxc-render-gid-unknown",
             path,
-            f"CT {container.vmid} is unprivileged, so its render nodes need the "
-            f"container's own render group id, and {read}",
-            f"set lxc.gid in the pool to the id `pct exec {container.vmid} -- getent "
-            "group render` prints, or mount the container's root file system and plan "
-            "again",
+            f"CT {vmid} is unprivileged, so its render nodes need the container's own "
+            f"render group id, and {read}",
+            f"set lxc.gid in the pool to the id `pct exec {vmid} -- getent group render` "
+            f"prints; or stop CT {vmid}, `pct mount {vmid}` (pvegpu then reads "
+            f"/{pct_mount_path(vmid)}/{GROUP_FILE}), plan again, `pct unmount {vmid}`",
         )
     )
     return None

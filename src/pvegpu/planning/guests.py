@@ -71,7 +71,7 @@ def lxc_container(
                 "Proxmox creates them",
             )
         )
-    nodes = _pool_nodes(gpus, own)
+    nodes = _pool_nodes(gpus, own, serves=spec.lxc.serving is not None)
     if nodes is None:
         problems.extend(own)
         return container
@@ -117,10 +117,13 @@ def lxc_container(
     )
 
 
-def _pool_nodes(gpus: Sequence[GPU], problems: list[Problem]) -> DeviceNodes | None:
+def _pool_nodes(
+    gpus: Sequence[GPU], problems: list[Problem], *, serves: bool = False
+) -> DeviceNodes | None:
     """The device nodes of the pool's vendor, or None with the refusal: a GPU of a vendor
     with none pvegpu knows, or GPUs of two vendors (one container config gets one
-    vendor's lines, which one pool's userspace opens)."""
+    vendor's lines, which one pool's userspace opens; and a pool that `serves` runs one
+    tensor-parallel group, whose collective library, NCCL or RCCL, is one vendor's)."""
     vendors = {g.vendor for g in gpus}
     unknown = [g for g in gpus if g.vendor is None or g.vendor.nodes is None]
     for gpu in unknown:
@@ -137,13 +140,20 @@ def _pool_nodes(gpus: Sequence[GPU], problems: list[Problem]) -> DeviceNodes | N
         return None
     if len(vendors) > 1:
         names = sorted(v.name for v in vendors if v is not None)
+        server = (
+            "; and the pool's server runs them as one tensor-parallel group, whose "
+            "all-reduce (NCCL on CUDA, RCCL on ROCm) cannot span two vendors' GPUs"
+            if serves
+            else ""
+        )
         problems.append(
             Problem(
                 "lxc-pool-mixed-vendors",
                 ", ".join(str(g.address) for g in gpus),
                 f"are GPUs of {' and '.join(names)}: a container pool hands over one "
-                "vendor's device nodes, which one userspace opens",
-                "split them into one pool per vendor (each with its own container)",
+                f"vendor's device nodes, which one userspace opens{server}",
+                "split them into one pool per vendor (each with its own container"
+                + (" and server)" if serves else ")"),
             )
         )
         return None

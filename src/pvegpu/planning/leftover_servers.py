@@ -20,10 +20,15 @@ planning again. Warnings instead, where the plan breaks nothing or cannot tell:
   still fits (`container-unit-visible-devices`): CUDA shows those before the first one
   that is gone;
 - the size is not a number pvegpu can read (`container-unit-gpus-unknown`);
-- the root file system is block storage or otherwise not a host directory, so nothing
-  could be checked (`container-units-unchecked`), for a container that loses GPUs.
+- the root file system is block storage or otherwise not a host directory, and nothing
+  was read where `pct mount` puts it, so nothing could be checked
+  (`container-units-unchecked`), for a container that loses GPUs.
 
-A unit that is not enabled is not judged: nothing starts it.
+A unit installed in the container's /etc/systemd/system but not enabled does not start
+by itself, so it is not refused; one whose server needs more GPUs than the container has
+after the plan is mentioned (`container-unit-disabled-needs-gpus`, a warning naming the
+unit file, what it asks for, what the container keeps and the fix): the day someone
+starts it, it fails.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from pvegpu.host.container_units import (
     template_of,
     unit_dropin_dirs,
 )
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
+from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs, pct_mount_path, rootfs_dirs
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
 from pvegpu.model.paths import UNIT_DIR
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
@@ -135,13 +140,23 @@ def leftover_servers(
         location = locate_rootfs(
             container.vmid, container.config.content, storage.content if storage else None
         )
-        if location.path is None:
+        # Where discovery read the units: the storage's directory, else a `pct mount`.
+        read = (
+            d
+            for d in rootfs_dirs(container.vmid, location)
+            if any(f.path.startswith(f"{d}/{UNIT_DIR}/") for f in facts.files)
+        )
+        rootfs = next(read, location.path)
+        if rootfs is None:
             # No `rootfs:` line is not a container Proxmox can start: nothing to say.
             if location.volume is not None and container.after < container.before:
                 findings.append(_unchecked(container, location.volume, location.why))
             continue
-        for unit in _enabled_units(facts, location.path, container.visible):
+        enabled, idle = _units(facts, rootfs, container.visible)
+        for unit in enabled:
             _judge(container, unit, problems, findings)
+        for unit in idle:
+            findings.extend(_judge_idle(container, unit))
     return LeftoverVerdict(tuple(problems), tuple(findings))
 
 
@@ -194,11 +209,13 @@ def _containers(
         yield _Container(gone.vmid, gone.config, before, after, (), _runtime(held))
 
 
-def _enabled_units(facts: HostFacts, rootfs: str, variable: str) -> Iterator[_Unit]:
-    """Each enabled unit as systemd loads it: /etc's file (or its template), else what the
-    enabling link names; merged with its drop-ins in /etc."""
+def _units(facts: HostFacts, rootfs: str, variable: str) -> tuple[list[_Unit], list[_Unit]]:
+    """The container's units as systemd loads them, merged with their drop-ins in /etc:
+    the enabled ones (/etc's file or its template, else what the enabling link names),
+    then those installed in /etc that no link names (nor an instance of them)."""
     unit_dir = f"{rootfs}/{UNIT_DIR}/"
     links: dict[str, ConfigFile] = {}
+    installed: dict[str, ConfigFile] = {}
     dropins: dict[str, list[ConfigFile]] = {}
     for file in facts.files:
         if not file.path.startswith(unit_dir):
@@ -208,19 +225,17 @@ def _enabled_units(facts: HostFacts, rootfs: str, variable: str) -> Iterator[_Un
             links.setdefault(name, file)
         elif name.endswith(".conf") and "/" not in directory:
             dropins.setdefault(f"{UNIT_DIR}/{directory}", []).append(file)
-    for name in sorted(links):
-        candidates = (name, template_of(name))
-        base = next(
-            (f for u in candidates if u and (f := facts.file(f"{unit_dir}{u}")) is not None),
-            links[name],
-        )
+        elif not directory and name.endswith(".service"):
+            installed[name] = file
+
+    def unit(name: str, base: ConfigFile, link: ConfigFile | None) -> _Unit | None:
         chosen: dict[str, ConfigFile] = {}
         for directory in unit_dropin_dirs(name):
             for file in dropins.get(directory, ()):
                 chosen.setdefault(posixpath.basename(file.path), file)
         files = (base, *(chosen[n] for n in sorted(chosen)))
         if not base.content.strip():
-            continue  # masked (linked to /dev/null) or empty: it runs nothing
+            return None  # masked (linked to /dev/null) or empty: it runs nothing
         source = next(
             (f for f in reversed(files) if parse_unit(f.content).values(SERVICE, EXEC_START)),
             base,
@@ -228,8 +243,17 @@ def _enabled_units(facts: HostFacts, rootfs: str, variable: str) -> Iterator[_Un
         inside = "/" + source.path[len(rootfs) + 1 :]
         demand = unit_demand(merge_units(f.content for f in files), variable)
         visible = next((f for f in reversed(files) if _sets_visible(f.content, variable)), source)
-        linked = source is links[name]
-        yield _Unit(name, source.path, inside, demand, visible.path, linked)
+        return _Unit(name, source.path, inside, demand, visible.path, source is link)
+
+    enabled: list[_Unit] = []
+    for name in sorted(links):
+        candidates = (name, template_of(name))
+        base = next((installed[u] for u in candidates if u and u in installed), links[name])
+        if (found := unit(name, base, links[name])) is not None:
+            enabled.append(found)
+    used = {*links, *(t for n in links if (t := template_of(n)) is not None)}
+    idle = [u for n in sorted(installed) if n not in used and (u := unit(n, installed[n], None))]
+    return enabled, idle
 
 
 def _sets_visible(text: str, variable: str) -> bool:
@@ -266,11 +290,23 @@ def _judge(
         findings.append(_visible(container, unit, unit.demand.visible or (), unit.visible_source))
 
 
+def _judge_idle(container: _Container, unit: _Unit) -> Iterator[Finding]:
+    """A unit installed but not enabled: only a server that could not start on what the
+    container has after the plan is mentioned; it starts when someone starts it."""
+    for server in unit.demand.servers:
+        need = server.gpus
+        after = _available(server.visible, container.after)
+        if need is not None and need > after:
+            yield _idle(container, unit, server, need, after)
+
+
 def _names_gone(visible: tuple[str, ...] | None, container: _Container) -> bool:
     return visible is not None and container.after < min(len(visible), container.before)
 
 
-def _ways(container: _Container, unit: _Unit, server: ServerDemand, after: int) -> str:
+def _ways(
+    container: _Container, unit: _Unit, server: ServerDemand, after: int, *, enabled: bool = True
+) -> str:
     ways: list[str] = []
     if container.pools and server.server == SGLANG:
         ways.append(
@@ -280,7 +316,13 @@ def _ways(container: _Container, unit: _Unit, server: ServerDemand, after: int) 
         )
     if (edit := _edit(server, after, container)) is not None:
         ways.append(f"edit {unit.edit(container.vmid)}: {edit}")
-    ways.append(f"disable it (pct exec {container.vmid} -- systemctl disable {unit.name})")
+    if enabled:
+        ways.append(f"disable it (pct exec {container.vmid} -- systemctl disable {unit.name})")
+    else:
+        ways.append(
+            f"remove it if it is not used (pct exec {container.vmid} -- sh -c 'rm "
+            f"{unit.inside} && systemctl daemon-reload')"
+        )
     return "; or ".join(ways) + "; then run pvegpu again"
 
 
@@ -341,6 +383,21 @@ def _short(
     )
 
 
+def _idle(
+    container: _Container, unit: _Unit, server: ServerDemand, need: int, after: int
+) -> Finding:
+    return Finding(
+        Severity.WARNING,
+        "container-unit-disabled-needs-gpus",
+        unit.source,
+        f"{unit.name} is installed in CT {container.vmid} but not enabled, and runs "
+        f"{server.server} with {server.shown}: {plural(need, 'GPU')}; {container.gets}"
+        f"{_seen(container, server, after)}. It does not start with the container, but "
+        f"the day someone starts it (systemctl start {unit.name}) the server fails. Fix "
+        "it before then: " + _ways(container, unit, server, after, enabled=False),
+    )
+
+
 def _visible(container: _Container, unit: _Unit, visible: tuple[str, ...], where: str) -> Finding:
     keep = ",".join(str(i) for i in range(container.after))
     return Finding(
@@ -382,5 +439,7 @@ def _unchecked(container: _Container, volume: str, why: str) -> Finding:
         f"({why}), so its enabled units were not checked; {container.gets}, and a server "
         "started with more (SGLang or vLLM `--tp 8`) fails at every start. Check by hand: "
         f"pct exec {container.vmid} -- grep -rs -e --tp -e --tensor-parallel "
-        f"-e {container.visible} /etc/systemd/system",
+        f"-e {container.visible} /etc/systemd/system; or stop CT {container.vmid}, "
+        f"`pct mount {container.vmid}` (pvegpu then reads /{pct_mount_path(container.vmid)}), "
+        f"plan again, `pct unmount {container.vmid}`",
     )

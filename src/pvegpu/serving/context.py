@@ -36,6 +36,7 @@ from pvegpu.serving.fit import checked_model
 from pvegpu.serving.node_access import node_access
 from pvegpu.serving.numa import numa_pinning
 from pvegpu.serving.p2p import decide_p2p
+from pvegpu.serving.pool_gpus import mixed_models_finding
 from pvegpu.serving.visible import container_indices
 from pvegpu.values import value_class
 from pvegpu.vendors import VENDORS, ComputeRuntime
@@ -106,6 +107,7 @@ def serving_context(
     if isinstance(runtime, PvegpuError):
         return runtime
     vmid = pool.lxc.vmid
+    mixed_models_finding(checks)
     rootfs = container_rootfs(checks, vmid)
     python_finding(checks, vmid, rootfs)
     indices = container_indices(checks, vmid)
@@ -145,9 +147,26 @@ def _runtime(checks: Checks) -> ComputeRuntime | PvegpuError:
     one vendor's GPUs (the planner refuses a mixed one), so there is one vendor to ask.
     """
     vendors = {g.vendor for g in checks.pool.gpus}
-    vendor = vendors.pop() if len(vendors) == 1 else None
+    vendor = next(iter(vendors)) if len(vendors) == 1 else None
     if vendor is not None and vendor.compute is not None:
         return vendor.compute
+    runtimes = sorted(
+        {v.compute for v in vendors if v is not None and v.compute is not None},
+        key=lambda r: r.name,
+    )
+    if len(runtimes) > 1:
+        # The planner refuses such a container pool first (lxc-pool-mixed-vendors); a
+        # plan built in code gets here, and the reason is the server's own.
+        names = " and ".join(sorted(v.name for v in vendors if v is not None))
+        said = " and ".join(f"{r.collectives} on {r.name}" for r in runtimes)
+        return PlanError.one(
+            "serving-pool-mixed-vendors",
+            checks.where,
+            f"pool {checks.pool.name} holds {names} GPUs: one server's tensor-parallel "
+            f"group runs its all-reduce on one collective library ({said}), which cannot "
+            "span two vendors' GPUs",
+            "serve from a pool of one vendor's GPUs (one pool, container and server per vendor)",
+        )
     gpus = ", ".join(f"{g.address} ({g.vendor_device})" for g in checks.pool.gpus)
     known = sorted({v.compute.name for v in VENDORS if v.compute is not None})
     return PlanError.one(

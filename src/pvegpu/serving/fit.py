@@ -5,7 +5,6 @@ from __future__ import annotations
 import posixpath
 
 from pvegpu.errors import PlanError
-from pvegpu.hardware import GPU_MEMORY
 from pvegpu.model.decision import MemoryFit
 from pvegpu.model.model_config import (
     ModelConfig,
@@ -19,6 +18,7 @@ from pvegpu.model.model_config import (
 )
 from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
+from pvegpu.serving.pool_gpus import pool_models, smallest
 from pvegpu.vendors import ComputeRuntime
 
 MIB = 1024**2
@@ -88,9 +88,10 @@ def checked_model(checks: Checks, tp: int) -> ModelConfig | None:
 def _gpu_memory(checks: Checks, runtime: ComputeRuntime) -> tuple[int, str] | None:
     if checks.spec.gpu_memory_bytes is not None:
         return checks.spec.gpu_memory_bytes, "spec gpu_memory_bytes"
-    known = [GPU_MEMORY.get(g.vendor_device) for g in checks.pool.gpus]
-    if any(k is None for k in known) or not known:
-        ids = sorted({g.vendor_device for g in checks.pool.gpus})
+    models = pool_models(checks.pool.gpus)
+    least = smallest(models)
+    if least is None or least.memory is None:
+        ids = sorted(m.vendor_device for m in models if m.memory is None)
         checks.problem(
             "gpu-memory-unknown",
             f"pvegpu does not know the memory of {', '.join(ids)}, so it cannot check "
@@ -98,8 +99,10 @@ def _gpu_memory(checks: Checks, runtime: ComputeRuntime) -> tuple[int, str] | No
             f"set gpu_memory_bytes ({runtime.memory_total})",
         )
         return None
-    size, name = min(k for k in known if k is not None)
-    return size, f"{name} ({checks.pool.gpus[0].vendor_device})"
+    # Every GPU holds the same share, so the one with the least memory is the bound
+    # (serving/pool_gpus.py); a pool of one model has just that one.
+    source = least.label if len(models) == 1 else f"{least.label}, the pool's smallest GPU"
+    return least.memory, source
 
 
 def _checkpoint(checks: Checks, model_dir: str) -> tuple[int, str] | None:

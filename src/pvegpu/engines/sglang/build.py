@@ -18,6 +18,7 @@ from pvegpu.engines.common.server import (
     refusal,
 )
 from pvegpu.engines.sglang import versions
+from pvegpu.engines.sglang.balance import check_memory_balance
 from pvegpu.engines.sglang.command import (
     extra_args,
     kv_cache_bits,
@@ -80,6 +81,8 @@ def decide_serving(
     )
     options = launch_options(checks, table, version, holds, tp, p2p, extra) if table else ()
     environment = service_environment(checks, version, holds, context.runtime, p2p, indices)
+    # GPUs of unequal memory: SGLang's own refusal, and the variable that lifts it.
+    check_memory_balance(checks, version, gpus)
     if table is not None and options:
         check_whole_line(
             checks,

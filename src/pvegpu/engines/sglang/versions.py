@@ -126,10 +126,32 @@ class RetiredVariable:
 
 @value_class
 @attrs.frozen(eq=False, repr=False)
+class MemoryBalance:
+    """SGLang's refusal of a tensor-parallel group whose GPUs' memory differs, in `versions`.
+
+    At start each rank compares the least free memory of any rank with its own: less
+    than `ratio` of its own, and SGLang stops ("The memory capacity is unbalanced")
+    unless `variable` holds one of `off`, when it only logs it.
+    """
+
+    versions: Versions
+    ratio: float
+    variable: str
+    value: str
+    """What the fix sets `variable` to."""
+    off: frozenset[str]
+    """The values (lower case) that turn the refusal into a log line, as the release
+    parses the variable."""
+    why: str
+
+
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class VersionRules:
     options: tuple[OptionRule, ...]
     environment: tuple[EnvironmentRule, ...]
     retired: tuple[RetiredVariable, ...]
+    balance: tuple[MemoryBalance, ...] = ()
 
     def options_for(self, version: str, holds: Collection[When]) -> tuple[OptionRule, ...]:
         """The options to write, in table order (the order of the ExecStart lines)."""
@@ -137,6 +159,10 @@ class VersionRules:
 
     def environment_for(self, version: str, holds: Collection[When]) -> tuple[EnvironmentRule, ...]:
         return tuple(r for r in self.environment if r.when in holds and version in r.versions)
+
+    def balance_for(self, version: str) -> MemoryBalance | None:
+        """The memory-balance rule of `version`, if the table has one for it."""
+        return next((r for r in self.balance if version in r.versions), None)
 
     def retired_in(self, name: str, version: str) -> RetiredVariable | None:
         """The retirement of variable `name` that `version` is past, if any."""
@@ -203,5 +229,31 @@ RULES = VersionRules(
         ),
     ),
     retired=(RetiredVariable("SGLANG_ENABLE_SPEC_V2", "0.5.14", "serving-spec-v2-removed"),),
+    # Every shipped release refuses a TP group whose least free memory of any rank is
+    # below 90% of a rank's own (model_runner.py; distributed/bootstrap.py in 0.5.23).
+    # How to let it start anyway changed in 0.5.7 (sglang PR 15802): before, the
+    # disable-style SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK, read by get_bool_env_var
+    # ("true"/"1"); from 0.5.7 the enable-style SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK, an
+    # EnvBool defaulting to true. 0.5.7 copies a set SGL_DISABLE_... value into the new
+    # variable as it is (so `1` keeps the check on) and later releases drop it: the old
+    # name no longer lets the server start.
+    balance=(
+        MemoryBalance(
+            Versions(before="0.5.7"),
+            0.9,
+            "SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK",
+            "1",
+            frozenset({"true", "1"}),
+            "read by get_bool_env_var: true or 1 turns the refusal into a warning",
+        ),
+        MemoryBalance(
+            Versions(since="0.5.7"),
+            0.9,
+            "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK",
+            "0",
+            frozenset({"false", "0", "no", "n"}),
+            "an EnvBool, true by default: false, 0, no or n turns the refusal into a warning",
+        ),
+    ),
 )
 """The table in force. Read as `versions.RULES` at call time (tests swap it)."""
