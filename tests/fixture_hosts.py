@@ -28,6 +28,7 @@ from pvegpu.testing import (
     Link,
     NvidiaInfo,
     NvidiaModule,
+    VgpuSpec,
     write_host,
 )
 
@@ -1302,6 +1303,111 @@ def amd_instinct() -> HostSpec:
     )
 
 
+# -- pve-vdi: an L40S whose SR-IOV virtual functions carry NVIDIA vGPUs, and a second one
+
+L40S = Ids(0x10DE, 0x26B9, 0x10DE, 0x1851, 0x030200, 0xA1)
+L40S_VFS = 32
+"""`sriov_totalvfs` of an L40S: `sriov-manage -e` creates all of them."""
+# creatable_vgpu_types of an idle VF (no VF of its GPU has a type yet), a subset of the
+# driver's list. Type ids are the driver's, numbered per release; these are examples.
+L40S_VGPU_TYPES = (
+    (1150, "NVIDIA L40S-1B"),
+    (1151, "NVIDIA L40S-2B"),
+    (1155, "NVIDIA L40S-4Q"),
+    (1157, "NVIDIA L40S-8Q"),
+    (1158, "NVIDIA L40S-12Q"),
+    (1160, "NVIDIA L40S-24Q"),
+    (1161, "NVIDIA L40S-48Q"),
+)
+_VDI_WIN = """\
+agent: 1
+bios: ovmf
+boot: order=scsi0
+cores: 8
+cpu: host
+efidisk0: local-zfs:vm-301-disk-0,efitype=4m,pre-enrolled-keys=1,size=1M
+machine: pc-q35-9.2
+memory: 16384
+name: cad-ws
+net0: virtio=BC:24:11:3A:10:01,bridge=vmbr0
+ostype: win11
+scsi0: local-zfs:vm-301-disk-1,discard=on,size=128G
+scsihw: virtio-scsi-single
+tpmstate0: local-zfs:vm-301-disk-2,size=4M,version=v2.0
+"""
+_RENDER_VM = """\
+boot: order=scsi0
+cores: 16
+cpu: host
+machine: q35
+memory: 65536
+name: render
+net0: virtio=BC:24:11:3A:10:20,bridge=vmbr0
+ostype: l26
+scsi0: local-zfs:vm-320-disk-0,discard=on,size=256G
+scsihw: virtio-scsi-single
+"""
+
+
+def vgpu_l40s() -> HostSpec:
+    """A Xeon server with two L40S on NVIDIA's vGPU manager (550.127.06, kernel 6.8). The
+    first has its 32 SR-IOV virtual functions created (pve-nvidia-sriov@0000:4b:00.0), each
+    on nvidia in an IOMMU group of its own with every vGPU type creatable, no VM running;
+    the second has none created and goes whole to a render VM. VM 301 is a CAD desktop
+    to get a vGPU."""
+    groups = _Groups()
+
+    def port(address: str) -> DeviceSpec:
+        return DeviceSpec(
+            address=address, vendor=0x8086, device=0x352A, pci_class=0x060400,
+            numa_node=0, driver="pcieport", iommu_group=groups(), link=GEN4_X16,
+        )  # fmt: skip
+
+    devices: list[DeviceSpec] = [
+        DeviceSpec(
+            address="0000:00:00.0", vendor=0x8086, device=0x09A2, pci_class=0x060000,
+            numa_node=0, iommu_group=groups(),
+        ),
+    ]  # fmt: skip
+    for minor, (root, gpu) in enumerate((("0000:4a:01.0", "0000:4b:00.0"),
+                                         ("0000:5a:01.0", "0000:5b:00.0"))):  # fmt: skip
+        devices.append(port(root))
+        (l40s,) = _slot(
+            gpu, root, L40S, None, numa_node=0, iommu_group=groups(), link=GEN4_X16,
+            driver="nvidia", nvidia=NvidiaInfo(model="NVIDIA L40S", minor=minor,
+                                               vbios="95.02.5D.00.01", dma_bits=52),
+        )  # fmt: skip
+        devices.append(attrs.evolve(l40s, sriov_totalvfs=L40S_VFS))
+    # VF N: First VF Offset 4, VF Stride 1 (0000:4b:00.4 .. 0000:4b:04.3), ARI.
+    for n in range(L40S_VFS):
+        routing = 4 + n
+        devices.append(
+            DeviceSpec(
+                address=f"0000:4b:{routing // 8:02x}.{routing % 8}", parent="0000:4a:01.0",
+                numa_node=0, driver="nvidia", iommu_group=groups(), physfn="0000:4b:00.0",
+                vgpu=VgpuSpec(creatable=L40S_VGPU_TYPES), **attrs.asdict(L40S),
+            )
+        )  # fmt: skip
+    return HostSpec(
+        hostname="pve-vdi",
+        cmdline=(
+            "BOOT_IMAGE=/boot/vmlinuz-6.8.12-9-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet "
+            "intel_iommu=on"
+        ),
+        numa=("0-31",),
+        iommu_units=(IommuUnit("dmar0"), IommuUnit("dmar1")),
+        # The vGPU manager is NVIDIA's proprietary module.
+        nvidia=NvidiaModule(version="550.127.06", open=False),
+        devices=tuple(devices),
+        files={
+            "etc/pve/storage.cfg": STORAGE_ZFS,
+            "etc/pve/qemu-server/301.conf": _VDI_WIN,
+            "etc/pve/qemu-server/320.conf": _RENDER_VM,
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+        },
+    )
+
+
 HOSTS: Mapping[str, Callable[[], HostSpec]] = {
     "amd-instinct": amd_instinct,
     "amd-rocm": amd_rocm,
@@ -1315,6 +1421,7 @@ HOSTS: Mapping[str, Callable[[], HostSpec]] = {
     "nvidia-drm": nvidia_drm,
     "pve-ws": pve_ws,
     "shared-group": shared_group,
+    "vgpu-l40s": vgpu_l40s,
     "workstation": workstation,
 }
 

@@ -38,6 +38,7 @@ from pvegpu.planning.mdev import check_findings as mdev_check_findings
 from pvegpu.planning.mig import check_findings as mig_check_findings
 from pvegpu.planning.sriov import check_findings as sriov_check_findings
 from pvegpu.planning.unit_gpus import unit_demand
+from pvegpu.planning.vgpu import check_findings as vgpu_check_findings
 from pvegpu.pvefiles.guestconf import ConfLine, parse_lines, split_sections
 from pvegpu.pvefiles.hostpci import host_ids
 from pvegpu.pvefiles.lxcconf import dev_gid, gpu_minor, is_gpu_line, unprivileged
@@ -273,6 +274,7 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
     yield from mdev_check_findings(facts)
     yield from mig_check_findings(facts)
     yield from sriov_check_findings(facts)
+    yield from vgpu_check_findings(facts)
 
 
 def _mappings(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:

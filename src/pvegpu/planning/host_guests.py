@@ -38,6 +38,7 @@ from pvegpu.planning.claims import (
 from pvegpu.planning.guests import gpu_majors
 from pvegpu.planning.mapping_moves import VM_DIR, MappingOutcome, mapping_outcome
 from pvegpu.planning.numbering import NodeChange, Renumbering
+from pvegpu.planning.vgpu import vm_line_problem
 from pvegpu.pvefiles import hostpci, lxcconf
 from pvegpu.pvefiles.guestconf import (
     PENDING_SECTIONS,
@@ -490,6 +491,12 @@ def _vm(
         hit = [c for c in claims.of_hosts(hosts) if not vm_may_hold(c.pool, vmid)]
         named = [(str(c.function.address), c.pool) for c in hit]
         where = f"{file.path} line {number}"
+        if not hit and not is_snapshot(section):
+            # A vGPU pool's VF reaches a VM only with the pool's type (planning/vgpu.py).
+            held = (c.pool for c in claims.of_hosts(hosts))
+            wrong = vm_line_problem(where, vmid, line, section.name is None, held)
+            if wrong is not None:
+                out.problems.append(wrong)
         if hit and is_snapshot(section):
             snapshots.setdefault(section.name or "", []).extend(named)
         elif hit and is_pending(section):

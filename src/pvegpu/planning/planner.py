@@ -38,6 +38,7 @@ from pvegpu.planning.numbering import Renumbering, next_boot_numbers, renumberin
 from pvegpu.planning.references import reference_judgments
 from pvegpu.planning.split import split_problems
 from pvegpu.planning.sriov import sriov_findings, sriov_problems, vf_device
+from pvegpu.planning.vgpu import is_vgpu_vf, vgpu_problems
 from pvegpu.planning.vm_numa import vm_numa_findings, vm_numa_problems
 from pvegpu.vendors.nvswitch import is_switch
 
@@ -339,21 +340,30 @@ def _build_pool(
     problems.extend(groupless)
     # A whole NVSwitch board goes to its VM with its NVSwitches (planning/fabric.py).
     switches = board_switches(facts, kind, gpus)
+    vgpu_type = spec.vfio.vgpu_type if spec.vfio is not None else None
     if kind is PoolKind.VFIO:
+        # NVIDIA vGPU VFs stay on the host driver; the VM gets them as vGPUs (vgpu.py).
+        problems.extend(vgpu_problems(facts, gpus, vgpu_type, where))
+        vgpus = {g.address for g in gpus if is_vgpu_vf(g.function)}
         functions = _vfio_functions(facts, gpus, where, problems)
+        functions = tuple(f for f in functions if f.address not in vgpus)
         if switches:
             board = switch_functions(facts, switches, f"pool {spec.name!r}", problems)
             moved = {f.address: f for f in (*functions, *board)}
             functions = tuple(moved[a] for a in sorted(moved))
         driver = VFIO_DRIVER
+        if vgpu_type is not None:
+            drivers = {host_driver(g.function) for g in gpus}
+            driver = ", ".join(sorted(d or "?" for d in drivers))
     else:
         functions = tuple(sorted(f for g in gpus for f in g.functions))
         drivers = {host_driver(g.function) for g in gpus}
         driver = ", ".join(sorted(d or "?" for d in drivers))
     lxc = lxc_container(facts, spec, gpus, problems, findings, where, numbers)
     mapping = None
+    moves = kind is PoolKind.VFIO and vgpu_type is None
     if spec.mapping is not None and wants_mapping and not groupless:
-        mapping, mapping_problems = pool_mapping(facts, gpus, spec.mapping, switches)
+        mapping, mapping_problems = pool_mapping(facts, gpus, spec.mapping, switches, moves=moves)
         problems.extend(mapping_problems)
     return Pool(
         name=spec.name,
@@ -368,6 +378,7 @@ def _build_pool(
         ),
         mapping=mapping,
         nvswitches=switches,
+        vgpu_type=vgpu_type if kind is PoolKind.VFIO else None,
     )
 
 

@@ -70,8 +70,8 @@ def _bad_driver_names(facts: HostFacts, pools: tuple[Pool, ...]) -> Iterator[Pro
     # Driver names end up in shell data and modprobe.d lines: only what sysfs uses. These
     # are the names rendering/split.py writes: host and revert drivers of the functions
     # that move, host drivers of those pinned to the host (bridges are in neither).
-    if not any(p.kind is PoolKind.VFIO for p in pools):
-        return  # no vfio pool, no script: nothing names these drivers
+    if not any(p.moves_to_vfio for p in pools):
+        return  # nothing moves to vfio-pci, no script: nothing names these drivers
     drivers: set[str | None] = set()
     for pool in pools:
         for function in pool.functions:

@@ -274,9 +274,10 @@ def check(desc: HostSpec) -> dict[str, DeviceSpec]:
             raise HostSpecError(f"{dev.address}: IOMMU groups need iommu_units (IOMMU on)")
         if not -1 <= dev.numa_node < len(desc.numa):
             raise HostSpecError(f"{dev.address}: no NUMA node {dev.numa_node}")
-        # An NVSwitch (class 0x0680) on nvidia has no /proc/driver/nvidia/gpus entry.
-        switch = dev.pci_class >> 8 == SWITCH_CLASS
-        if dev.driver == "nvidia" and (desc.nvidia is None or (dev.nvidia is None and not switch)):
+        # An NVSwitch (class 0x0680) on nvidia has no /proc/driver/nvidia/gpus entry, nor
+        # has a vGPU manager's virtual function (nvidia-smi lists the physical GPUs only).
+        own_entry = dev.pci_class >> 8 != SWITCH_CLASS and dev.physfn is None
+        if dev.driver == "nvidia" and (desc.nvidia is None or (dev.nvidia is None and own_entry)):
             raise HostSpecError(f"{dev.address}: on nvidia needs NvidiaInfo and NvidiaModule")
         if dev.physfn is not None:
             _check_virtual_function(dev, by_address.get(dev.physfn))
