@@ -412,8 +412,8 @@ def _shrinks(
     keys: list[tuple[str, bool]],
     mappings: MappingOutcome,
 ) -> Finding:
-    main = [k for k, pending in keys if not pending]
-    pending = [k for k, is_pending in keys if is_pending]
+    main = [key for key, later in keys if not later]
+    pending = [key for key, later in keys if later]
     named = [*main, *(f"the pending {k}" for k in pending)]
     used = f"{', '.join(named)} {'uses' if len(named) == 1 else 'use'} mapping {mapping_id}"
     before, after = mappings.shrinks(mapping_id) or (0, 0)
