@@ -108,7 +108,7 @@ def stale_map_findings(
     mapping no VM uses)."""
     gone = moved or {}
     rewrites = bool(owned)
-    users = _users(facts)
+    users: dict[str, list[str]] | None = None  # read from the VM configs at the first need
     for section in sections:
         if section.id in owned:
             continue
@@ -121,6 +121,7 @@ def stale_map_findings(
         if not stale:
             continue
         command = _command(section.id, kept, stale)
+        users = _users(facts) if users is None else users
         for found in stale:
             yield _finding(facts, found, users.get(section.id, ()), command, live, rewrites)
 
