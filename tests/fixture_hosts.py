@@ -693,6 +693,41 @@ def workstation() -> HostSpec:
     )
 
 
+# The gaming VM's mapping as written before a BIOS update renumbered the IOMMU groups:
+# the 3090 (0000:17:00) was in group 3 and is in group 4 now. Written by hand, its
+# description comes before its map line, which Proxmox reads as well.
+WORKSTATION_BIOS_PCI_CFG = (
+    "rtx3090\n"
+    "\tdescription RTX 3090 for the gaming VM\n"
+    "\tmap id=10de:2204,iommugroup=3,node=pve-ws,path=0000:17:00,subsystem-id=1458:403b\n"
+    "\n"
+)
+WORKSTATION_BIOS_VM120 = (
+    "bios: ovmf\n"
+    "cores: 8\n"
+    "cpu: host\n"
+    "hostpci0: mapping=rtx3090,pcie=1,x-vga=1\n"
+    "machine: q35\n"
+    "memory: 32768\n"
+    "name: gaming\n"
+    "ostype: win11\n"
+    "scsi0: local-lvm:vm-120-disk-0,size=128G\n"
+    "vga: none\n"
+)
+
+
+def workstation_bios() -> HostSpec:
+    """The workstation after a BIOS update: pci.cfg's mapping rtx3090, outside any pool,
+    still says the 3090's old IOMMU group, and VM 120 uses it (it would not start)."""
+    host = workstation()
+    files = {
+        **host.files,
+        "etc/pve/mapping/pci.cfg": WORKSTATION_BIOS_PCI_CFG,
+        "etc/pve/qemu-server/120.conf": WORKSTATION_BIOS_VM120,
+    }
+    return attrs.evolve(host, files=files)
+
+
 def shared_group() -> HostSpec:
     """A GPU behind a PLX switch without ACS: its IOMMU group also holds the boot NVMe."""
     shared = 4
@@ -1423,6 +1458,7 @@ HOSTS: Mapping[str, Callable[[], HostSpec]] = {
     "shared-group": shared_group,
     "vgpu-l40s": vgpu_l40s,
     "workstation": workstation,
+    "workstation-bios": workstation_bios,
 }
 
 

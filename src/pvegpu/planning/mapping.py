@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from pvegpu.errors import Problem
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
 from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.model.released import MapLinesMoved
 from pvegpu.model.schema import MappingSpec
 from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.pcicfg import PciMap, PciMapping
@@ -90,18 +91,25 @@ def pci_cfg_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Proble
         yield from pcicfg.syntax_problems(existing.content)
 
 
-def pci_cfg_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
-    """pci.cfg is written whole, as Proxmox writes it: its `#` comments do not survive."""
+def pci_cfg_findings(
+    facts: HostFacts, pools: Sequence[Pool], moved: Sequence[MapLinesMoved] = ()
+) -> Iterator[Finding]:
+    """The pools' mappings are printed anew, as Proxmox prints them: the `#` comments
+    inside them (and inside a mapping the plan removes) do not survive; every other byte
+    of the file does."""
     existing = facts.file(pcicfg.PATH)
-    if existing is None or not any(p.mapping is not None for p in pools):
+    owned = [p.mapping.id for p in pools if p.mapping is not None]
+    if existing is None or not owned:
         return
-    dropped = pcicfg.comment_lines(existing.content)
+    drop = {m.mapping_id: m.values for m in moved}
+    dropped = pcicfg.dropped_comment_lines(existing.content, owned, drop)
     if dropped:
         yield Finding(
             Severity.INFO,
             "pcicfg-comments-dropped",
             pcicfg.PATH,
             f"the new file drops {plural(len(dropped), '# comment line')} "
-            f"({'line' if len(dropped) == 1 else 'lines'} {', '.join(map(str, dropped))}), "
-            "as every Proxmox write does; keep notes in the mappings' descriptions instead",
+            f"({'line' if len(dropped) == 1 else 'lines'} {', '.join(map(str, dropped))}) "
+            "inside the mappings it writes anew, as every Proxmox write of them does; keep "
+            "notes in the mappings' descriptions instead",
         )

@@ -109,7 +109,7 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     problems.extend(leftover.problems)
     if problems:
         raise PlanError(problems)
-    guest_findings.extend(pci_cfg_findings(facts, pools))
+    guest_findings.extend(pci_cfg_findings(facts, pools, mappings.moved))
     guest_findings.extend(vm_numa_findings(facts, pools))
     guest_findings.extend((*mappings.findings, *others.findings))
     guest_findings.extend(reference_findings)
