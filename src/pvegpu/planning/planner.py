@@ -70,6 +70,7 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     chosen = list(zip(spec.pools, selections, strict=True))
     numbers = next_boot_numbers(
         facts,
+        # A vGPU pool's VFs stay on their driver (planning/vgpu.py); VFs have no nodes.
         (g.address for p, gpus in chosen if p.vfio is not None for g in gpus),
         (g.address for p, gpus in chosen if p.lxc is not None for g in gpus),
     )

@@ -59,7 +59,7 @@ def reference_judgments(
     if not pools:
         return problems, findings
     owners = _owners(pools)
-    leaving = frozenset(a for p in pools if p.kind is PoolKind.VFIO for a in _addresses(p))
+    leaving = frozenset(a for p in pools if p.moves_to_vfio for a in _addresses(p))
     inert: dict[str, list[GpuReference]] = {}
     for ref in facts.references:
         if _snapshot(ref):
