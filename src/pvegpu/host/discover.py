@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import attrs
+
 from pvegpu.host import sysfs
 from pvegpu.host.acs import override_settings, read_acs_ports
 from pvegpu.host.boot import read_boot
@@ -44,6 +46,7 @@ from pvegpu.model.facts import (
     moves_with,
 )
 from pvegpu.model.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT, SPLIT_UDEV_RULE
+from pvegpu.model.resources import HostCpu
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import DRIVER_VERSION_VENDORS, VENDORS, GpuNodeSource, Vendor, vendor_of
 
@@ -53,6 +56,7 @@ R = TypeVar("R")
 PCI_DEVICES = "sys/bus/pci/devices"
 IOMMU_GROUPS = "sys/kernel/iommu_groups"
 NODES = "sys/devices/system/node"
+VGA_CLASS = 0x0300
 _GPU_INFORMATION: tuple[GpuNodeSource, ...] = tuple(
     v.gpu_information for v in VENDORS if v.gpu_information is not None
 )
@@ -108,6 +112,7 @@ def read_host(reader: RootReader) -> HostFacts:
     cmdline = reader.need("proc/cmdline", "the kernel command line")
     mdev_types, mdev_instances = read_mdev(reader, functions)
     boot = read_boot(reader)
+    functions = _with_gpu_details(reader, functions)
     gpus = _gpus(reader, functions)
     # The ports' ACS matters only while the override makes the groups lie (host/acs.py).
     acs_ports = (
@@ -139,6 +144,7 @@ def read_host(reader: RootReader) -> HostFacts:
         mdev_instances=mdev_instances,
         mig_caps=read_mig(reader),
         fabric_manager=read_fabric_manager(reader, functions),
+        cpu=_host_cpu(reader),
     )
 
 
@@ -343,8 +349,53 @@ def _numa_nodes(reader: RootReader) -> tuple[NumaNode, ...]:
     for name in reader.listdir(NODES, is_node):
         path = f"{NODES}/{name}/cpulist"
         cpus = _parse(path, reader.need(path, "the node's CPU list"), sysfs.cpulist)
-        nodes.append(NumaNode(int(name[4:]), cpus))
+        node = int(name[4:])
+        # Optional: snapshots and trees from before it was read have no meminfo.
+        meminfo = reader.read(f"{NODES}/{name}/meminfo")
+        total = free = None
+        if meminfo is not None:
+            total, free = _parse(f"{NODES}/{name}/meminfo", (meminfo, node), _meminfo)
+        nodes.append(NumaNode(node, cpus, total, free))
     return tuple(sorted(nodes, key=lambda n: n.id))
+
+
+def _meminfo(raw: tuple[str, int]) -> tuple[int, int | None]:
+    return sysfs.node_meminfo(*raw)
+
+
+def _host_cpu(reader: RootReader) -> HostCpu | None:
+    text = reader.read("proc/cpuinfo")
+    return None if text is None else _parse("proc/cpuinfo", text, sysfs.cpuinfo)
+
+
+def _with_gpu_details(
+    reader: RootReader, functions: tuple[PciFunction, ...]
+) -> tuple[PciFunction, ...]:
+    """The functions, each GPU and its slot mates with their BARs, `boot_vga` and
+    `removable`: what a VM's start depends on. Only GPUs (and what moves with them) go
+    to a VM, so only theirs are read: for every function it would be a seventh more
+    files on a large host (bench/), which the discover target cannot spare."""
+    slots = {f.address.slot for f in functions if f.is_gpu and not f.is_virtual_function}
+    return tuple(
+        _gpu_details(reader, f) if f.address.slot in slots and not f.is_bridge else f
+        for f in functions
+    )
+
+
+def _gpu_details(reader: RootReader, fn: PciFunction) -> PciFunction:
+    base = f"{PCI_DEVICES}/{fn.address}"
+
+    def optional(file: str, process: Callable[[str], T]) -> T | None:
+        text = reader.read(file, at=fn.sysfs_path, subject=f"{base}/{file}")
+        return None if text is None else _parse(f"{base}/{file}", text, process)
+
+    bars = optional("resource", sysfs.resource_bars)
+    # The kernel gives only VGA-class functions the file: no lookup for the others.
+    boot_vga = optional("boot_vga", sysfs.flag) if fn.pci_class >> 8 == VGA_CLASS else None
+    removable = optional("removable", sysfs.removable)
+    if not (bars or boot_vga or removable):
+        return fn
+    return attrs.evolve(fn, bars=bars or (), boot_vga=bool(boot_vga), removable=bool(removable))
 
 
 def _iommu_groups(

@@ -19,7 +19,15 @@ from typing import Any
 import attrs
 
 from pvegpu.model.bootconfig import BootConfig
-from pvegpu.model.facts import GPU, FabricManager, GpuDriver, HostFacts, IommuGroup, PciFunction
+from pvegpu.model.facts import (
+    GPU,
+    FabricManager,
+    GpuDriver,
+    HostFacts,
+    IommuGroup,
+    NumaNode,
+    PciFunction,
+)
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import DRIVER_VERSION_VENDORS
 
@@ -28,6 +36,11 @@ SCHEMA = "pvegpu.facts/1"
 GPU_KEYS = {"node_minor": "nvidia_minor"}
 """GPU fields whose key in the document is the name they had while only NVIDIA's GPUs had
 a node minor: documents and snapshots written then read the same."""
+FUNCTION_OPTIONAL = ("physfn", "sriov", "bars", "boot_vga", "removable")
+"""PciFunction fields left out of the document while they have their default: no SR-IOV,
+and what only a GPU's functions have (their BARs, the boot display, a Thunderbolt port)."""
+NUMA_OPTIONAL = ("memory_kib", "free_kib")
+"""NumaNode fields left out while None (the node's meminfo was not read)."""
 GPU_OPTIONAL = ("drm_card", "drm_render", "compute_partition")
 """GPU fields left out of the document while None: a GPU no DRM driver holds (every
 NVIDIA GPU without nvidia-drm), or that no driver splits, reads as it did before DRM
@@ -72,6 +85,11 @@ def _gpu(gpu: GPU) -> dict[str, Any]:
             continue
         doc[GPU_KEYS.get(name, name)] = _value(value)
     return doc
+
+
+def _numa_node(node: NumaNode) -> dict[str, Any]:
+    doc = {name: _value(getattr(node, name)) for name in _names(NumaNode)}
+    return {k: v for k, v in doc.items() if k not in NUMA_OPTIONAL or v is not None}
 
 
 def driver_keys(facts: HostFacts) -> dict[str, Any]:
@@ -120,6 +138,8 @@ def _fields(facts: HostFacts) -> Iterator[tuple[str, Any]]:
             yield name, _list_text([_group_text(g) for g in value])
         elif name == "gpus":
             yield name, [_gpu(gpu) for gpu in value]
+        elif name == "numa_nodes":
+            yield name, [_numa_node(node) for node in value]
         elif name == "gpu_drivers":
             yield from driver_keys(facts).items()
         elif name == "boot":
@@ -133,6 +153,9 @@ def _fields(facts: HostFacts) -> Iterator[tuple[str, Any]]:
         elif name == "fabric_manager":
             # Left out while it has its default (no NVSwitch, so not read), as above.
             if value != FabricManager():
+                yield name, _value(value)
+        elif name == "cpu":
+            if value is not None:  # left out while not read (no /proc/cpuinfo), as above
                 yield name, _value(value)
         else:
             yield name, _value(value)
@@ -202,12 +225,19 @@ def _function_text(fn: PciFunction, local_cpus: str | None) -> str:
 
 def _sriov_text(fn: PciFunction) -> str:
     """The SR-IOV keys, left out while they have their default (no SR-IOV), so
-    documents of hosts without VFs read as before they existed."""
+    documents of hosts without VFs read as before they existed; then the keys of a
+    VM's start (`FUNCTION_OPTIONAL`), likewise."""
     text = ""
     if fn.physfn is not None:
         text += f',\n    "physfn": "{fn.physfn}"'
     if fn.sriov is not None:
         text += ',\n    "sriov": ' + json.dumps(_value(fn.sriov), indent=2).replace(_NL, "\n    ")
+    if fn.bars:
+        text += ',\n    "bars": ' + json.dumps(_value(fn.bars), indent=2).replace(_NL, "\n    ")
+    if fn.boot_vga:
+        text += ',\n    "boot_vga": true'
+    if fn.removable:
+        text += ',\n    "removable": true'
     return text
 
 

@@ -10,6 +10,7 @@ import attrs
 
 from pvegpu.model.bootconfig import BootConfig
 from pvegpu.model.ports import PortAcs
+from pvegpu.model.resources import Bar, HostCpu
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.values import value_class, value_repr
 from pvegpu.vendors import DRIVER_VERSION_VENDORS, Vendor, vendor_of
@@ -104,6 +105,12 @@ class PciFunction:
     sriov: Sriov | None = None
     """SR-IOV: a physical function's `sriov_*` attributes and `virtfnN` links; None for
     a function without the capability (and for every VF)."""
+    bars: tuple[Bar, ...] = ()
+    """Its memory BARs and ROM (`resource`), read for GPUs and their companions only."""
+    boot_vga: bool = False
+    """`boot_vga` is 1: the display the firmware booted on, the host's console."""
+    removable: bool = False
+    """`removable`: behind a Thunderbolt/USB4 port, it comes and goes after boot."""
 
     @property
     def is_virtual_function(self) -> bool:
@@ -253,6 +260,10 @@ class GPU:
 class NumaNode:
     id: int
     cpus: CpuList
+    memory_kib: int | None = None
+    """`MemTotal` of the node's `meminfo`; None where not read."""
+    free_kib: int | None = None
+    """`MemFree` of the node's `meminfo` when discovery read it."""
 
 
 @value_class
@@ -461,6 +472,8 @@ class HostFacts:
     fabric_manager: FabricManager = attrs.field(factory=FabricManager)
     """The host's NVLink Fabric Manager service (`vendors/nvswitch.py`), read only on a
     host with NVSwitches; its default (not installed) everywhere else."""
+    cpu: HostCpu | None = None
+    """The CPU's vendor and physical address width (`/proc/cpuinfo`); None: not read."""
 
     _index: _FactsIndex | None = attrs.field(default=None, init=False, eq=False, repr=False)
     """Lookups by key, built on first use (see `_lookups`); not a fact, never compared."""
