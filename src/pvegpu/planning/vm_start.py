@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
+import attrs
+
 from pvegpu.errors import Problem, RenderError
 from pvegpu.host import sysfs
 from pvegpu.model.facts import HostFacts, PciFunction
@@ -45,6 +47,7 @@ from pvegpu.planning.guest_address import (
 from pvegpu.planning.vm_numa import hostnodes
 from pvegpu.pvefiles import hostpci, pcicfg, qemuconf
 from pvegpu.pvefiles.guestconf import ConfLine, LineKind, parse_lines, split_sections
+from pvegpu.values import value_class
 
 OVMF_PREFIX = "OVMF's "
 TIGHT_SHARE = 0.9
@@ -77,10 +80,38 @@ def _vms(pools: Sequence[Pool]) -> Iterator[tuple[Pool, VmGuest]]:
 # -- memory bound to NUMA nodes
 
 
-def _bindings(
+@value_class
+@attrs.frozen(eq=False, repr=False)
+class _Binding:
+    """Memory of a VM bound to host NUMA nodes, and what those nodes hold."""
+
+    vm: VmGuest
+    subject: str
+    """The config line that binds it: `memory:` under numa = true, else the `numaN`."""
+    what: str
+    """For a message: `numa0 (policy=bind)`, `numa = true (numa0: ...)`."""
+    nodes: tuple[int, ...]
+    mib: int
+    total_kib: int
+    """The nodes' MemTotal together."""
+    free_kib: int | None
+
+    @property
+    def kib(self) -> int:
+        return self.mib * 1024
+
+    @property
+    def text(self) -> str:
+        nodes = ", ".join(map(str, self.nodes))
+        which = f"NUMA node {nodes}" if len(self.nodes) == 1 else f"NUMA nodes {nodes}"
+        size = size_text(self.mib * MIB)
+        return f"{self.what} binds {size} of VM {self.vm.vmid}'s memory to {which}"
+
+
+def _bound(
     vm: VmGuest, lines: Sequence[ConfLine]
 ) -> Iterator[tuple[str, tuple[int, ...], int, int]]:
-    """(what binds it, host nodes, MiB, its line) for each binding of the VM's memory."""
+    """(what binds it, host nodes, MiB, its line number) for each binding of its memory."""
     if vm.numa and vm.numa_pin is not None:
         found = _value(lines, "memory")
         mib = qemuconf.memory_mib(found[1]) if found is not None else None
@@ -124,32 +155,28 @@ def _gib(kib: int) -> str:
     return f"{kib / (1 << 20):.1f} GiB"
 
 
-def _nodes_text(nodes: tuple[int, ...]) -> str:
-    return ("NUMA node " if len(nodes) == 1 else "NUMA nodes ") + ", ".join(map(str, nodes))
-
-
-def _numa_judgements(
-    facts: HostFacts, pools: Sequence[Pool]
-) -> Iterator[tuple[VmGuest, str, str, tuple[int, ...], int, int, int | None]]:
-    """(VM, subject, what binds, nodes, MiB, the nodes' MemTotal and MemFree)."""
+def _bindings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[_Binding]:
+    """Each binding of a pool VM's memory to nodes whose memory discovery read."""
     for _, vm in _vms(pools):
         if vm.config is None:
             continue
-        for what, nodes, mib, number in _bindings(vm, _main_lines(vm)):
+        for what, nodes, mib, number in _bound(vm, _main_lines(vm)):
             memory = _node_memory(facts, nodes)
             if memory is not None:
-                yield vm, f"{vm.config_path} line {number}", what, nodes, mib, *memory
+                subject = f"{vm.config_path} line {number}"
+                yield _Binding(vm, subject, what, nodes, mib, *memory)
 
 
-def _numa_fix(vm: VmGuest, what: str, total_kib: int) -> str:
-    most = int(total_kib * TIGHT_SHARE) // 1024 // 1024 * 1024
+def _numa_fix(binding: _Binding) -> str:
+    vm = binding.vm
+    most = int(binding.total_kib * TIGHT_SHARE) // 1024 // 1024 * 1024
     if vm.numa:
         return (
             f"give the VM at most {most} MiB (qm set {vm.vmid} --memory {most}), or set "
             "numa = false in the pool's vm table (its memory is then not bound)"
         )
     lines = [ln for ln in _main_lines(vm) if _NUMA_KEY.fullmatch(ln.key)]
-    if len(lines) == 1 and what.startswith(f"{lines[0].key} "):
+    if len(lines) == 1 and binding.what.startswith(f"{lines[0].key} "):
         # The VM's one NUMA node: its memory and the line's shrink together.
         parts = [(k, most if k == "memory" else v) for k, v in hostpci.options(lines[0].value)]
         value = ",".join(f"{k}={v}" if k else str(v) for k, v in parts)
@@ -163,29 +190,28 @@ def _numa_fix(vm: VmGuest, what: str, total_kib: int) -> str:
 
 
 def _numa_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
-    for vm, subject, what, nodes, mib, total, _ in _numa_judgements(facts, pools):
-        if mib * 1024 <= total:
+    for binding in _bindings(facts, pools):
+        if binding.kib <= binding.total_kib:
             continue
+        have = "has" if len(binding.nodes) == 1 else "have"
         yield Problem(
             "vm-numa-memory-beyond-node",
-            subject,
-            f"{what} binds {size_text(mib * MIB)} of VM {vm.vmid}'s memory to "
-            f"{_nodes_text(nodes)}, which {'has' if len(nodes) == 1 else 'have'} "
-            f"{_gib(total)} (MemTotal): vfio pins all of a guest's memory when it starts, so "
-            "the VM cannot start",
-            _numa_fix(vm, what, total),
+            binding.subject,
+            f"{binding.text}, which {have} {_gib(binding.total_kib)} (MemTotal): vfio pins "
+            "all of a guest's memory when it starts, so the VM cannot start",
+            _numa_fix(binding),
         )
 
 
 def _numa_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
-    for vm, subject, what, nodes, mib, total, free in _numa_judgements(facts, pools):
-        kib = mib * 1024
-        if kib > total:
+    for binding in _bindings(facts, pools):
+        total, free = binding.total_kib, binding.free_kib
+        if binding.kib > total:
             continue  # refused
         reasons = []
-        if kib > total * TIGHT_SHARE:
+        if binding.kib > total * TIGHT_SHARE:
             reasons.append(f"more than {TIGHT_SHARE:.0%} of their {_gib(total)}")
-        if free is not None and kib > free:
+        if free is not None and binding.kib > free:
             reasons.append(
                 f"more than the {_gib(free)} free there at discovery (unless the VM was "
                 "running then, holding its own)"
@@ -195,11 +221,10 @@ def _numa_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]
         yield Finding(
             Severity.WARNING,
             "vm-numa-memory-tight",
-            subject,
-            f"{what} binds {size_text(mib * MIB)} of VM {vm.vmid}'s memory to "
-            f"{_nodes_text(nodes)}, {' and '.join(reasons)}: vfio pins all of it when the VM "
+            binding.subject,
+            f"{binding.text}, {' and '.join(reasons)}: vfio pins all of it when the VM "
             "starts, and the kernel, other guests and the ZFS ARC on those nodes need theirs; "
-            f"a start that finds too little fails. To leave room: {_numa_fix(vm, what, total)}",
+            f"a start that finds too little fails. To leave room: {_numa_fix(binding)}",
         )
 
 
