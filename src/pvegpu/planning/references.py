@@ -101,10 +101,10 @@ def _binder_unit(facts: HostFacts, ref: GpuReference) -> bool:
 
 
 def _touched(pools: Sequence[Pool]) -> str:
-    moved = sum(len(p.gpus) for p in pools if p.kind is PoolKind.VFIO)
-    kept = sum(len(p.gpus) for p in pools if p.kind is not PoolKind.VFIO)
+    moved = sum(len(p.gpus) for p in pools if p.moves_to_vfio)
+    kept = sum(len(p.gpus) for p in pools if not p.moves_to_vfio)
     parts = [f"moves {moved} GPU{'s' if moved != 1 else ''} to vfio-pci"] if moved else []
-    parts += [f"gives {kept} to containers or the host"] if kept else []
+    parts += [f"gives {kept} to containers, VMs' vGPUs or the host"] if kept else []
     return " and ".join(parts)
 
 
