@@ -340,3 +340,21 @@ def test_a_cdi_spec_by_number_is_named_when_the_split_moves_its_gpu(tmp_path: Pa
     (finding,) = [f for f in plan(facts, KPRO6).findings if f.code == "gpu-reference-renumbered"]
     assert finding.subject == "etc/cdi/n.yaml line 7"
     assert "after the split that node is gone" in finding.message
+
+
+def test_discover_shows_who_uses_each_gpu_and_what_it_cannot_tell(tmp_path: Path) -> None:
+    from pvegpu.cli.discover import format_table
+
+    text = format_table(facts_with(tmp_path, "kpro6", EVERY_KIND))
+    lines = text.splitlines()
+    assert (
+        "USE 91:00.0: CT 129 dev5; VM 300 args; the host etc/systemd/system/dcgm-pin.service "
+        "line 2, etc/modprobe.d/gpu.conf line 1"
+    ) in lines
+    assert any(ln.startswith("ALL CT 140: `lxc.mount.entry: /dev/dri") for ln in lines)
+    unknown = [ln for ln in lines if ln.startswith("?   ")]
+    assert [ln.split(" (")[0] for ln in unknown] == [
+        "?   etc/pve/lxc/140.conf line 4",
+        "?   etc/pve/lxc/140.conf line 10",
+        "?   etc/pve/qemu-server/300.conf line 2",
+    ]

@@ -12,6 +12,8 @@ import sys
 from pvegpu.host.discover import discover
 from pvegpu.host.facts_dump import facts_to_json
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.references import Holder
+from pvegpu.pci import PciAddress
 from pvegpu.vendors import Vendor
 
 
@@ -73,6 +75,32 @@ def _fabric_line(facts: HostFacts) -> str:
     mode = "" if manager.mode is None else f", FABRIC_MODE={manager.mode}"
     switches = " ".join(s.address.short for s in facts.nvswitches)
     return f"NVSwitch {switches}: Fabric Manager {state}{mode}"
+
+
+def _use_lines(facts: HostFacts) -> list[str]:
+    """Who reaches each GPU now (`HostFacts.references`, main and pending sections: a
+    snapshot is history), what reaches every GPU of a kind, and what pvegpu cannot tell."""
+    by_gpu: dict[PciAddress, dict[str, list[str]]] = {}
+    every: list[str] = []
+    unknown: list[str] = []
+    for ref in facts.references:
+        if (ref.section is not None and not ref.pending) or ref.inert is not None:
+            continue
+        label = ref.text.split(":", 1)[0].strip() if ref.holder is not Holder.HOST else ref.where
+        if ref.unresolved is not None:
+            unknown.append(f"?   {ref.where} ({ref.guest}, {ref.kind.value}): {ref.unresolved}")
+        elif ref.every is not None:
+            every.append(f"ALL {ref.guest}: `{ref.text.strip()}` reaches {ref.every}")
+        for gpu in () if ref.every is not None else ref.gpus:
+            by_gpu.setdefault(gpu, {}).setdefault(ref.guest, []).append(label)
+    used = [
+        f"USE {gpu.short}: "
+        + "; ".join(
+            f"{guest} {', '.join(dict.fromkeys(labels))}" for guest, labels in holders.items()
+        )
+        for gpu, holders in sorted(by_gpu.items())
+    ]
+    return used + every + unknown
 
 
 def format_table(facts: HostFacts) -> str:
@@ -144,6 +172,8 @@ def format_table(facts: HostFacts) -> str:
         lines += [*partitions, ""]
     if facts.nvswitches:
         lines += [_fabric_line(facts), ""]
+    if uses := _use_lines(facts):
+        lines += [*uses, ""]
     for node in facts.numa_nodes:
         on_node = [g.address.short for g in facts.gpus if g.numa_node == node.id]
         lines.append(f"NUMA {node.id} (cpus {node.cpus}): {' '.join(on_node) or '-'}")

@@ -164,6 +164,11 @@ class GpuReference:
     def main_section(self) -> bool:
         return self.section is None
 
+    @property
+    def pending(self) -> bool:
+        """In a pending section: applied at the guest's next start."""
+        return (self.section or "").lower() in ("pve:pending", "pending")
+
 
 def driver_order(gpus: Iterable[GPU]) -> tuple[PciAddress, ...]:
     """The GPUs a vendor's own driver numbers (`node_minor`), in PCI order: how its tools
