@@ -70,6 +70,17 @@ class _Collected:
     removed: list[ContainerGpusRemoved] = attrs.field(factory=list)
     problems: list[Problem] = attrs.field(factory=list)
     findings: list[Finding] = attrs.field(factory=list)
+    every_device: dict[str, _EveryDevice] = attrs.field(factory=dict)
+    """A rule for every major (`a`, `c *:* rwm`) reaches the GPUs of every node family:
+    one refusal per line, whatever families it was found in (`_every_device`)."""
+
+
+@attrs.define
+class _EveryDevice:
+    vmid: int
+    line: ConfLine
+    hit: list[tuple[GPU, Pool]] = attrs.field(factory=list)
+    families: list[DeviceNodes] = attrs.field(factory=list)
 
 
 def judge_host(
@@ -102,6 +113,7 @@ def judge_guests(
             _container(file, vmid, vmid in own, claims, families, naming, numbers, out)
         elif (vmid := _vmid(file.path, VM_DIR)) is not None:
             _vm(facts.node, file, vmid, claims, mappings, out)
+    out.problems.extend(_every_device(w, r, claims) for w, r in out.every_device.items())
     return GuestVerdict(tuple(out.removed), tuple(out.problems), tuple(out.findings))
 
 
@@ -276,6 +288,10 @@ def _changes(
             out.problems.append(_pending(where, f"CT {vmid}", line, named, f"pct set {vmid}"))
         elif own and lxcconf.is_gpu_line(line, nodes, majors, naming):
             continue  # the pool's own container: guests.py rewrites all its GPU lines
+        elif every and lxcconf.grants_every_device(line, naming):
+            rule = out.every_device.setdefault(where, _EveryDevice(vmid, line))
+            rule.hit += [h for h in hit if h not in rule.hit]
+            rule.families.append(nodes)
         elif every:
             out.problems.append(_every_gpu(where, vmid, line, named, claims, nodes))
         elif minor is not None:
@@ -413,6 +429,43 @@ def _every_gpu(
     claims: Claims,
     nodes: DeviceNodes,
 ) -> Problem:
+    rules = _keep_rules(vmid, claims, nodes)
+    holder = "a DRM driver" if nodes.drm else _holder(nodes)
+    return Problem(
+        "lxc-grants-all-gpus",
+        where,
+        f"`{line.raw.strip()}` lets CT {vmid} open every GPU {holder} holds (before the "
+        "split, after a revert, or when the split fails at boot), among them "
+        f"{by_destination(named)}",
+        f"replace it with one rule per GPU CT {vmid} keeps: {rules}then run pvegpu again"
+        if rules
+        else f"remove it: no GPU of this host is left for CT {vmid}; then run pvegpu again",
+    )
+
+
+def _every_device(where: str, rule: _EveryDevice, claims: Claims) -> Problem:
+    """A rule for every device (`a`): one refusal naming each GPU once, whatever nodes
+    (NVIDIA's, DRM's) it is opened by; its fix keeps the container's other devices."""
+    vmid = rule.vmid
+    rules = "".join(_keep_rules(vmid, claims, nodes) for nodes in rule.families)
+    named = [(g.address.short, p) for g, p in rule.hit]
+    return Problem(
+        "lxc-grants-all-gpus",
+        where,
+        f"`{rule.line.raw.strip()}` lets CT {vmid} open every device, every GPU of every "
+        "driver among them (before the split, after a revert, or when the split fails at "
+        f"boot): {by_destination(named)}",
+        f"replace it with rules for the devices CT {vmid} needs besides GPUs, and one per "
+        f"GPU it keeps: {rules}then run pvegpu again"
+        if rules
+        else f"replace it with rules for the devices CT {vmid} needs (no GPU of this host is "
+        "left for it); then run pvegpu again",
+    )
+
+
+def _keep_rules(vmid: int, claims: Claims, nodes: DeviceNodes) -> str:
+    """`c 195:2 rwm` for each GPU of the family container `vmid` may keep, and its
+    control node's; empty when it keeps none."""
     owners = {node: p for node, (_, p) in claims.by_node.items()}
     keeps = [
         (g, node)
@@ -421,6 +474,8 @@ def _every_gpu(
         and node[0] == nodes.major
         and (node not in owners or container_may_hold(owners[node], vmid))
     ]
+    if not keeps:
+        return ""
     rules = "".join(
         f"`c {major}:{minor} rwm` for {g.address.short}, " for g, (major, minor) in keeps
     )
@@ -431,17 +486,7 @@ def _every_gpu(
         if control is not None and shared
         else ""
     )
-    holder = "a DRM driver" if nodes.drm else _holder(nodes)
-    return Problem(
-        "lxc-grants-all-gpus",
-        where,
-        f"`{line.raw.strip()}` lets CT {vmid} open every GPU {holder} holds (before the "
-        "split, after a revert, or when the split fails at boot), among them "
-        f"{by_destination(named)}",
-        f"replace it with one rule per GPU CT {vmid} keeps: {rules}{ending}then run pvegpu again"
-        if keeps
-        else f"remove it: no GPU of this host is left for CT {vmid}; then run pvegpu again",
-    )
+    return rules + ending
 
 
 def _pending(
