@@ -96,6 +96,46 @@ def pci_mapping(draw: st.DrawFn, mapping_id: str | None = None) -> PciMapping:
 
 pci_mappings = st.lists(pci_mapping(), max_size=4, unique_by=lambda m: m.id)
 
+_BOOLEANS = st.sampled_from(["1", "0", "yes", "no", "on", "off", "true", "FALSE"])
+
+
+@st.composite
+def _map_string(draw: st.DrawFn) -> str:
+    """A map property string with its keys in any order, as a hand may write one."""
+    entry = draw(pci_maps)
+    fields = [("id", entry.id), ("node", entry.node), ("path", entry.path)]
+    if entry.iommugroup is not None:
+        fields.append(("iommugroup", str(entry.iommugroup)))
+    if entry.subsystem_id is not None:
+        fields.append(("subsystem-id", entry.subsystem_id))
+    return ",".join(f"{k}={v}" for k, v in draw(st.permutations(fields)))
+
+
+@st.composite
+def hand_written_section(draw: st.DrawFn, mapping_id: str) -> str:
+    """A pci.cfg section as a hand (or another tool) may leave it, which Proxmox reads:
+    its properties in any order (`description` before `map`), indented by TABs or
+    spaces, booleans spelled `yes`/`on`, an unknown key, `#` and whitespace-only lines
+    among them. Its text without the empty line that ends it."""
+    properties = [("map", m) for m in draw(st.lists(_map_string(), min_size=1, max_size=3))]
+    if draw(st.booleans()):
+        properties.append(("description", draw(free_text())))
+    for key in ("mdev", "live-migration-capable"):
+        if draw(st.booleans()):
+            properties.append((key, draw(_BOOLEANS)))
+    if draw(st.booleans()):
+        properties.append(("x-future", "3"))
+    indents = st.sampled_from(["\t", "  ", " \t", "\t\t"])
+    lines = [
+        f"{draw(indents)}{key}{draw(st.sampled_from([' ', '  ', chr(9)]))}{value}"
+        + draw(st.sampled_from(["", " "]))
+        for key, value in draw(st.permutations(properties))
+    ]
+    for _ in range(draw(st.integers(0, 2))):
+        at = draw(st.integers(0, len(lines)))
+        lines.insert(at, draw(st.sampled_from(["# hand note", "  # indented note", " \t"])))
+    return "\n".join([mapping_id, *lines])
+
 
 # --- guest configs ---------------------------------------------------------------------
 

@@ -131,10 +131,10 @@ def test_tp_is_read_as_the_planner_reads_a_unit(tmp_path: Path) -> None:
     assert "p2p-under-translation" in codes(root)
 
 
-def _map_line(root: Path, path: str) -> None:
+def _map_line(root: Path, path: str, group: str = "iommugroup=12,") -> None:
     cfg = root / PCI_CFG
     old = "map id=10de:2bb5,iommugroup=12,node=kpro6,path=0000:01:00,subsystem-id=10de:204b"
-    new = f"map id=10de:2bb5,node=kpro6,path={path},subsystem-id=10de:204b"
+    new = f"map id=10de:2bb5,{group}node=kpro6,path={path},subsystem-id=10de:204b"
     text = cfg.read_text()
     assert old in text
     cfg.write_text(text.replace(old, new))
@@ -142,22 +142,30 @@ def _map_line(root: Path, path: str) -> None:
 
 def test_a_mapping_path_list_is_read_as_pcicfg_spells_it(tmp_path: Path) -> None:
     """`path=0000:01:00;0000:11:00` names two GPUs on the bus (the old check glued the
-    list into one address and found no such device); `01:00` is 0000:01:00."""
+    list into one address and found no such device); Proxmox checks the group of the
+    first only, so group 12 passes although 11:00 is in 13."""
     root = kpro6(tmp_path)
     assert "mapping-stale" not in codes(root)
     _map_line(root, "0000:01:00;0000:11:00")
     assert "mapping-stale" not in codes(root)
-    root = kpro6(tmp_path, "short")
-    _map_line(root, "01:00")
-    assert "mapping-stale" not in codes(root)
+
+
+def test_a_mapping_line_without_its_group_is_stale(tmp_path: Path) -> None:
+    """The old check skipped a line without `iommugroup`; Proxmox refuses it ("missing
+    expected property") where the device has a group, as the planner's rule does."""
+    root = kpro6(tmp_path)
+    _map_line(root, "0000:01:00", group="")
+    (stale,) = [f for f in check(root, None).findings if f.code == "mapping-stale"]
+    assert stale.subject == f"{PCI_CFG} line 6"
+    assert "the line has no iommugroup, sysfs says 12" in stale.message
 
 
 def test_a_mapping_path_list_with_a_device_gone_is_stale(tmp_path: Path) -> None:
     root = kpro6(tmp_path)
     _map_line(root, "0000:01:00;0000:05:00")
     stale = [f for f in check(root, None).findings if f.code == "mapping-stale"]
-    assert [f.message for f in stale] == ["no such device on the bus"]
-    assert stale[0].subject == "/etc/pve/mapping/pci.cfg [pro6000] 0000:01:00;0000:05:00"
+    assert [f.subject for f in stale] == [f"{PCI_CFG} line 6"]
+    assert "no device 0000:05:00.0 is on the host" in stale[0].message
 
 
 def test_vfio_ids_on_identical_gpus_is_one_rule_of_plan_and_check(tmp_path: Path) -> None:

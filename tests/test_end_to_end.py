@@ -179,6 +179,19 @@ EXAMPLES: dict[str, Example] = {
             *REVIEW_FILES,
         ),
     ),
+    "vgpu-l40s": Example(
+        "vgpu-l40s",
+        (
+            "etc/pve/mapping/pci.cfg",
+            "etc/pve/qemu-server/301.conf",
+            "etc/pve/qemu-server/320.conf",
+            *SPLIT,
+            "revert/etc/pve/qemu-server/301.conf",
+            "revert/etc/pve/qemu-server/320.conf",
+            "revert/revert.sh",
+            *REVIEW_FILES,
+        ),
+    ),
     "mixed": Example(
         "mixed",
         (

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import string
 from collections.abc import Callable, Iterator
@@ -28,9 +29,12 @@ from depth import THOROUGH
 from pvegpu.errors import PvegpuError
 from pvegpu.model.facts import ConfigFile, HostFacts
 from pvegpu.model.model_config import LINEAR_LAYER_TYPES
+from pvegpu.model.plan import Finding
 from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_for
 from pvegpu.planning.planner import plan
+from pvegpu.planning.stale_mappings import stale_map_findings
+from pvegpu.pvefiles import pcicfg
 from pvegpu.rendering.registry import render
 from pvegpu.spec.load import load_spec, parse_spec
 
@@ -293,6 +297,54 @@ def test_mutated_existing_configs_give_typed_errors(host: str, spec_name: str) -
         what = f"{host} #{index}: {file.path}:\n{content[:2000]}"
         outcomes.run(lambda m=mutated: plan_and_render(m, spec), what)  # type: ignore[misc]
     outcomes.check()
+
+
+_MAP_VALUE = re.compile(r"(?<=[\t,])(id|iommugroup|node|path|subsystem-id)=[^,\n]*")
+
+
+@pytest.mark.parametrize(
+    ("host", "spec_name"), [("kpro6", "kpro6.toml"), ("workstation-bios", "workstation.toml")]
+)
+def test_mutated_pci_cfg_map_values_give_typed_errors(host: str, spec_name: str) -> None:
+    """One value of a map line replaced by nasty text, a stale-looking variant of itself
+    or a random word: the plan refuses with a typed problem or plans (a stale line is a
+    finding), and `pvegpu check`'s rule on the same facts never raises."""
+    rng = random.Random(f"{SEED}-pcicfg-{host}")
+    spec = load_spec(REPO / "examples" / spec_name)
+    facts = discover_for(spec, REPO / "fixtures/sysfs" / host)
+    cfg = facts.file(pcicfg.PATH)
+    assert cfg is not None
+    values = list(_MAP_VALUE.finditer(cfg.content))
+    outcomes = Outcomes()
+    for index in range(EXAMPLES):
+        found = rng.choice(values)
+        old = found[0].split("=", 1)[1]
+        new = rng.choice(
+            [
+                rng.choice(NASTY_TEXT),
+                "9" * 5000,  # past int()'s 4,300 digits
+                old.upper(),
+                "0" + old,
+                old[::-1],
+                "".join(rng.choice(string.printable) for _ in range(rng.randrange(1, 12))),
+            ]
+        )
+        content = cfg.content[: found.start()] + f"{found[1]}={new}" + cfg.content[found.end() :]
+        changed = tuple(
+            ConfigFile(f.path, content) if f.path == cfg.path else f for f in facts.files
+        )
+        mutated = attrs.evolve(facts, files=changed)
+        what = f"{host} #{index}: {found[1]}={new!r}"
+        outcomes.run(lambda m=mutated: plan_and_render(m, spec), what)  # type: ignore[misc]
+        outcomes.run(lambda m=mutated: list(_live_stale(m)), f"check {what}")  # type: ignore[misc]
+    outcomes.check()
+
+
+def _live_stale(facts: HostFacts) -> Iterator[Finding]:
+    """What `pvegpu check` runs on pci.cfg: parse (refusals are typed), then the rule."""
+    existing = facts.file(pcicfg.PATH)
+    assert existing is not None
+    yield from stale_map_findings(facts, pcicfg.parse(existing.content), live=True)
 
 
 # -- the model's config.json

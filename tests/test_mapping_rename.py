@@ -137,7 +137,8 @@ def test_old_mapping_and_raw_lines_keep_their_indices_and_options(tmp_path: Path
     """Lines on the old id and by raw address alike become the new mapping's lines on
     their own indices, device-id/rombar/romfile/x-vga/driver kept; another mapping
     stays. (An `mdev=` line is refused instead: test_mdev_mig.py.)"""
-    base = "#SNP VM\ncores: 8\nmachine: q35\nmemory: 65536\nname: snp\nostype: l26\n"
+    # cpu: host: four 128 GiB BARs need more than the default type's 40 address bits.
+    base = "#SNP VM\ncores: 8\ncpu: host\nmachine: q35\nmemory: 65536\nname: snp\nostype: l26\n"
     config = base.replace("machine: q35\n", VM140_LINES + "machine: q35\n")
     facts = variant(tmp_path, {VM140: config}, fixture_hosts.kpro6_split)
     result = plan(facts, parse_spec(KPRO6_SPLIT_SPEC))
@@ -317,3 +318,52 @@ def test_old_mapping_lines_are_patched_like_the_mappings_own(
     for c in got.conversions:
         assert c.before in renamed_lines and c.after.startswith("hostpci")
         assert (c.old_mapping == "was") == ("mapping=was" in c.before)
+
+
+# --- a second VM on the mapping the bundle removes (issue 29, item 7) ------------------
+
+VM111 = "etc/pve/qemu-server/111.conf"
+SECOND_VM = "cores: 4\nhostpci0: mapping=a4000,pcie=1\nhostpci2: mapping=a4000\nmachine: q35\n"
+
+
+def _second_vm(tmp_path: Path, config: str) -> Plan:
+    files = {pcicfg.PATH: APPLIED_PCI_CFG, VM110: _vm110(), VM111: config}
+    return plan(variant(tmp_path, files, fixture_hosts.workstation), parse_spec(RENAMED))
+
+
+def test_second_vm_on_the_removed_mapping_is_told_it_does_not_start(
+    tmp_path: Path, golden: Golden
+) -> None:
+    """VM 110 follows its GPU to cad-gpu; VM 111's lines still name a4000, which the
+    bundle removes: a warning on VM 111 with one command that removes both lines."""
+    result = _second_vm(tmp_path, SECOND_VM)
+    (finding,) = of(result.findings, "vm-mapping-shrinks")
+    assert finding.subject == VM111
+    assert "VM 111 does not start while a hostpci line names a missing mapping" in finding.message
+    assert "(qm set 111 --delete hostpci0,hostpci2)" in finding.message
+    assert VM111 not in {a.path for a in render(result)}  # pvegpu does not edit VM 111
+    assert text([finding]) == golden("txt")
+
+
+def test_second_vm_pending_line_on_the_removed_mapping_is_named(tmp_path: Path) -> None:
+    """A pending change of VM 111 that adds a line on a4000 names the missing mapping at
+    its next start: listed with the revert (it was passed over); a snapshot is history."""
+    config = "cores: 4\nmachine: q35\n\n[PENDING]\nhostpci1: mapping=a4000\n"
+    config += "\n[before]\nhostpci0: mapping=a4000\nsnaptime: 1700000000\n"
+    (finding,) = of(_second_vm(tmp_path, config).findings, "vm-mapping-shrinks")
+    assert finding.subject == VM111
+    assert finding.message.startswith("the pending hostpci1 uses mapping a4000, which the plan")
+    assert "(qm set 111 --revert hostpci1)" in finding.message
+
+
+def test_mapping_left_without_a_device_on_this_node_is_not_fewer_gpus(tmp_path: Path) -> None:
+    """a4000 keeps a line of another node: not removed, but without a device here, so
+    VM 111 does not start here at all (not "gets fewer GPUs")."""
+    other = "\tmap id=10de:24b0,iommugroup=9,node=pve-ws2,path=0000:39:00,subsystem-id=10de:14ad\n"
+    cfg = APPLIED_PCI_CFG.replace(A4000_MAP, A4000_MAP + other)
+    files = {pcicfg.PATH: cfg, VM110: _vm110(), VM111: SECOND_VM}
+    result = plan(variant(tmp_path, files, fixture_hosts.workstation), parse_spec(RENAMED))
+    (finding,) = of(result.findings, "vm-mapping-shrinks")
+    assert "keeps no device on pve-ws after the plan" in finding.message
+    assert "VM 111 does not start on pve-ws" in finding.message
+    assert "gets fewer GPUs" not in finding.message

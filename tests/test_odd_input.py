@@ -30,7 +30,7 @@ from pvegpu.model.model_config import (
     valid_tp_sizes,
 )
 from pvegpu.pci import CpuList
-from pvegpu.pvefiles import lxcconf, qemuconf
+from pvegpu.pvefiles import lxcconf, pcicfg, qemuconf
 from pvegpu.pvefiles.guestconf import config_integer
 from strategies_serving import MODEL_DIR, qwen35_config
 
@@ -324,6 +324,82 @@ def _text_config(**changes: Any) -> Callable[[str], str]:
     return change
 
 
+# ------------------------------------------------------------------ pci.cfg values
+
+PCI_CFG = "etc/pve/mapping/pci.cfg"
+# The nic-cx6 line of kpro6's pci.cfg; each case swaps one value of it.
+NIC_LINE = "id=15b3:101d,iommugroup=27,node=kpro6,path=0000:c1:00.0,subsystem-id=15b3:0016"
+NIC_CFG = f"gpus\n\tdescription x\n\nnic-cx6\n\tmap {NIC_LINE}\n\tdescription port 0\n\n"
+ODD_MAP_VALUES = [
+    ("iommugroup", "\u0663"),  # Arabic-Indic three: str.isdigit, and int() reads 3
+    ("iommugroup", "\uff11\uff12"),  # fullwidth 12
+    ("iommugroup", "1e9"),
+    ("iommugroup", "9" * 5000),  # int() refuses past 4,300 digits: a ValueError before
+    ("iommugroup", "12345678901"),
+    ("iommugroup", "-1"),
+    ("iommugroup", "+27"),
+    ("iommugroup", "27 "),
+    ("id", "15b3:101d0"),
+    ("id", "0x15b3:101d"),
+    ("id", "\u0661\u0665b3:101d"),
+    ("subsystem-id", "15b3"),
+    ("subsystem-id", "zzzz:0016"),
+    ("node", "kpro6.lan"),
+    ("node", "-kpro6"),
+    ("node", "\uff4bpro6"),  # fullwidth k
+    ("path", "0000:c1:00.8"),
+    ("path", "0000:C1:00.0"),
+    ("path", "0000:c1:00.0;"),
+    ("path", "000000000:c1:00.0"),
+    ("path", "0" * 5000 + ":c1:00.0"),
+    ("path", "\u0660\u0660\u0660\u0660:c1:00.0"),
+]
+
+
+def _odd_map(key: str, value: str) -> str:
+    return NIC_CFG.replace(
+        f"{key}={dict(p.split('=') for p in NIC_LINE.split(','))[key]}", f"{key}={value}", 1
+    )
+
+
+@pytest.mark.parametrize(("key", "value"), ODD_MAP_VALUES)
+def test_odd_pci_cfg_value_is_a_typed_refusal(key: str, value: str) -> None:
+    """Every value of a map line Proxmox would not read as we do (or at all) is a
+    pcicfg-syntax refusal naming the file, the line and the mapping, with a fix; never
+    a ValueError, never read as another number, and a 5,000-character value is cut."""
+    text = _odd_map(key, value)
+    assert f"{key}={value}" in text
+    with deadline(DEADLINE_S), pytest.raises(RenderError) as caught:
+        pcicfg.parse(text)
+    (problem,) = caught.value.problems
+    assert (problem.code, problem.subject) == ("pcicfg-syntax", f"{PCI_CFG} line 5")
+    assert problem.message.startswith(f"mapping 'nic-cx6': map {key} ")
+    assert "Datacenter > Resource Mappings > nic-cx6" in problem.fix
+    assert len(problem.message) < 400
+    assert pcicfg.syntax_problems(text) == caught.value.problems
+
+
+@pytest.mark.parametrize("text", ["iommugroup=", "iommugroup"])
+def test_empty_iommugroup_is_refused(text: str) -> None:
+    with pytest.raises(RenderError) as caught:
+        pcicfg.parse(NIC_CFG.replace("iommugroup=27", text))
+    assert "is not key=value" in caught.value.problems[0].message
+
+
+def test_values_proxmox_reads_are_read() -> None:
+    """An uppercase id, a leading zero and the VMD domain are read (the stale check then
+    compares them with sysfs as Proxmox does: as text)."""
+    text = NIC_CFG.replace("id=15b3:101d", "id=15B3:101D").replace("=27", "=027")
+    (_, nic) = pcicfg.parse(text.replace("0000:c1", "10000:c1"))
+    assert nic.maps[0].get("iommugroup") == "027"
+    assert nic.mapping.maps[0].iommugroup == 27
+
+
+def _odd_pci_cfg(root: Path) -> None:
+    path = root / PCI_CFG
+    path.write_text(path.read_text().replace("iommugroup=27", "iommugroup=" + "9" * 5000))
+
+
 CLI_CASES = [
     pytest.param(
         "kpro6-raw",
@@ -372,6 +448,12 @@ CLI_CASES = [
         _edit_json(INDEX, lambda t: re.sub(r'"total_size": \d+', '"total_size": NaN', t)),
         (INDEX, "checkpoint-index-invalid", "metadata.total_size is nan"),
         id="index-total-size-nan",
+    ),
+    pytest.param(
+        "kpro6",
+        _odd_pci_cfg,
+        (f"{PCI_CFG} line 2", "pcicfg-syntax", "map iommugroup '999999999999999999999999'..."),
+        id="pci-cfg-iommugroup-5000-digits",
     ),
     pytest.param(
         "kpro6",

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from pvegpu.errors import RenderError
 from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.pcicfg import PciMap, PciMapping
-from strategies import pci_mapping, pci_mappings
+from strategies import hand_written_section, mapping_ids, pci_mapping, pci_mappings
 
 # The reference example (proxmox-formats.md), as Proxmox writes it.
 REFERENCE = """\
@@ -100,7 +100,7 @@ def test_parse_accepts_what_sectionconfig_accepts() -> None:
         ("g1\n\tmap id=10de:2bb5,node=n\n", 2, "lacks path"),
         ("g1\n\tmap id=10de:2bb5,node=n,path=81:00.0\n", 2, "not dddd:bb:dd"),
         ("g1\n\tmap id=10de:2bb5,node=n,path=0000:81:00.0;0000:81:0\n", 2, "not dddd:bb:dd"),
-        ("g1\n\tmap id=10de:2bb5,node=n,path=0000:81:00,iommugroup=x\n", 2, "not a number"),
+        ("g1\n\tmap id=10de:2bb5,node=n,path=0000:81:00,iommugroup=x\n", 2, "not an IOMMU group"),
         ("g1\n\tmap 10de:2bb5\n", 2, "not key=value"),
         ("g1\n\tmap id=10de:2bb5,id=10de:2bb5,node=n,path=0000:01:00\n", 2, "given twice"),
         ("g1\n\tdescription\n", 2, "has no value"),
@@ -154,9 +154,10 @@ def test_format_refuses_unwritable_values(mapping: PciMapping, message: str) -> 
 
 
 def test_patch_replaces_in_place_appends_and_keeps_others() -> None:
-    """Same id: rewritten where it was; new id: appended; other sections kept in order."""
+    """Same id: rewritten where it was; new id: appended; other sections kept in order,
+    and so is a `#` line outside the sections pvegpu writes."""
     existing = (
-        "# kept? no: Proxmox drops comments too\n"
+        "# kept: pvegpu changes only its own mappings\n"
         "nic\n\tmap id=8086:1592,node=kpro6,path=0000:41:00.0\n\n"
         + REFERENCE.replace("pro6000-vm", "pro6000-old")
     )
@@ -165,8 +166,11 @@ def test_patch_replaces_in_place_appends_and_keeps_others() -> None:
     assert [s.id for s in pcicfg.parse(out)] == ["nic", "pro6000", "pro6000-old", "pro6000-vm"]
     assert pcicfg.parse_mappings(out)[1] == lxc
     assert pcicfg.parse_mappings(out)[3] == VM_MAPPING
-    assert "#" not in out
-    assert out.startswith("nic\n\tmap id=8086:1592,node=kpro6,path=0000:41:00.0\n\npro6000\n")
+    assert out.startswith(
+        "# kept: pvegpu changes only its own mappings\n"
+        "nic\n\tmap id=8086:1592,node=kpro6,path=0000:41:00.0\n\npro6000\n"
+    )
+    assert pcicfg.dropped_comment_lines(existing, ["pro6000", "pro6000-vm"]) == ()
 
 
 def test_patch_keeps_other_nodes_map_lines() -> None:
@@ -191,11 +195,50 @@ def test_patch_keeps_other_nodes_map_lines() -> None:
     assert merged.description == "all VM GPUs"
 
 
-def test_patch_keeps_unknown_keys_and_map_strings_verbatim() -> None:
-    """Sections pvegpu does not own are re-printed canonically, map strings untouched."""
-    existing = "other\n\tzeta 1\n\tmap path=0000:c1:00,node=kpro6,id=1002:74a1,x=y\n\n"
+# A mapping written by hand: description first, booleans as words, spaces for TABs, a
+# note inside; Proxmox reads it, and only a Proxmox write of this mapping would reorder it.
+HAND_WRITTEN = (
+    "other\n"
+    "  description router NIC\n"
+    "\tzeta 1\n"
+    "# port 0 only\n"
+    "\tmap path=0000:c1:00,node=kpro6,id=1002:74a1,x=y\n"
+    "\tmdev no\n"
+    "\tlive-migration-capable yes \n"
+)
+
+
+def test_patch_keeps_a_mapping_it_does_not_own_byte_for_byte() -> None:
+    """The issue's case: a mapping pvegpu does not own keeps its key order, spacing,
+    spelling and `#` lines; only the owned mapping is printed canonically."""
+    out = pcicfg.patch(HAND_WRITTEN + "\n", [VM_MAPPING])
+    assert out == HAND_WRITTEN + "\n" + pcicfg.format([VM_MAPPING])
+    assert pcicfg.dropped_comment_lines(HAND_WRITTEN, ["pro6000-vm"]) == ()
+
+
+def test_patch_prints_the_owned_mapping_canonically_and_drops_its_comments() -> None:
+    """Owned: printed as Proxmox prints it, its unknown key and unset options kept (its
+    `#` line is the one the plan reports); the mapping after it keeps its bytes."""
+    existing = HAND_WRITTEN.replace("other", "pro6000-vm") + "\nnext\n  mdev yes\n\n"
     out = pcicfg.patch(existing, [VM_MAPPING])
-    assert out.startswith("other\n\tmap path=0000:c1:00,node=kpro6,id=1002:74a1,x=y\n\tzeta 1\n\n")
+    maps = pcicfg.format([VM_MAPPING]).removeprefix("pro6000-vm\n").removesuffix("\n")
+    assert out == (
+        f"pro6000-vm\n{maps}"
+        "\tdescription router NIC\n\tlive-migration-capable 1\n\tmdev 0\n\tzeta 1\n\n"
+        "next\n  mdev yes\n\n"
+    )
+    assert pcicfg.dropped_comment_lines(existing, ["pro6000-vm"]) == (4,)
+
+
+def test_patch_drops_only_the_moved_line_of_a_mapping_it_does_not_own() -> None:
+    """A mapping that loses a device keeps every other byte; one that loses its last
+    goes whole, with the empty line that ended it, and its `#` lines are reported."""
+    second = "\tmap id=1002:74a1,node=kpro6,path=0000:d1:00\n"
+    existing = HAND_WRITTEN + second + "\ngone\n# only line\n" + second + "\nlast\n\tmdev 1\n\n"
+    drop = {"other": [second.strip().removeprefix("map ")], "gone": [second.strip()[4:]]}
+    out = pcicfg.patch(existing, [VM_MAPPING], drop=drop)
+    assert out == HAND_WRITTEN + "\nlast\n\tmdev 1\n\n" + pcicfg.format([VM_MAPPING])
+    assert pcicfg.dropped_comment_lines(existing, ["pro6000-vm"], drop) == (11,)
 
 
 def test_patch_of_nothing_is_format() -> None:
@@ -217,6 +260,42 @@ def test_patch_is_idempotent(
     text = ("# hand note\n" if comment else "") + pcicfg.format(existing)
     once = pcicfg.patch(text, new)
     assert pcicfg.patch(once, new) == once
+
+
+@given(
+    st.lists(mapping_ids, min_size=1, max_size=4, unique_by=str.lower).flatmap(
+        lambda ids: st.tuples(*(hand_written_section(i) for i in ids))
+    ),
+    st.lists(st.sampled_from(["", "# between\n", "\n"]), min_size=5, max_size=5),
+    st.data(),
+)
+def test_patch_keeps_every_byte_but_the_owned_mapping(
+    sections: tuple[str, ...], between: list[str], data: st.DataObject
+) -> None:
+    """Hand-written sections around an owned one come out byte for byte, and so does
+    what lies between them; the owned one is printed in its place as it is when patched
+    alone, canonically (or appended, when it is new)."""
+    chunks = [(between[i], text + "\n\n") for i, text in enumerate(sections)]
+    ids = [text.split("\n", 1)[0] for text in sections]
+    owned_at = data.draw(st.integers(0, len(sections)), label="owned section (len: new)")
+    owned_id = ids[owned_at] if owned_at < len(sections) else "pvegpu-new"
+    new = data.draw(pci_mapping(mapping_id=owned_id), label="owned mapping")
+    existing = "".join(a + b for a, b in chunks) + between[-1]
+    out = pcicfg.patch(existing, [new])
+    if owned_at == len(sections):
+        ended = existing if existing.endswith("\n\n") else existing + "\n"
+        assert out == ended + pcicfg.format([new])
+        return
+    owned = pcicfg.patch(chunks[owned_at][1], [new])
+    chunks[owned_at] = (chunks[owned_at][0], owned)
+    assert out == "".join(a + b for a, b in chunks) + between[-1]
+    header, *lines, blank, end = owned.split("\n")
+    assert (header, blank, end) == (owned_id, "", "")
+    assert all(line.startswith("\t") and not line[1].isspace() for line in lines)
+    keys = [line[1:].split(" ", 1)[0] for line in lines]
+    options = keys[keys.count("map") :]
+    assert keys[: keys.count("map")] == ["map"] * keys.count("map")
+    assert options == sorted(options)
 
 
 @given(pci_mappings, pci_mapping(mapping_id="pvegpu-new"))

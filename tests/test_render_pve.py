@@ -250,14 +250,18 @@ def test_pci_cfg_uses_the_plans_map_lines_as_given() -> None:
 
 
 def test_pci_cfg_dropped_comments_are_a_finding() -> None:
-    """Comments do not survive a write (Proxmox drops them too): an info finding on
-    pci.cfg names them; the artifact's reason only says what changes."""
-    files = {**KPRO6_FILES, pcicfg.PATH: "# do not edit\n" + KPRO6_PCI_CFG}
-    result = kpro6_plan(files=files)
+    """Comments inside a pool's mapping do not survive its write (Proxmox's drops them
+    too): an info finding on pci.cfg names them; the artifact's reason only says what
+    changes. A comment outside the pools' mappings is kept, like every other byte."""
+    cfg = "# do not edit\n" + KPRO6_PCI_CFG.replace("pro6000\n", "pro6000\n# was 8 GPUs\n")
+    result = kpro6_plan(files={**KPRO6_FILES, pcicfg.PATH: cfg})
     (finding,) = [f for f in result.findings if f.code == "pcicfg-comments-dropped"]
     assert (finding.severity, finding.subject) == (Severity.INFO, pcicfg.PATH)
-    assert "drops 1 # comment line (line 1)" in finding.message
-    assert "comment" not in only(render_pci_cfg(result)).reason
+    assert "drops 1 # comment line (line 7) inside the mappings it writes anew" in finding.message
+    artifact = only(render_pci_cfg(result))
+    assert "comment" not in artifact.reason
+    assert artifact.content.startswith("# do not edit\nnic-x710\n")
+    assert "# was 8 GPUs" not in artifact.content
     assert "pcicfg-comments-dropped" not in {f.code for f in kpro6_plan().findings}
 
 

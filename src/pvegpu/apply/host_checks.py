@@ -4,7 +4,8 @@ Read through the root reader like discovery, so a snapshot can be checked as wel
 the live host; nothing here runs a command. No rule here is check's own: each decision
 the planner also makes is the planner's function (the unit systemd runs and its
 drop-ins, `effective_dropins`; its TP, `unit_demand`; P2P on the container's GPUs,
-`facts_p2p`; a pci.cfg path, `HostId`), so check and plan cannot disagree on a host.
+`facts_p2p`; a pci.cfg map line against sysfs, `stale_map_findings`), so check and plan
+cannot disagree on a host.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pvegpu.errors import PvegpuError
 from pvegpu.formats.accounts import group_ids
 from pvegpu.host.reader import RootReader
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
-from pvegpu.model.facts import GPU, ConfigFile, HostFacts, PciFunction
+from pvegpu.model.facts import GPU, ConfigFile, HostFacts
 from pvegpu.model.paths import (
     CONTAINER_LIBDIRS,
     DPKG_STATUS,
@@ -37,11 +38,12 @@ from pvegpu.planning.findings import host_findings
 from pvegpu.planning.mdev import check_findings as mdev_check_findings
 from pvegpu.planning.mig import check_findings as mig_check_findings
 from pvegpu.planning.sriov import check_findings as sriov_check_findings
+from pvegpu.planning.stale_mappings import stale_map_findings
 from pvegpu.planning.unit_gpus import unit_demand
+from pvegpu.planning.vgpu import check_findings as vgpu_check_findings
+from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.guestconf import ConfLine, parse_lines, split_sections
-from pvegpu.pvefiles.hostpci import host_ids
 from pvegpu.pvefiles.lxcconf import dev_gid, gpu_minor, is_gpu_line, unprivileged
-from pvegpu.pvefiles.pcicfg import PciMap, parse_mappings
 from pvegpu.serving.container import container_driver_state
 from pvegpu.serving.p2p import facts_p2p
 from pvegpu.serving.unitfile import ENVIRONMENT, SERVICE, UnitFile, environment_pairs, merge_units
@@ -265,7 +267,7 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
                     "corrupt or hang; set NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce",
                 )
     yield from container_node_findings(reader, facts)
-    yield from _mappings(reader, facts)
+    yield from _mappings(facts)
     yield from host_findings(facts)
     yield from acs_check_findings(facts)
     yield from fabric_check_findings(facts)
@@ -273,48 +275,19 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
     yield from mdev_check_findings(facts)
     yield from mig_check_findings(facts)
     yield from sriov_check_findings(facts)
+    yield from vgpu_check_findings(facts)
 
 
-def _mappings(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
-    text = reader.read("etc/pve/mapping/pci.cfg")
-    if text is None:
+def _mappings(facts: HostFacts) -> Iterator[Finding]:
+    """pci.cfg's map lines of this node against sysfs, by the planner's rule
+    (`stale_map_findings`): every line, the pools' own too (nothing rewrites them now)."""
+    existing = facts.file(pcicfg.PATH)
+    if existing is None:
         return
     try:
-        mappings = parse_mappings(text)
+        sections = pcicfg.parse(existing.content)
     except PvegpuError as err:
         for p in err.problems:
             yield Finding(Severity.ERROR, p.code, p.subject, p.message)
         return
-    functions = {
-        (f.address.domain, f.address.bus, f.address.device, f.address.function): f
-        for f in facts.functions
-    }
-    for mapping in mappings:
-        for m in mapping.maps:
-            if m.node != facts.node:
-                continue
-            # A path as pci.cfg and hostpci spell it (domain optional, `;` lists); a slot
-            # is judged by its function 0, whose ids Proxmox checks.
-            hosts = host_ids([m.path])
-            found = [functions.get((h.domain, h.bus, h.device, h.function or 0)) for h in hosts]
-            subject = f"/etc/pve/mapping/pci.cfg [{mapping.id}] {m.path}"
-            if not found or None in found:
-                yield Finding(Severity.ERROR, "mapping-stale", subject, "no such device on the bus")
-                continue
-            wrong = list(dict.fromkeys(w for f in found if f is not None for w in _stale(m, f)))
-            if wrong:
-                yield Finding(
-                    Severity.ERROR, "mapping-stale", subject,
-                    f"{'; '.join(wrong)} in sysfs: Proxmox refuses to start a guest on it",
-                )  # fmt: skip
-
-
-def _stale(m: PciMap, f: PciFunction) -> Iterator[str]:
-    """What of map line `m` no longer matches the function it names."""
-    if m.id != f"{f.vendor:04x}:{f.device:04x}":
-        yield f"id {m.id} is {f.vendor:04x}:{f.device:04x}"
-    if m.iommugroup is not None and m.iommugroup != f.iommu_group:
-        yield f"iommugroup {m.iommugroup} is {f.iommu_group}"
-    sub = f"{f.subsystem_vendor:04x}:{f.subsystem_device:04x}"
-    if m.subsystem_id is not None and m.subsystem_id != sub:
-        yield f"subsystem-id {m.subsystem_id} is {sub}"
+    yield from stale_map_findings(facts, sections, live=True)

@@ -65,6 +65,8 @@ def run_plan(args: argparse.Namespace) -> int:
                     "gpus": [str(g.address) for g in p.gpus],
                     "functions": [str(f.address) for f in p.functions],
                     "numa_nodes": list(p.numa_nodes),
+                    # Only on a vGPU pool, whose VFs stay on `driver` (not moved).
+                    **({"vgpu_type": p.vgpu_type} if p.vgpu_type is not None else {}),
                 }
                 for p in plan.pools
             ],
@@ -80,7 +82,8 @@ def run_plan(args: argparse.Namespace) -> int:
     print(f"plan for node {plan.facts.node}: {len(installed)} file(s)")
     for pool in plan.pools:
         gpus = ", ".join(g.address.short for g in pool.gpus)
-        print(f"  pool {pool.name}: {pool.kind} on {pool.driver}: {gpus}")
+        kind = f"vGPU {pool.vgpu_type}" if pool.vgpu_type is not None else str(pool.kind)
+        print(f"  pool {pool.name}: {kind} on {pool.driver}: {gpus}")
     for finding in plan.findings:
         print(f"  {finding.severity}: {finding.subject}: {finding.message} [{finding.code}]")
     return 0

@@ -22,7 +22,8 @@ class PoolKind(StrEnum):
     LXC = "lxc"
     """GPUs stay on their host driver; device nodes go into a container."""
     VFIO = "vfio"
-    """GPUs move to vfio-pci for VM passthrough."""
+    """GPUs move to vfio-pci for VM passthrough (or, NVIDIA vGPU virtual functions, stay
+    on the host driver and go to VMs as vGPUs: `Pool.vgpu_type`)."""
 
 
 class Severity(StrEnum):
@@ -120,6 +121,9 @@ class VmGuest:
     old_mappings: tuple[str, ...] = ()
     """Existing mappings the pool's devices leave (a renamed mapping's old id): the VM's
     main-section lines on them become lines of `mapping_id` in place."""
+    mdev: str | None = None
+    """The vGPU type every hostpci line of the pool carries (`mdev=nvidia-1155`): a vGPU
+    pool's (`Pool.vgpu_type`); None for passthrough."""
 
     @property
     def config_path(self) -> str:
@@ -134,9 +138,11 @@ class Pool:
     gpus: tuple[GPU, ...]
     """In PCI address order."""
     functions: tuple[PciFunction, ...]
-    """Every non-bridge function that goes where the GPUs go (companions, group mates)."""
+    """Every non-bridge function that goes where the GPUs go (companions, group mates):
+    what a vfio pool moves to vfio-pci. Empty for a vGPU pool, whose VFs stay put."""
     driver: str
-    """Driver the GPUs end on: `vfio-pci`, or their host driver (`nvidia`)."""
+    """Driver the GPUs end on: `vfio-pci`, or their host driver (`nvidia`; a vGPU pool's
+    VFs stay on it)."""
     numa_nodes: tuple[int | None, ...]
     lxc: LxcContainer | None = None
     vm: VmGuest | None = None
@@ -146,10 +152,20 @@ class Pool:
     nvswitches: tuple[PciFunction, ...] = ()
     """The NVSwitches that go with the GPUs (a vfio pool with a whole NVSwitch board,
     planning/fabric.py); they are in `functions` and the mapping too."""
+    vgpu_type: str | None = None
+    """A vGPU pool (planning/vgpu.py): a vfio pool of NVIDIA vGPU virtual functions, which
+    stay on the host driver; each VM gets this type on one of them (`mdev=`) when it
+    starts. None: the pool's GPUs move to vfio-pci."""
 
     @property
     def size(self) -> int:
         return len(self.gpus)
+
+    @property
+    def moves_to_vfio(self) -> bool:
+        """Whether the split moves this pool's GPUs to vfio-pci: a vfio pool that is not a
+        vGPU pool."""
+        return self.kind is PoolKind.VFIO and self.vgpu_type is None
 
 
 @value_class
@@ -185,7 +201,13 @@ class Plan:
 
     @property
     def vfio_pools(self) -> tuple[Pool, ...]:
+        """The VM pools: their GPUs go to VMs, by passthrough or as vGPUs."""
         return tuple(p for p in self.pools if p.kind is PoolKind.VFIO)
+
+    @property
+    def split_pools(self) -> tuple[Pool, ...]:
+        """The VM pools whose GPUs the split moves to vfio-pci (not the vGPU pools)."""
+        return tuple(p for p in self.pools if p.moves_to_vfio)
 
     @property
     def lxc_pools(self) -> tuple[Pool, ...]:

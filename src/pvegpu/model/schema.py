@@ -113,6 +113,10 @@ class VmSpec:
 @attrs.frozen(eq=False, repr=False)
 class VfioSpec:
     vm: VmSpec | None = None
+    vgpu_type: str | None = None
+    """The NVIDIA vGPU type (`nvidia-1155`, as Proxmox's `mdev=` names it) each VM gets on
+    the pool's vGPU virtual functions. They stay on the host driver: nothing moves to
+    vfio-pci, and Proxmox sets the type when the VM starts."""
 
 
 @value_class

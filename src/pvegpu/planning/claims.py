@@ -104,7 +104,9 @@ class Claims:
             for gpu in pool.gpus:
                 for node in device_nodes(gpu):
                     self.by_node[node] = (gpu, pool)
-            for function in pool.functions:
+            # The functions that move, and a vGPU pool's VFs, which stay but are its too.
+            own = (*pool.functions, *(f for g in pool.gpus for f in g.functions))
+            for function in dict.fromkeys(own):
                 claim = Claim(function, pool, _host_id(function))
                 key = (claim.host.domain, claim.host.bus, claim.host.device)
                 self._slots.setdefault(key, []).append(claim)

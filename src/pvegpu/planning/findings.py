@@ -21,7 +21,8 @@ _LXC_CONFIG = re.compile(r"etc/pve/lxc/([0-9]+)\.conf")
 def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
     """What the reviewer should know about an accepted plan."""
     by_id: dict[str, set[str]] = defaultdict(set)
-    for pool in pools:
+    # A vGPU pool's VFs are bound by nothing pvegpu writes: they stay where they are.
+    for pool in (p for p in pools if p.vgpu_type is None):
         for gpu in pool.gpus:
             by_id[gpu.vendor_device].add(pool.name)
     for vendor_device, names in sorted(by_id.items()):

@@ -294,6 +294,8 @@ def vm_guest(
     old = old_mappings(facts, mapping_id, mapped) if mapping_id else ()
     old = tuple(o for o in old if o not in pool_mappings)
     pcie = True
+    # A vGPU pool's lines name the type Proxmox sets on the VF at start (planning/vgpu.py).
+    mdev = spec.vfio.vgpu_type
     if config is not None:
         pcie = qemuconf.is_q35(config.content)
         if mapping_id:
@@ -301,7 +303,9 @@ def vm_guest(
             own = qemuconf.hostpci_problems(*args, numa=numa, mapped=mapped, old=old, subject=path)
             problems.extend(own)
             if not own:
-                patched = qemuconf.patch_hostpci(*args, pcie=pcie, mapped=mapped, old=old)
+                patched = qemuconf.patch_hostpci(
+                    *args, pcie=pcie, mapped=mapped, old=old, mdev=mdev
+                )
                 findings.extend(_converted(path, mapping_id, patched.conversions))
         if not pcie:
             findings.append(
@@ -324,6 +328,7 @@ def vm_guest(
         mapped=mapped,
         pcie=pcie,
         old_mappings=old,
+        mdev=mdev,
     )
 
 

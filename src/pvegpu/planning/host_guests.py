@@ -38,6 +38,7 @@ from pvegpu.planning.claims import (
 from pvegpu.planning.guests import gpu_majors
 from pvegpu.planning.mapping_moves import VM_DIR, MappingOutcome, mapping_outcome
 from pvegpu.planning.numbering import NodeChange, Renumbering
+from pvegpu.planning.vgpu import vm_line_problem
 from pvegpu.pvefiles import hostpci, lxcconf
 from pvegpu.pvefiles.guestconf import (
     PENDING_SECTIONS,
@@ -523,7 +524,8 @@ def _vm(
     out: _Collected,
 ) -> None:
     snapshots: dict[str, list[tuple[str, Pool]]] = {}
-    shrinking: dict[str, list[str]] = {}
+    # By mapping: (key, pending) of the lines on one that shrinks or goes.
+    shrinking: dict[str, list[tuple[str, bool]]] = {}
     # Mappings the pool's GPUs leave: guests.py converts this VM's lines on them when it
     # is the pool's, and mapping_moves.py refuses those it cannot convert.
     leaving = {m for p in claims.pools if p.vm and p.vm.vmid == vmid for m in p.vm.old_mappings}
@@ -535,18 +537,25 @@ def _vm(
         hit = [c for c in claims.of_hosts(hosts) if not vm_may_hold(c.pool, vmid)]
         named = [(str(c.function.address), c.pool) for c in hit]
         where = f"{file.path} line {number}"
+        if not hit and not is_snapshot(section):
+            # A vGPU pool's VF reaches a VM only with the pool's type (planning/vgpu.py).
+            held = (c.pool for c in claims.of_hosts(hosts))
+            wrong = vm_line_problem(where, vmid, line, section.name is None, held)
+            if wrong is not None:
+                out.problems.append(wrong)
         if hit and is_snapshot(section):
             snapshots.setdefault(section.name or "", []).extend(named)
         elif hit and is_pending(section):
             out.problems.append(_pending(where, f"VM {vmid}", line, named, f"qm set {vmid}"))
         elif hit:
             out.problems.append(_takes(where, vmid, line, use.key, named))
-        elif section.name is None and use.mapping is not None:
+        elif (section.name is None or is_pending(section)) and use.mapping is not None:
+            # A pending line is the next start's: it names the mapping as much as a main one.
             owner = next(
                 (p for p in claims.pools if p.mapping and p.mapping.id == use.mapping), None
             )
             if mappings.shrinks(use.mapping) and not (owner and owner.vm and owner.vm.vmid == vmid):
-                shrinking.setdefault(use.mapping, []).append(use.key)
+                shrinking.setdefault(use.mapping, []).append((use.key, is_pending(section)))
     for mapping_id, keys in shrinking.items():
         out.findings.append(_shrinks(node, file.path, vmid, mapping_id, keys, mappings))
     for name, items in snapshots.items():
@@ -574,17 +583,40 @@ def _takes(
 
 
 def _shrinks(
-    node: str, path: str, vmid: int, mapping_id: str, keys: list[str], mappings: MappingOutcome
+    node: str,
+    path: str,
+    vmid: int,
+    mapping_id: str,
+    keys: list[tuple[str, bool]],
+    mappings: MappingOutcome,
 ) -> Finding:
-    used = f"{', '.join(keys)} {'uses' if len(keys) == 1 else 'use'} mapping {mapping_id}"
-    if targets := mappings.removed(mapping_id):
+    main = [key for key, later in keys if not later]
+    pending = [key for key, later in keys if later]
+    named = [*main, *(f"the pending {k}" for k in pending)]
+    used = f"{', '.join(named)} {'uses' if len(named) == 1 else 'use'} mapping {mapping_id}"
+    before, after = mappings.shrinks(mapping_id) or (0, 0)
+    targets = mappings.removed(mapping_id) or tuple(
+        t for m in mappings.moved if m.mapping_id == mapping_id for t in m.targets
+    )
+    moved = f" (its devices move to {', '.join(targets)})" if targets else ""
+    if mappings.removed(mapping_id) or after == 0:
+        removed = bool(mappings.removed(mapping_id))
+        # Proxmox looks the mapping up on the node the VM starts on: without a line of
+        # that node it refuses the start ("PCI device mapping not found").
+        gone = (
+            "which the plan removes"
+            if removed
+            else f"which keeps no device on {node} after the plan"
+        )
+        missing = "a missing mapping" if removed else f"a mapping without a device on {node}"
+        commands = [f"qm set {vmid} --delete {','.join(main)}"] if main else []
+        commands += [f"qm set {vmid} --revert {','.join(pending)}"] if pending else []
         message = (
-            f"{used}, which the plan removes (its devices move to {', '.join(targets)}): VM "
-            f"{vmid} does not start while a hostpci line names a missing mapping; remove "
-            f"{'it' if len(keys) == 1 else 'them'} (qm set {vmid} --delete {keys[0]})"
+            f"{used}, {gone}{moved}: VM {vmid} does not start{'' if removed else f' on {node}'} "
+            f"while a hostpci line names {missing}; remove "
+            f"{'it' if len(keys) == 1 else 'them'} ({'; '.join(commands)})"
         )
     else:
-        before, after = mappings.shrinks(mapping_id) or (0, 0)
         message = (
             f"{used}, which goes from {plural(before, 'device')} to {after} on {node}: "
             f"each line takes one free device at start, so VM {vmid} gets fewer GPUs, or "

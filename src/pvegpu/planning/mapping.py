@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from pvegpu.errors import Problem
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
 from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.model.released import MapLinesMoved
 from pvegpu.model.schema import MappingSpec
 from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.pcicfg import PciMap, PciMapping
@@ -24,19 +25,25 @@ def pool_mapping(
     gpus: Sequence[GPU],
     spec: MappingSpec,
     switches: Sequence[PciFunction] = (),
+    *,
+    moves: bool = False,
 ) -> tuple[PciMapping | None, list[Problem]]:
     """The pool's pci.cfg section with this node's map lines, or the problems in the way.
 
     Every GPU has an IOMMU group: plan() refuses one without (gpu-without-iommu-group)
     and does not ask for its mapping. `switches`: the NVSwitches that go to the VM with a
-    whole board (planning/fabric.py), a map line each after the GPUs'."""
+    whole board (planning/fabric.py), a map line each after the GPUs'. `moves`: the GPUs
+    go to vfio-pci (a passthrough pool), where they have no vGPU types any more."""
     maps: list[PciMap] = []
     problems: list[Problem] = []
     for gpu in gpus:
         # The function-less path hands over every function of the slot (GPU + audio);
-        # that only works when they all sit in the GPU's group.
+        # that only works when they all sit in the GPU's group. A VF is one function: its
+        # slot holds its siblings (and Proxmox takes no vGPU on a multifunction path).
         slot = facts.slot_functions(gpu.address)
-        whole_slot = all(f.iommu_group == gpu.iommu_group for f in slot)
+        whole_slot = gpu.function.physfn is None and all(
+            f.iommu_group == gpu.iommu_group for f in slot
+        )
         maps.append(
             PciMap(
                 id=gpu.vendor_device,
@@ -56,8 +63,10 @@ def pool_mapping(
         )
         for switch in switches
     ]
-    # Proxmox refuses to start a VM on an mdev-capable device mapped without `mdev 1`.
-    mdev = True if any(g.function.mdev_capable for g in gpus) else None
+    # At VM start Proxmox compares `mdev` with the device as sysfs shows it then: 1 while
+    # it has mdev_supported_types/ or NVIDIA's nvidia/ (a vGPU VF), 0 otherwise; either
+    # way wrong refuses the start. A GPU that goes to vfio-pci has neither there.
+    mdev = True if not moves and any(g.function.mdev_capable for g in gpus) else None
     mapping = PciMapping(id=spec.id, maps=tuple(maps), description=spec.description, mdev=mdev)
     problems.extend(pcicfg.value_problems(mapping))
     return (None if problems else mapping), problems
@@ -82,18 +91,25 @@ def pci_cfg_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Proble
         yield from pcicfg.syntax_problems(existing.content)
 
 
-def pci_cfg_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
-    """pci.cfg is written whole, as Proxmox writes it: its `#` comments do not survive."""
+def pci_cfg_findings(
+    facts: HostFacts, pools: Sequence[Pool], moved: Sequence[MapLinesMoved] = ()
+) -> Iterator[Finding]:
+    """The pools' mappings are printed anew, as Proxmox prints them: the `#` comments
+    inside them (and inside a mapping the plan removes) do not survive; every other byte
+    of the file does."""
     existing = facts.file(pcicfg.PATH)
-    if existing is None or not any(p.mapping is not None for p in pools):
+    owned = [p.mapping.id for p in pools if p.mapping is not None]
+    if existing is None or not owned:
         return
-    dropped = pcicfg.comment_lines(existing.content)
+    drop = {m.mapping_id: m.values for m in moved}
+    dropped = pcicfg.dropped_comment_lines(existing.content, owned, drop)
     if dropped:
         yield Finding(
             Severity.INFO,
             "pcicfg-comments-dropped",
             pcicfg.PATH,
             f"the new file drops {plural(len(dropped), '# comment line')} "
-            f"({'line' if len(dropped) == 1 else 'lines'} {', '.join(map(str, dropped))}), "
-            "as every Proxmox write does; keep notes in the mappings' descriptions instead",
+            f"({'line' if len(dropped) == 1 else 'lines'} {', '.join(map(str, dropped))}) "
+            "inside the mappings it writes anew, as every Proxmox write of them does; keep "
+            "notes in the mappings' descriptions instead",
         )

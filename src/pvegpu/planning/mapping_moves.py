@@ -4,7 +4,8 @@ A device that goes into a pool's mapping leaves every other mapping: the old map
 loses its map line in the rendered pci.cfg (and goes when none is left), so no device is
 in two mappings. A `;` line that hands over a moving device together with one that stays
 cannot be split by pvegpu and is refused. Lines of other nodes are never touched. What
-each mapping hands over on this node afterwards is what host_guests.py judges VMs by.
+each mapping hands over on this node afterwards is what host_guests.py judges VMs by; the
+lines of this node that stay are judged against sysfs (stale_mappings.py).
 
 The pool's own VM may still name its GPUs by the mapping they leave (the spec renamed
 the mapping): guests.py converts those lines to the pool's mapping in place, and a line
@@ -23,13 +24,13 @@ from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Finding, Pool, Severity, VmGuest
 from pvegpu.model.released import MapLinesMoved
 from pvegpu.planning.claims import Claims
+from pvegpu.planning.stale_mappings import VM_DIR as VM_DIR  # host_guests, mdev read it here
+from pvegpu.planning.stale_mappings import stale_map_findings
 from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.guestconf import is_pending, split_sections
 from pvegpu.pvefiles.hostpci import HostId, HostpciUse, host_ids, hostpci_use
 from pvegpu.pvefiles.pcicfg import MapLine, PciCfgSection
 from pvegpu.values import value_class
-
-VM_DIR = "etc/pve/qemu-server/"
 
 
 @value_class
@@ -106,7 +107,10 @@ def mapping_outcome(facts: HostFacts, pools: Sequence[Pool], claims: Claims) -> 
     for pool in pools:
         if pool.vm is not None and pool.vm.old_mappings:
             problems.extend(_old_mapping_problems(facts.node, pool.vm, paths))
-    findings = tuple(_moved_finding(facts.node, m) for m in moved)
+    # The lines that stay, against sysfs: Proxmox refuses their VMs' start if stale.
+    leaving = {m.mapping_id: m.values for m in moved}
+    stale = stale_map_findings(facts, sections, owned=owners.keys(), moved=leaving)
+    findings = (*(_moved_finding(facts.node, m) for m in moved), *stale)
     return MappingOutcome(tuple(moved), devices, counts, tuple(problems), findings)
 
 

@@ -19,7 +19,7 @@ import attrs
 from pvegpu.errors import Problem, RenderError
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.facts import GPU, HostFacts, MdevInstance
-from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.model.plan import Finding, Pool, Severity
 from pvegpu.pci import PciAddress
 from pvegpu.planning.mapping_moves import VM_DIR
 from pvegpu.pvefiles import hostpci, pcicfg
@@ -183,8 +183,9 @@ def _remove(facts: HostFacts, instance: MdevInstance) -> str:
 
 
 def mdev_problems(facts: HostFacts, pools: Sequence[Pool]) -> list[Problem]:
-    """The refusals of every vfio pool's GPUs (plan() calls this once)."""
-    gpus = [g for p in pools if p.kind is PoolKind.VFIO for g in p.gpus]
+    """The refusals of the GPUs the pools move to vfio-pci (plan() calls this once). A
+    vGPU pool's virtual functions stay on their driver, vGPUs and all (planning/vgpu.py)."""
+    gpus = [g for p in pools if p.moves_to_vfio for g in p.gpus]
     if not gpus:
         return []
     return list(gpu_mdev_problems(facts, gpus))

@@ -38,7 +38,9 @@ from pvegpu.planning.numbering import Renumbering, next_boot_numbers, renumberin
 from pvegpu.planning.references import reference_judgments
 from pvegpu.planning.split import split_problems
 from pvegpu.planning.sriov import sriov_findings, sriov_problems, vf_device
+from pvegpu.planning.vgpu import is_vgpu_vf, vgpu_problems
 from pvegpu.planning.vm_numa import vm_numa_findings, vm_numa_problems
+from pvegpu.planning.vm_start import vm_start_findings, vm_start_problems
 from pvegpu.vendors.nvswitch import is_switch
 
 
@@ -69,6 +71,7 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     chosen = list(zip(spec.pools, selections, strict=True))
     numbers = next_boot_numbers(
         facts,
+        # A vGPU pool's VFs stay on their driver (planning/vgpu.py); VFs have no nodes.
         (g.address for p, gpus in chosen if p.vfio is not None for g in gpus),
         (g.address for p, gpus in chosen if p.lxc is not None for g in gpus),
     )
@@ -91,6 +94,7 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     problems.extend(acs_problems(facts, pools))
     problems.extend(driverctl_problems(facts, pools))
     problems.extend(vm_numa_problems(facts, pools))
+    problems.extend(vm_start_problems(facts, pools))
     problems.extend(_vfio_ids_problems(facts, pools))
     problems.extend(boot_problems(facts, pools))
     # Every other guest and mapping on the node that names the pools' GPUs.
@@ -108,8 +112,9 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     problems.extend(leftover.problems)
     if problems:
         raise PlanError(problems)
-    guest_findings.extend(pci_cfg_findings(facts, pools))
+    guest_findings.extend(pci_cfg_findings(facts, pools, mappings.moved))
     guest_findings.extend(vm_numa_findings(facts, pools))
+    guest_findings.extend(vm_start_findings(facts, pools))
     guest_findings.extend((*mappings.findings, *others.findings))
     guest_findings.extend(reference_findings)
     guest_findings.extend(leftover.findings)
@@ -339,21 +344,30 @@ def _build_pool(
     problems.extend(groupless)
     # A whole NVSwitch board goes to its VM with its NVSwitches (planning/fabric.py).
     switches = board_switches(facts, kind, gpus)
+    vgpu_type = spec.vfio.vgpu_type if spec.vfio is not None else None
     if kind is PoolKind.VFIO:
+        # NVIDIA vGPU VFs stay on the host driver; the VM gets them as vGPUs (vgpu.py).
+        problems.extend(vgpu_problems(facts, gpus, vgpu_type, where))
+        vgpus = {g.address for g in gpus if is_vgpu_vf(g.function)}
         functions = _vfio_functions(facts, gpus, where, problems)
+        functions = tuple(f for f in functions if f.address not in vgpus)
         if switches:
             board = switch_functions(facts, switches, f"pool {spec.name!r}", problems)
             moved = {f.address: f for f in (*functions, *board)}
             functions = tuple(moved[a] for a in sorted(moved))
         driver = VFIO_DRIVER
+        if vgpu_type is not None:
+            drivers = {host_driver(g.function) for g in gpus}
+            driver = ", ".join(sorted(d or "?" for d in drivers))
     else:
         functions = tuple(sorted(f for g in gpus for f in g.functions))
         drivers = {host_driver(g.function) for g in gpus}
         driver = ", ".join(sorted(d or "?" for d in drivers))
     lxc = lxc_container(facts, spec, gpus, problems, findings, where, numbers)
     mapping = None
+    moves = kind is PoolKind.VFIO and vgpu_type is None
     if spec.mapping is not None and wants_mapping and not groupless:
-        mapping, mapping_problems = pool_mapping(facts, gpus, spec.mapping, switches)
+        mapping, mapping_problems = pool_mapping(facts, gpus, spec.mapping, switches, moves=moves)
         problems.extend(mapping_problems)
     return Pool(
         name=spec.name,
@@ -368,6 +382,7 @@ def _build_pool(
         ),
         mapping=mapping,
         nvswitches=switches,
+        vgpu_type=vgpu_type if kind is PoolKind.VFIO else None,
     )
 
 

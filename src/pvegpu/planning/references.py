@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from pvegpu.errors import Problem
-from pvegpu.model.facts import HostFacts, driver_order
+from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
-from pvegpu.model.references import GpuReference, Holder, ReferenceKind
+from pvegpu.model.references import GpuReference, Holder, ReferenceKind, driver_order
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pci import PciAddress
 from pvegpu.planning.cdi import cdi_findings
@@ -64,7 +64,7 @@ def reference_judgments(
     if not pools:
         return problems, findings
     owners = _owners(pools)
-    leaving = frozenset(a for p in pools if p.kind is PoolKind.VFIO for a in _addresses(p))
+    leaving = frozenset(a for p in pools if p.moves_to_vfio for a in _addresses(p))
     inert: dict[str, list[GpuReference]] = {}
     cdi: list[GpuReference] = []
     for ref in facts.references:

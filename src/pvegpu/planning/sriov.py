@@ -4,7 +4,8 @@ A VF (an Intel iGPU's, an NVIDIA vGPU card's) is a slice of its PF's GPU, not a 
 discovery leaves it out of `HostFacts.gpus`, so `count` and `numa_node` never select
 one. A pool's `gpus` may name one by address, and then it stands in the pool as a device
 of its own (`vf_device`): a vfio pool takes the VF's IOMMU group and nothing of its PF or
-sibling VFs. These are the decisions about them, made here once:
+sibling VFs. An NVIDIA vGPU VF moves nowhere: it stays on nvidia and its VM gets it as a
+vGPU (planning/vgpu.py). These are the decisions about them, made here once:
 
 - a container pool cannot take a VF (`sriov-vf-in-container`);
 - a PF may not go to vfio-pci while any of its VFs is in use: bound to a driver, in a
@@ -29,6 +30,7 @@ from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.pci import PciAddress
+from pvegpu.planning.vgpu import is_vgpu_vf
 from pvegpu.pvefiles import hostpci, pcicfg
 from pvegpu.pvefiles.guestconf import split_sections
 from pvegpu.pvefiles.hostpci import HostId
@@ -112,7 +114,8 @@ def sriov_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]
                     f"{gpu.address.short} to a vfio pool",
                 )
     named = _named_by_guests(facts)
-    in_pools = {f.address: p.name for p in pools for f in p.functions}
+    # A vGPU pool's VFs are in no pool's functions (they stay on their driver): its GPUs.
+    in_pools = {a: p.name for p in pools for a in _addresses(p)}
     for pool in pools:
         if pool.kind is not PoolKind.VFIO:
             continue
@@ -129,6 +132,11 @@ def sriov_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]
                     f"then echo 0 > /sys/bus/pci/devices/{function.address}/sriov_numvfs), "
                     "or leave the PF on the host and give the VM a VF",
                 )
+
+
+def _addresses(pool: Pool) -> Iterator[PciAddress]:
+    yield from (f.address for f in pool.functions)
+    yield from (g.address for g in pool.gpus)
 
 
 def sriov_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
@@ -210,10 +218,12 @@ def check_findings(facts: HostFacts) -> Iterator[Finding]:
                 + "; they go away with the next unbind; give the PF back to its host "
                 "driver (pvegpu-vfio-split revert)",
             )
+    # A vGPU VF pinned to vfio-pci is wrong in itself (vgpu-vf-on-vfio, planning/vgpu.py):
+    # switching its PF's autoprobe off would not make it right.
     pinned = {
         f.physfn
         for f in facts.functions
-        if f.physfn is not None and f.driver_override == VFIO_DRIVER
+        if f.physfn is not None and f.driver_override == VFIO_DRIVER and not is_vgpu_vf(f)
     }
     for address in sorted(a for a in pinned if a is not None):
         pf = facts.function(address)

@@ -85,16 +85,22 @@ def options(value: str) -> list[tuple[str, str]]:
     return parts
 
 
-def kept_options(value: str) -> str:
+def kept_options(value: str, *, mdev: bool = False) -> str:
     """The options a line of the mapping takes over from the line it replaces, as written
     (`x-vga=1,rombar=0`): all but the device (`host`, `mapping`) and `pcie`, which
-    pvegpu sets by the machine type."""
-    own = ("", *_OWN_OPTIONS)
+    pvegpu sets by the machine type; `mdev` too where pvegpu sets the vGPU type."""
+    own = ("", *_OWN_OPTIONS, *(("mdev",) if mdev else ()))
     return ",".join(f"{k}={v}" for k, v in options(value) if k not in own)
 
 
-def hostpci_value(mapping_id: str, pcie: bool, extra: str = "") -> str:
-    return f"mapping={mapping_id}" + (",pcie=1" if pcie else "") + (f",{extra}" if extra else "")
+def hostpci_value(mapping_id: str, pcie: bool, extra: str = "", mdev: str | None = None) -> str:
+    """`mapping=ID[,pcie=1][,mdev=TYPE][,kept options]`: `mdev` is a vGPU pool's type."""
+    return (
+        f"mapping={mapping_id}"
+        + (",pcie=1" if pcie else "")
+        + (f",mdev={mdev}" if mdev else "")
+        + (f",{extra}" if extra else "")
+    )
 
 
 def uses_mapping(line: ConfLine, mapping_id: str) -> bool:

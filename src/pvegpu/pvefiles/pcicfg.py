@@ -1,15 +1,18 @@
 """/etc/pve/mapping/pci.cfg: parse, print in Proxmox's canonical form, patch by mapping id.
 
 The file is a PVE SectionConfig: a bare id line, TAB-indented `key value` lines, a blank
-line after every section. Proxmox rewrites the whole file on every GUI/API change, so
-writing it canonically (and dropping `#` comments, as Proxmox does) is what keeps a
-later GUI edit from producing a diff. The rules, in our words: docs/formats.md, "pci.cfg".
+line after every section. The mappings pvegpu owns are printed canonically, as Proxmox's
+own write prints them, so a later GUI edit of them produces no diff; every other byte of
+the file (other mappings, their key order, `#` comments between them) is kept as it was:
+pvegpu changes only what its plan shows. The rules, in our words: docs/formats.md,
+"pci.cfg".
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from enum import Enum
 from functools import lru_cache
 from types import MappingProxyType
 
@@ -20,13 +23,22 @@ from pvegpu.values import value_class
 
 PATH = "etc/pve/mapping/pci.cfg"
 
-# pve_verify_configid: a letter, then at least one of [a-z0-9_-], case-insensitive.
-_MAPPING_ID = re.compile(r"^[a-z][a-z0-9_-]+$", re.IGNORECASE)
-_VENDOR_DEVICE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}$")
-# Domain required (4+ hex digits, 10000 behind VMD) and lowercase, as sysfs names it.
-_PATH_PART = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-1][0-9a-f](?:\.[0-7])?$")
+# pve_verify_configid: a letter, then at least one of [a-z0-9_-], case-insensitive. ASCII:
+# Unicode case folding would let the Kelvin sign pass as a `k`.
+_MAPPING_ID = re.compile(r"[a-z][a-z0-9_-]+", re.IGNORECASE | re.ASCII)
+# Every pattern is used with fullmatch (`$` would let a trailing newline through), and
+# its classes are ASCII ranges: `str.isdigit` takes `٣` and int() reads it as 3.
+_VENDOR_DEVICE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{4}")
+# Proxmox's schema for `id` and `subsystem-id` on a line it reads takes either case (it
+# then compares the text with sysfs's lowercase: an uppercase id is stale, not invalid).
+_VENDOR_DEVICE_READ = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{4}")
+# Domain required (4 to 8 hex digits: the kernel's domain is 32 bits, 10000 behind VMD)
+# and lowercase, as sysfs names it.
+_PATH_PART = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-1][0-9a-f](?:\.[0-7])?")
 # PVE's node name format (pve-node): a DNS label.
-_NODE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?$")
+_NODE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?")
+# An IOMMU group number as the kernel names its directory (an int), in ASCII digits.
+_GROUP = re.compile(r"[0-9]{1,10}")
 # SectionConfig's property line: indented key, whitespace, value trimmed at both ends.
 _PROPERTY = re.compile(r"^\s+(\S+)(?:\s+(.*\S))?\s*$")
 _HEADER = re.compile(r"^(\S+)\s*$")
@@ -90,6 +102,7 @@ class MapLine:
             id=self.get("id") or "",
             node=self.node,
             path=self.get("path") or "",
+            # parse() let only ASCII digits through (_GROUP): int() cannot fail.
             iommugroup=int(group) if group is not None else None,
             subsystem_id=self.get("subsystem-id"),
             description=self.get("description"),
@@ -106,6 +119,9 @@ class PciCfgSection:
     maps: tuple[MapLine, ...]
     options: tuple[tuple[str, str], ...]
     """Every non-`map` property in file order, unknown keys included."""
+    end: int
+    """Its last line (a property, `#` or whitespace-only line): the empty line after it,
+    or the end of the file, ends the section."""
 
     def option(self, key: str) -> str | None:
         return next((v for k, v in self.options if k == key), None)
@@ -125,26 +141,49 @@ class PciCfgSection:
         )
 
 
-def _syntax(path: str, line: int, message: str) -> RenderError:
+def _syntax(path: str, line: int, message: str, fix: str | None = None) -> RenderError:
     return RenderError(
         [
             Problem(
                 "pcicfg-syntax",
                 f"{path} line {line}",
                 message,
-                "fix the line by hand (or recreate the mapping under Datacenter > Resource "
+                fix
+                or "fix the line by hand (or recreate the mapping under Datacenter > Resource "
                 "Mappings), then run pvegpu again",
             )
         ]
     )
 
 
-def _parse_map(value: str, path: str, line: int) -> MapLine:
+def _shown(value: str) -> str:
+    """A value for a message: quoted, and cut when absurdly long (a 5,000-digit group)."""
+    if len(value) <= 40:
+        return repr(value)
+    return f"{value[:24]!r}... ({len(value)} characters)"
+
+
+def _odd_value(
+    path: str, line: int, mapping_id: str, key: str, value: str, want: str
+) -> RenderError:
+    return _syntax(
+        path,
+        line,
+        f"mapping {mapping_id!r}: map {key} {_shown(value)} is not {want}, so the line "
+        "names no device pvegpu can judge (Proxmox skips such a line, or refuses to start "
+        "the mapping's VMs)",
+        f"correct {key} on line {line} by hand, or select the device again under "
+        f"Datacenter > Resource Mappings > {mapping_id} (Proxmox fills id, subsystem-id and "
+        "iommugroup from sysfs), then run pvegpu again",
+    )
+
+
+def _parse_map(value: str, path: str, line: int, mapping_id: str) -> MapLine:
     fields: list[tuple[str, str]] = []
     for part in value.split(","):
         key, sep, item = part.partition("=")
         if not sep or not key or not item:
-            raise _syntax(path, line, f"map entry {part!r} is not key=value")
+            raise _syntax(path, line, f"map entry {_shown(part)} is not key=value")
         if key in (k for k, _ in fields):
             raise _syntax(path, line, f"map key {key!r} given twice")
         fields.append((key, item))
@@ -152,14 +191,20 @@ def _parse_map(value: str, path: str, line: int) -> MapLine:
     missing = [k for k in _REQUIRED_MAP_KEYS if entry.get(k) is None]
     if missing:
         raise _syntax(path, line, f"map line lacks {', '.join(missing)} (Proxmox requires them)")
-    if not _VENDOR_DEVICE.match((entry.get("id") or "").lower()):
-        raise _syntax(path, line, f"map id {entry.get('id')!r} is not vendor:device")
-    bad = [p for p in (entry.get("path") or "").split(";") if not _PATH_PART.match(p)]
+    for key in ("id", "subsystem-id"):
+        ids = entry.get(key)
+        if ids is not None and not _VENDOR_DEVICE_READ.fullmatch(ids):
+            raise _odd_value(path, line, mapping_id, key, ids, "vendor:device (4 hex digits each)")
+    if not _NODE.fullmatch(entry.node):
+        raise _odd_value(path, line, mapping_id, "node", entry.node, "a Proxmox node name")
+    bad = [p for p in (entry.get("path") or "").split(";") if not _PATH_PART.fullmatch(p)]
     if bad:
-        raise _syntax(path, line, f"map path {bad[0]!r} is not dddd:bb:dd[.f] (lowercase)")
+        raise _odd_value(path, line, mapping_id, "path", bad[0], "dddd:bb:dd[.f] (lowercase)")
     group = entry.get("iommugroup")
-    if group is not None and not group.isdigit():
-        raise _syntax(path, line, f"map iommugroup {group!r} is not a number")
+    if group is not None and not _GROUP.fullmatch(group):
+        raise _odd_value(
+            path, line, mapping_id, "iommugroup", group, "an IOMMU group number (ASCII digits)"
+        )
     return entry
 
 
@@ -175,19 +220,21 @@ def parse(text: str, path: str = PATH) -> tuple[PciCfgSection, ...]:
     current: tuple[str, int] | None = None
     maps: list[MapLine] = []
     options: list[tuple[str, str]] = []
+    end = 0
 
     def close() -> None:
         if current is not None:
-            sections.append(PciCfgSection(current[0], current[1], tuple(maps), tuple(options)))
+            section = PciCfgSection(current[0], current[1], tuple(maps), tuple(options), end)
+            sections.append(section)
 
     for number, line in enumerate(text.split("\n"), start=1):
-        if _COMMENT.match(line):
-            continue
         if line == "":
             close()
             current, maps, options = None, [], []
             continue
-        if not line.strip():
+        if current is not None:
+            end = number  # a comment inside a section is part of its bytes
+        if _COMMENT.match(line) or not line.strip():
             continue
         if current is None:
             if line[0].isspace():
@@ -203,7 +250,7 @@ def parse(text: str, path: str = PATH) -> tuple[PciCfgSection, ...]:
                     path, number, f"expected a mapping id at the start of a section, got {line!r}"
                 )
             mapping_id = header[1]
-            if not _MAPPING_ID.match(mapping_id):
+            if not _MAPPING_ID.fullmatch(mapping_id):
                 raise _syntax(path, number, f"{mapping_id!r} is not a valid mapping id")
             if mapping_id in seen:
                 raise _syntax(
@@ -212,7 +259,7 @@ def parse(text: str, path: str = PATH) -> tuple[PciCfgSection, ...]:
                     f"mapping {mapping_id!r} already defined at line {seen[mapping_id]}",
                 )
             seen[mapping_id] = number
-            current = (mapping_id, number)
+            current, end = (mapping_id, number), number
             continue
         if not line[0].isspace():
             # SectionConfig only leaves a section at an empty line: without one, Proxmox
@@ -228,7 +275,7 @@ def parse(text: str, path: str = PATH) -> tuple[PciCfgSection, ...]:
             raise _syntax(path, number, f"property line {line.strip()!r} has no value")
         key, value = prop[1], prop[2]
         if key == "map":
-            maps.append(_parse_map(value, path, number))
+            maps.append(_parse_map(value, path, number, current[0]))
             continue
         if key in (k for k, _ in options):
             raise _syntax(path, number, f"{key!r} repeated in section {current[0]!r}")
@@ -267,15 +314,15 @@ def _clean_text(value: str) -> bool:
 
 
 def _map_value(mapping_id: str, entry: PciMap) -> str:
-    if not _VENDOR_DEVICE.match(entry.id):
+    if not _VENDOR_DEVICE.fullmatch(entry.id):
         raise _invalid(mapping_id, f"map id {entry.id!r} is not lowercase vendor:device")
-    if not _NODE.match(entry.node):
+    if not _NODE.fullmatch(entry.node):
         raise _invalid(mapping_id, f"node {entry.node!r} is not a Proxmox node name")
-    if not all(_PATH_PART.match(p) for p in entry.path.split(";")):
+    if not all(_PATH_PART.fullmatch(p) for p in entry.path.split(";")):
         raise _invalid(mapping_id, f"path {entry.path!r} is not dddd:bb:dd[.f] in lowercase")
     if entry.iommugroup is not None and entry.iommugroup < 0:
         raise _invalid(mapping_id, f"iommugroup {entry.iommugroup} is negative")
-    if entry.subsystem_id is not None and not _VENDOR_DEVICE.match(entry.subsystem_id):
+    if entry.subsystem_id is not None and not _VENDOR_DEVICE.fullmatch(entry.subsystem_id):
         raise _invalid(mapping_id, f"subsystem-id {entry.subsystem_id!r} is not xxxx:xxxx")
     if entry.description is not None and (
         not _clean_text(entry.description) or "," in entry.description
@@ -322,7 +369,7 @@ def _emit(mapping_id: str, maps: Iterable[str], options: Iterable[tuple[str, str
 
 
 def _checked_id(mapping: PciMapping) -> str:
-    if not _MAPPING_ID.match(mapping.id):
+    if not _MAPPING_ID.fullmatch(mapping.id):
         raise _invalid(mapping.id, "a mapping id is a letter, then letters, digits, _ or -")
     if not mapping.maps:
         raise _invalid(mapping.id, "a mapping needs at least one map line (device)")
@@ -388,22 +435,76 @@ def patch(
     *,
     drop: Mapping[str, Collection[str]] = MappingProxyType({}),
 ) -> str:
-    """Replace the sections with these ids in place, append new ones, keep the rest.
+    """Replace the sections with these ids in place, append new ones, keep every other byte.
 
-    Untouched sections are re-printed canonically with their `map` strings verbatim,
-    exactly what Proxmox's next write would produce. Comments are dropped like it does.
-    `drop`: map strings (verbatim) to leave out of other sections, by mapping id: devices
-    that move to one of `mappings`; a section left without any map line goes.
+    A replaced section is printed canonically (its `#` lines go, as on any Proxmox write
+    of it); every other section keeps its bytes: key order, spacing, `#` lines, unknown
+    keys, and so do the `#` and blank lines between sections. `drop`: map strings
+    (verbatim) to leave out of other sections, by mapping id: devices that move to one of
+    `mappings`; only those lines go, and a section left without any map line goes whole.
     """
     wanted = {_checked_id(m): m for m in mappings}
-    parts: list[str] = []
-    for section in parse(existing, path):
-        mapping = wanted.pop(section.id, None)
-        gone = drop.get(section.id, ())
-        maps = [m.value for m in section.maps if m.value not in gone]
-        if mapping is not None:
-            parts.append(_merge(section, mapping))
-        elif maps or not section.maps:
-            parts.append(_emit(section.id, maps, section.options))
-    parts.append(format(wanted.values()))
-    return "".join(parts)
+    lines = existing.split("\n")
+    out: list[str] = []
+    done = 0  # lines of `existing` already copied, replaced or dropped
+    for section, fate in _fates(parse(existing, path), wanted.keys(), drop):
+        out += lines[done : section.line - 1]  # what lies between sections, as it was
+        done = section.end
+        if fate is _Fate.KEPT:
+            out += lines[section.line - 1 : section.end]
+            continue
+        if fate is _Fate.LOSES_LINES:
+            gone = {m.line for m in section.maps if m.value in drop.get(section.id, ())}
+            span = range(section.line, section.end + 1)
+            out += [lines[n - 1] for n in span if n not in gone]
+            continue
+        if done < len(lines) and lines[done] == "":
+            done += 1  # the empty line that ended it: written anew below, or gone with it
+        if fate is _Fate.REPLACED:
+            out += _merge(section, wanted.pop(section.id)).split("\n")[:-1]
+    out += lines[done:]
+    body = "\n".join(out)
+    if wanted and body and not body.endswith("\n\n"):
+        body += "\n" if body.endswith("\n") else "\n\n"  # end the last section first
+    return body + format(wanted.values())
+
+
+def dropped_comment_lines(
+    existing: str,
+    mapping_ids: Collection[str],
+    drop: Mapping[str, Collection[str]] = MappingProxyType({}),
+) -> tuple[int, ...]:
+    """Line numbers of the `#` lines `patch` leaves out: those inside the sections it
+    prints anew (`mapping_ids`) or removes (left without map lines by `drop`)."""
+    gone = {
+        n
+        for section, fate in _fates(parse(existing), mapping_ids, drop)
+        if fate in (_Fate.REPLACED, _Fate.REMOVED)
+        for n in range(section.line, section.end + 1)
+    }
+    return tuple(n for n in comment_lines(existing) if n in gone)
+
+
+class _Fate(Enum):
+    KEPT = "kept"
+    REPLACED = "replaced"
+    LOSES_LINES = "loses lines"
+    REMOVED = "removed"
+
+
+def _fates(
+    sections: Iterable[PciCfgSection],
+    mapping_ids: Collection[str],
+    drop: Mapping[str, Collection[str]],
+) -> Iterator[tuple[PciCfgSection, _Fate]]:
+    """What a patch does to each existing section."""
+    for section in sections:
+        gone = [m for m in section.maps if m.value in drop.get(section.id, ())]
+        if section.id in mapping_ids:
+            yield section, _Fate.REPLACED
+        elif not gone:
+            yield section, _Fate.KEPT
+        elif len(gone) < len(section.maps):
+            yield section, _Fate.LOSES_LINES
+        else:
+            yield section, _Fate.REMOVED

@@ -86,7 +86,7 @@ def _vm_value(lines: list[ConfLine], key: str) -> str | None:
 _MINIMUM = {"memory": 16, "cores": 1, "sockets": 1}
 
 
-def _memory_mib(value: str) -> int | None:
+def memory_mib(value: str) -> int | None:
     """`4096`, or `current=4096` (PVE 8.1+): its one key, so any other part voids the line."""
     parts = [(key, item) for key, item in _options(value) if (key or item).strip()]
     if len(parts) != 1 or parts[0][0] not in ("", "current"):
@@ -103,7 +103,7 @@ def _vm_size(lines: list[ConfLine], subject: str) -> tuple[int, int, int] | list
         if text is None:
             size = None if key == "memory" else 1
         else:
-            size = _memory_mib(text) if key == "memory" else config_integer(text, minimum)
+            size = memory_mib(text) if key == "memory" else config_integer(text, minimum)
         if size is None:
             problems.append(_size_problem(subject, key, text, minimum))
         sizes[key] = size or 1
@@ -220,6 +220,7 @@ def patch_hostpci(
     mapped: Iterable[str] = (),
     old: Iterable[str] = (),
     subject: str = "VM config",
+    mdev: str | None = None,
 ) -> QemuPatch:
     """`count` hostpciN lines over `mapping_id`, replacing those that already use it.
 
@@ -229,7 +230,8 @@ def patch_hostpci(
     twice and not start. `old`: mappings the pool's devices leave (a renamed mapping); a
     line on one of them becomes a line of this mapping, or it would name a mapping that
     is gone. Lines of other mappings or other raw addresses stay. A replaced line keeps
-    its index and options (rombar, x-vga, mdev); lines beyond `count` go.
+    its index and options (rombar, x-vga, mdev); lines beyond `count` go. `mdev`: the
+    vGPU type of a vGPU pool, on every line in place of any the line had.
     """
     main, *others = split_sections(text)
     rest = "".join(s.text for s in others)
@@ -260,8 +262,8 @@ def patch_hostpci(
     conversions: list[Conversion] = []
     for index in sorted(sources):
         source = sources[index]
-        extra = _kept_options(source.value) if source is not None else ""
-        value = hostpci_value(mapping_id, use_pcie, extra)
+        extra = _kept_options(source.value, mdev=mdev is not None) if source is not None else ""
+        value = hostpci_value(mapping_id, use_pcie, extra, mdev)
         _set(kept, f"hostpci{index}", value)
         if source is not None and not _uses_mapping(source, mapping_id):
             before = source.raw.rstrip("\n")
@@ -282,7 +284,12 @@ def _raw(line: ConfLine, mapping_id: str, old: Iterable[str]) -> bool:
 
 
 def snippet(
-    vmid: int, mapping_id: str, count: int, numa: NumaPin | None = None, node: str = ""
+    vmid: int,
+    mapping_id: str,
+    count: int,
+    numa: NumaPin | None = None,
+    node: str = "",
+    mdev: str | None = None,
 ) -> str:
     """Lines to add to a VM that does not exist yet (pvegpu never creates guests)."""
     where = f" on {node}" if node else ""
@@ -291,7 +298,7 @@ def snippet(
         f"# (qm create {vmid} --machine q35 ...), then add these lines to",
         f"# /etc/pve/qemu-server/{vmid}.conf and run pvegpu again to check them.",
     ]
-    lines += [f"hostpci{i}: {hostpci_value(mapping_id, True)}" for i in range(count)]
+    lines += [f"hostpci{i}: {hostpci_value(mapping_id, True, mdev=mdev)}" for i in range(count)]
     if numa is not None:
         lines += [
             f"affinity: {numa.cpus}",

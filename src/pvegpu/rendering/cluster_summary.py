@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pvegpu.model.artifact import APPLY_BUNDLE, REVIEW, Artifact
-from pvegpu.model.plan import Finding, Plan, PoolKind
+from pvegpu.model.plan import Finding, Plan
 from pvegpu.planning.cluster import ClusterPlan
 from pvegpu.pvefiles import pcicfg
 from pvegpu.rendering.review.render import SEVERITY_HEADINGS, cell
@@ -28,8 +28,11 @@ def _pools(plan: Plan) -> str:
             if pool.vm is not None
             else "no VM yet"
         )
-        kind = "vfio-pci" if pool.kind is PoolKind.VFIO else pool.driver
-        parts.append(f"{pool.name}: {plural(pool.size, 'GPU')} on {kind} for {guest}")
+        kind = "vfio-pci" if pool.moves_to_vfio else pool.driver
+        what = plural(pool.size, "GPU")
+        if pool.vgpu_type is not None:
+            what = f"{plural(pool.size, 'vGPU VF')} ({pool.vgpu_type})"
+        parts.append(f"{pool.name}: {what} on {kind} for {guest}")
     return "; ".join(parts) or "none"
 
 

@@ -1,8 +1,8 @@
 """etc/pve/mapping/pci.cfg with the mappings plan() built, in Proxmox's canonical form.
 
-pci.cfg is cluster-wide: sections of other mappings and map lines of other nodes stay.
-Nothing here refuses: plan() checked the existing file and every value; that the write
-drops `#` comments is a finding of the plan.
+pci.cfg is cluster-wide: sections of other mappings (byte for byte) and map lines of
+other nodes stay. Nothing here refuses: plan() checked the existing file and every value;
+that the write drops the `#` lines inside the pools' mappings is a finding of the plan.
 """
 
 from __future__ import annotations

@@ -79,8 +79,8 @@ class _HostPool:
 
 def render_split(plan: Plan) -> tuple[Artifact, ...]:
     """The split script, its boot unit, the modprobe.d hook and the initramfs hook; ()
-    without a vfio pool."""
-    if not plan.vfio_pools:
+    without a pool that moves GPUs to vfio-pci (a vGPU pool's VFs stay on their driver)."""
+    if not plan.split_pools:
         return ()
     facts = plan.facts
     groups = _vfio_groups(plan)
@@ -134,8 +134,8 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
         ],
     )
 
-    pools = ", ".join(p.name for p in plan.vfio_pools)
-    n_gpus = sum(p.size for p in plan.vfio_pools)
+    pools = ", ".join(p.name for p in plan.split_pools)
+    n_gpus = sum(p.size for p in plan.split_pools)
     n_functions = sum(len(g.members) for g in groups) + sum(len(pf.vfs) for pf in late)
     n_pins = sum(len(p.rows) for p in host_pools)
     loaders = ["modules-load", "udev coldplug", *(service for service, _ in driver_loaders)]
@@ -248,7 +248,7 @@ def _comment(text: str) -> str:
 def _vfio_groups(plan: Plan) -> list[_Group]:
     pool_of: dict[PciAddress, str] = {}
     by_group: dict[int, list[PciFunction]] = {}
-    for pool in plan.vfio_pools:
+    for pool in plan.split_pools:
         for function in _pool_functions(pool):
             pool_of.setdefault(function.address, pool.name)
             # Bridges stay on pcieport; they do not spoil a group's viability. Every other
@@ -257,7 +257,7 @@ def _vfio_groups(plan: Plan) -> list[_Group]:
             if function.is_bridge or function.iommu_group is None or function.physfn:
                 continue
             by_group.setdefault(function.iommu_group, []).append(function)
-    gpus = {gpu.address for pool in plan.vfio_pools for gpu in pool.gpus}
+    gpus = {gpu.address for pool in plan.split_pools for gpu in pool.gpus}
 
     groups: list[_Group] = []
     for group_id, functions in by_group.items():

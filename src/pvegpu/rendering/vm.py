@@ -29,7 +29,7 @@ def render_vm_configs(plan: Plan) -> tuple[Artifact, ...]:
 
 def _vm_config(node: str, vm: VmGuest) -> Artifact:
     if vm.config is None:
-        text = qemuconf.snippet(vm.vmid, vm.mapping_id, vm.count, vm.numa_pin, node)
+        text = qemuconf.snippet(vm.vmid, vm.mapping_id, vm.count, vm.numa_pin, node, vm.mdev)
         return Artifact(
             f"{SNIPPET_DIR}/{vm.vmid}.conf",
             text,
@@ -45,12 +45,15 @@ def _vm_config(node: str, vm: VmGuest) -> Artifact:
         mapped=vm.mapped,
         old=vm.old_mappings,
         subject=vm.config_path,
+        mdev=vm.mdev,
     )
     if patched.text == vm.config.content:
         reason = f"VM {vm.vmid} already uses mapping {vm.mapping_id} as planned"
         return Artifact(vm.config_path, patched.text, reason, PVE_MODE, base=vm.config)
     reason = f"VM {vm.vmid}: {_span(patched.indices)} use mapping {vm.mapping_id}"
     reason += ", pcie=1" if patched.pcie else ""
+    if vm.mdev is not None:
+        reason += f", vGPU type mdev={vm.mdev} (Proxmox sets it on a free VF at start)"
     if patched.converted:
         # A raw hostpci line disappears from the diff: say that it became the mapping.
         reason += (

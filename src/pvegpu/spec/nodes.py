@@ -3,7 +3,9 @@
 A single-node spec names its node once and its pools need not repeat it. A cluster spec
 lists its nodes and every pool says which one it is on. Pools of several nodes may share
 a mapping id (pci.cfg is one file for the cluster): they must then describe it alike,
-since the mapping has one description.
+since the mapping has one description, and give it the same vGPU type or none: a VM on
+the mapping takes whichever of its devices is free, with the one `mdev=` of its line,
+and the mapping has one `mdev` flag for all of them.
 """
 
 from __future__ import annotations
@@ -57,9 +59,26 @@ def node_problems(spec: Spec) -> Iterator[Problem]:
 
 def _shared_mapping_problems(spec: Spec) -> Iterator[Problem]:
     described: dict[str, tuple[int, str]] = {}
+    typed: dict[str, tuple[int, str | None]] = {}
     for i, pool in enumerate(spec.pools):
         mapping = pool.mapping
-        if mapping is None or mapping.description is None:
+        if mapping is None:
+            continue
+        vgpu = pool.vfio.vgpu_type if pool.vfio is not None else None
+        other = typed.setdefault(mapping.id, (i, vgpu))
+        if other[1] != vgpu:
+            yield Problem(
+                "spec-mapping-vgpu-mixed",
+                f"pools[{i}].mapping.id",
+                f"mapping {mapping.id!r} is "
+                + (f"of vGPU type {other[1]!r}" if other[1] else "without a vGPU type")
+                + f" in pools[{other[0]}] and "
+                + (f"of {vgpu!r}" if vgpu else "without one")
+                + " here: a VM on it takes any of its devices with its line's one mdev=, and "
+                "its mdev flag is one for all of them",
+                "give the pools the same vgpu_type, or each its own mapping id",
+            )
+        if mapping.description is None:
             continue
         first = described.setdefault(mapping.id, (i, mapping.description))
         if first[1] != mapping.description:

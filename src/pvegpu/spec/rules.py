@@ -24,6 +24,7 @@ from pvegpu.errors import Problem
 from pvegpu.model import schema as s
 from pvegpu.redact import is_secret_name, is_secret_option
 from pvegpu.values import value_class
+from pvegpu.vendors import VENDORS
 
 MAX_TEXT = 4096
 """Longest free-text value (descriptions, paths, arguments): far above any real one."""
@@ -128,6 +129,16 @@ def _node_list(value: Any) -> str | None:
     return None
 
 
+def _vgpu_type() -> Rule:
+    """A vGPU type of a vendor with vGPUs on virtual functions, as `mdev=` names it: the
+    only kind a vGPU pool takes (planning/vgpu.py), and never one that would break the
+    hostpci property string (qemu-server's pattern is [^/.:]+, and `,` `=` split it)."""
+    sources = [v.vgpu for v in VENDORS if v.vgpu is not None]
+    forms = " or ".join(f"`{v.type_name.format(id='<id>')}`" for v in sources)
+    regex = "|".join(f"(?:{v.type_pattern.pattern})" for v in sources)
+    return _pattern(regex, f"a vGPU type as Proxmox's mdev= names it ({forms})", 64)
+
+
 RULES: dict[tuple[type[Any], str], Rule] = {
     (s.Spec, "node"): NODE,
     (s.Spec, "nodes"): Rule("distinct host names, at most 63 characters each", _node_list),
@@ -141,6 +152,7 @@ RULES: dict[tuple[type[Any], str], Rule] = {
     (s.LxcSpec, "mode"): _pattern(r"0?[0-7]{3}", "an octal file mode such as 0666", 4),
     (s.LxcSpec, "gid"): _int_range(0, 2**32 - 2),
     (s.VmSpec, "vmid"): VMID,
+    (s.VfioSpec, "vgpu_type"): _vgpu_type(),
     (s.ServingSpec, "version"): _pattern(r"[0-9]+(\.[0-9]+)*[0-9A-Za-z.+-]*", "a version", 64),
     (s.ServingSpec, "engine"): _pattern(r"sglang|vllm", '"sglang" or "vllm"', 6),
     # SGLang reads a relative --model-path against the unit's working directory, or as

@@ -212,6 +212,8 @@ VGPU = VgpuSource(
     parse_current=current_vgpu_type,
     # Proxmox's `mdev=nvidia-<id>` on a VF writes <id> to its current_vgpu_type.
     type_name="nvidia-{id}",
+    # pve-nvidia-vgpu-helper's template unit: sriov-manage -e at boot.
+    vf_unit="pve-nvidia-sriov@{address}.service",
 )
 
 

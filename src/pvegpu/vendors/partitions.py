@@ -60,6 +60,22 @@ class VgpuSource:
     parse_current: Callable[[str], int]
     type_name: str
     """`str.format` pattern of a type id as `mdev=` names it (`{id}`)."""
+    vf_unit: str
+    """`str.format` pattern of the Proxmox unit that creates a GPU's VFs at boot
+    (`{address}`: the GPU's, or `ALL`)."""
 
     def mdev_type(self, type_id: int) -> str:
         return self.type_name.format(id=type_id)
+
+    @property
+    def type_pattern(self) -> re.Pattern[str]:
+        """A type as `mdev=` names it, for fullmatch: the pattern with a number for `{id}`."""
+        prefix, _, suffix = self.type_name.partition("{id}")
+        return re.compile(re.escape(prefix) + "[0-9]+" + re.escape(suffix))
+
+    def file(self, name: str) -> str:
+        """One of its files as a path below the function's sysfs directory."""
+        return f"{self.directory}/{name}"
+
+    def unit(self, address: str = "ALL") -> str:
+        return self.vf_unit.format(address=address)

@@ -94,7 +94,7 @@ def apply_contract(plan: Plan, artifacts: Sequence[Artifact]) -> ApplyContract:
     return ApplyContract(
         digest=facts_digest(functions),
         functions=tuple(functions),
-        split_unit=SPLIT_UNIT_NAME if plan.vfio_pools else None,
+        split_unit=SPLIT_UNIT_NAME if plan.split_pools else None,
         serving=tuple(serving),
         findings=tuple(f.document() for f in plan.findings),
         steps=tuple(contract_step(s) for s in runbook(plan, artifacts)),

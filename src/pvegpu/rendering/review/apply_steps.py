@@ -21,6 +21,8 @@ from pvegpu.model.facts import GPU, PciFunction
 from pvegpu.model.paths import SPLIT_UDEV_RULE
 from pvegpu.model.plan import Finding, Plan, Pool
 from pvegpu.model.schema import DeviceStyle
+from pvegpu.pci import PciAddress
+from pvegpu.planning.vgpu import vgpu_vendor
 from pvegpu.rendering.revert import (
     ABSENT_SUFFIX,
     kept_in_container,
@@ -75,6 +77,7 @@ from pvegpu.rendering.review.commands import (
 from pvegpu.values import value_class
 from pvegpu.vendors import CONTAINER_TOOL, nvswitch
 from pvegpu.vendors.drm import node_path as drm_node_path
+from pvegpu.vendors.partitions import VgpuSource
 from pvegpu.wording import plural
 
 
@@ -289,7 +292,7 @@ def _host_changes(plan: Plan, writes: _Writes) -> Iterator[Step]:
     # A GPU's node is held only while its vendor's driver has it (one on vfio-pci has none).
     moving = [
         g
-        for p in plan.vfio_pools
+        for p in plan.split_pools
         for g in p.gpus
         if g.node_path is not None and g.vendor and g.driver == g.vendor.host_driver
     ]
@@ -326,7 +329,7 @@ def _host_changes(plan: Plan, writes: _Writes) -> Iterator[Step]:
         )
 
     functions = vfio_functions(plan)
-    if plan.vfio_pools:
+    if plan.split_pools:
         yield Step.of(
             "Move the VM GPUs to vfio-pci, now and at every boot",
             (
@@ -341,12 +344,45 @@ def _host_changes(plan: Plan, writes: _Writes) -> Iterator[Step]:
             tuple(f"{f.address} {VFIO_DRIVER}" for f in functions),
         )
 
+    yield from _vgpu_check(plan)
+
     if pve_files:
         yield Step.of(
             "Write the Proxmox configuration",
             # cp, not install: /etc/pve is pmxcfs, which sets modes and owners itself.
             tuple(WritePveFile(in_bundle(a), a.path) for a in pve_files),
             "pmxcfs shares /etc/pve with the whole cluster at once.",
+        )
+
+
+def vgpu_source(pool: Pool) -> VgpuSource | None:
+    """Where a vGPU pool's virtual functions show their types (its vendor's vGPU files)."""
+    vendors = (vgpu_vendor(g.function) for g in pool.gpus) if pool.vgpu_type else ()
+    return next((v.vgpu for v in vendors if v is not None), None)
+
+
+def vgpu_functions(plan: Plan) -> dict[str, list[PciAddress]]:
+    """The vGPU pools' virtual functions by the driver they stay on, in address order."""
+    found: dict[str, list[PciAddress]] = {}
+    for pool in plan.vfio_pools:
+        if pool.vgpu_type is not None:
+            # On their host driver: plan() refuses a vGPU VF on any other.
+            for gpu in pool.gpus:
+                if gpu.driver is not None:
+                    found.setdefault(gpu.driver, []).append(gpu.address)
+    return {driver: sorted(addresses) for driver, addresses in found.items()}
+
+
+def _vgpu_check(plan: Plan) -> Iterator[Step]:
+    """The vGPU VFs stay on their driver: nothing binds them, this shows they are there."""
+    for driver, addresses in vgpu_functions(plan).items():
+        yield Step.of(
+            f"Check that the vGPU virtual functions are on {driver}",
+            (CheckDrivers(tuple(str(a) for a in addresses), driver),),
+            "Nothing moves them: there is no bind step for vGPU pools. Proxmox sets each "
+            "VM's vGPU type on a free one of them when the VM starts. The command prints "
+            "exactly:",
+            tuple(f"{a} {driver}" for a in addresses),
         )
 
 
@@ -455,14 +491,21 @@ def _afterwards(plan: Plan, writes: _Writes) -> Iterator[Step]:
     for pool in plan.vfio_pools:
         if pool.vm is not None and pool.vm.config is not None:
             vmid = pool.vm.vmid
+            vgpu = ""
+            source = vgpu_source(pool)
+            if pool.vgpu_type is not None and source is not None:
+                vgpu = (
+                    f" It then writes the id of {pool.vgpu_type} to a free VF's "
+                    f"{source.file(source.current)} and refuses the start if none offers it."
+                )
             yield Step.of(
                 f"Start VM {vmid} when you are ready",
                 (Manual(f"qm start {vmid}"),),
                 f"`qm status {vmid}` says running. Proxmox checks every map line of the "
-                "mapping against sysfs at start and refuses the start on a stale one.",
+                "mapping against sysfs at start and refuses the start on a stale one." + vgpu,
             )
 
-    if plan.vfio_pools and writes.system:
+    if plan.split_pools and writes.system:
         yield Step.of(
             f"At the next reboot of {node}, check that the split comes back by itself",
             _split_checks(functions),

@@ -36,18 +36,28 @@ def driver_check(addresses: Sequence[PciAddress]) -> str:
 # ---------------------------------------------------------------------------- VM attach
 
 
+def attach_count(pool: Pool) -> int:
+    """How many hostpci lines give a VM the pool: one per GPU, or for a vGPU pool without
+    a VM of its own one, since each VM takes one vGPU of the mapping."""
+    if pool.vgpu_type is not None and pool.vm is None:
+        return 1
+    return pool.size
+
+
 def hostpci_lines(pool: Pool) -> tuple[str, ...]:
-    """The VM config lines that give a VM every GPU of the pool through its mapping."""
+    """The VM config lines that give a VM every GPU of the pool through its mapping (a
+    vGPU pool's with its type)."""
     if pool.mapping is None:
         return ()
     # pcie=1 needs machine q35, which passthrough of modern GPUs wants anyway; several
     # hostpciN naming one mapping each take the next free device of it.
-    return tuple(f"hostpci{i}: {hostpci_value(pool.mapping.id, True)}" for i in range(pool.size))
+    value = hostpci_value(pool.mapping.id, True, mdev=pool.vgpu_type)
+    return tuple(f"hostpci{i}: {value}" for i in range(attach_count(pool)))
 
 
 def qm_set_command(pool: Pool, vmid: str = "<vmid>") -> str:
     """`qm set` adding those lines to an existing VM; empty for a pool without mapping."""
     if pool.mapping is None:
         return ""
-    value = hostpci_value(pool.mapping.id, True)
-    return f"qm set {vmid} " + " ".join(f"--hostpci{i} {value}" for i in range(pool.size))
+    value = hostpci_value(pool.mapping.id, True, mdev=pool.vgpu_type)
+    return f"qm set {vmid} " + " ".join(f"--hostpci{i} {value}" for i in range(attach_count(pool)))

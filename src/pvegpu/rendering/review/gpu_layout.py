@@ -80,10 +80,11 @@ def driver_now(function: PciFunction) -> str:
 
 
 def driver_after(pool: Pool | None, function: PciFunction) -> str:
-    """The driver a function ends on: vfio-pci for VM pools, its host driver otherwise."""
+    """The driver a function ends on: vfio-pci for VM pools, its host driver otherwise (a
+    vGPU pool's virtual functions stay on theirs)."""
     if pool is None:
         return driver_now(function)
-    if pool.kind is PoolKind.VFIO:
+    if pool.moves_to_vfio:
         return VFIO_DRIVER
     return host_driver(function) or UNBOUND
 
@@ -96,10 +97,11 @@ def purpose(pool: Pool | None) -> str:
         inner = [pool.serving.engine, f"TP={pool.size}"] if pool.serving else [pool.name]
         text = f"LXC {pool.lxc.vmid} ({', '.join(inner)})"
         return f"{text}; mapping {pool.mapping.id}" if pool.mapping else text
+    vgpu = f", vGPU {pool.vgpu_type}" if pool.vgpu_type is not None else ""
     if pool.mapping is not None:
         if pool.vm is not None:
-            return f"VM {pool.vm.vmid} via mapping {pool.mapping.id}"
-        return f"mapping {pool.mapping.id}, no VM yet"
+            return f"VM {pool.vm.vmid} via mapping {pool.mapping.id}{vgpu}"
+        return f"mapping {pool.mapping.id}{vgpu}, no VM yet"
     if pool.vm is not None:
         return f"VM {pool.vm.vmid}"
     return "vfio-pci, no VM yet"

@@ -128,8 +128,8 @@ def _revert(
         )
 
     functions = vfio_functions(plan)
-    if plan.vfio_pools:
-        vms = [p.vm.vmid for p in plan.vfio_pools if p.vm is not None and p.vm.config is not None]
+    if plan.split_pools:
+        vms = [p.vm.vmid for p in plan.split_pools if p.vm is not None and p.vm.config is not None]
         yield Step(
             "Return the VM GPUs to their host drivers",
             (
@@ -187,7 +187,7 @@ def _revert(
     # on vfio-pci, as discovery saw it) is checked by the sysfs readout of the step above.
     for vendor in VENDORS:
         driver = vendor.host_driver
-        returning = [g for p in plan.vfio_pools for g in p.gpus if g.driver == driver]
+        returning = [g for p in plan.split_pools for g in p.gpus if g.driver == driver]
         on_driver = [g for g in plan.facts.gpus if g.driver == driver]
         if returning and vendor.tool is not None:
             yield Step(

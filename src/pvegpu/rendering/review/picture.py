@@ -135,7 +135,8 @@ def _consumers(pool: Pool, index: int) -> tuple[tuple[Box, ...], bool]:
             lines.append("no VM yet")
         boxes.append(Box(f"map{index}", tuple(lines), tooltip="etc/pve/mapping/pci.cfg"))
     if pool.vm is not None:
-        lines = [f"VM {pool.vm.vmid}", f"{plural(pool.size, 'GPU')} via hostpci"]
+        unit = "vGPU" if pool.vgpu_type is not None else "GPU"
+        lines = [f"VM {pool.vm.vmid}", f"{plural(pool.size, unit)} via hostpci"]
         if pool.vm.config is None:
             lines.append("not created yet")
         boxes.append(Box(f"vm{pool.vm.vmid}", tuple(lines), tooltip=pool.vm.config_path))
@@ -163,7 +164,9 @@ def picture_of(plan: Plan) -> Picture:
         moving = len(pool.functions)
         driver = pool.driver
         count = plural(pool.size, "GPU")
-        if pool.kind is PoolKind.VFIO and moving != pool.size:
+        if pool.vgpu_type is not None:
+            count = f"{plural(pool.size, 'vGPU VF')} · {pool.vgpu_type}"
+        elif pool.kind is PoolKind.VFIO and moving != pool.size:
             count += f", {plural(moving, 'function')}"
         known = [str(n) for n in pool.numa_nodes if n is not None]
         nodes = f"NUMA {', '.join(known)}" if known else "no NUMA node"

@@ -30,6 +30,7 @@ from pvegpu.rendering.review import (
     review_only,
     runbook,
 )
+from pvegpu.rendering.review.apply_steps import vgpu_source
 from pvegpu.rendering.review.gpu_layout import moving_nvswitches
 from pvegpu.rendering.review.topology import topology_mermaid, topology_svg
 from pvegpu.serving.checks import ENGINE_LABELS
@@ -71,7 +72,15 @@ def _pool_line(pool: Pool) -> str:
     # The verb agrees with the count: "1 GPU ... moves", "4 GPUs ... move".
     ending = "s" if pool.size == 1 else ""
     if pool.kind is PoolKind.VFIO:
-        line = f"**{pool.name}**: {where} move{ending} to vfio-pci"
+        if pool.vgpu_type is not None:
+            vfs = plural(pool.size, "vGPU virtual function")
+            line = (
+                f"**{pool.name}**: {vfs} {nodes} ({gpus}) stay{ending} on {pool.driver} as "
+                f"{'a vGPU' if pool.size == 1 else 'vGPUs'} of type `{pool.vgpu_type}`, which "
+                "Proxmox sets at the VM's start (nothing moves to vfio-pci)"
+            )
+        else:
+            line = f"**{pool.name}**: {where} move{ending} to vfio-pci"
         if pool.mapping is not None:
             line += f", PCI mapping `{pool.mapping.id}`"
         if pool.vm is not None:
@@ -131,6 +140,7 @@ def _attach(plan: Plan, artifacts: Sequence[Artifact]) -> list[dict[str, Any]]:
                 "vm": vm,
                 "lines": hostpci_lines(pool),
                 "qm_set": qm_set_command(pool),
+                "vgpu": vgpu_source(pool),
                 "cpus": cpus,
                 "snippet": snippet,
             }
