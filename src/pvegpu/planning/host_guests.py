@@ -31,10 +31,10 @@ from pvegpu.planning.claims import (
     Claims,
     by_destination,
     container_may_hold,
-    container_node,
     node_naming,
     vm_may_hold,
 )
+from pvegpu.planning.grants_every import EveryDevice, every_device, every_gpu
 from pvegpu.planning.guests import gpu_majors
 from pvegpu.planning.mapping_moves import VM_DIR, MappingOutcome, mapping_outcome
 from pvegpu.planning.numbering import NodeChange, Renumbering
@@ -71,17 +71,9 @@ class _Collected:
     removed: list[ContainerGpusRemoved] = attrs.field(factory=list)
     problems: list[Problem] = attrs.field(factory=list)
     findings: list[Finding] = attrs.field(factory=list)
-    every_device: dict[str, _EveryDevice] = attrs.field(factory=dict)
+    every_device: dict[str, EveryDevice] = attrs.field(factory=dict)
     """A rule for every major (`a`, `c *:* rwm`) reaches the GPUs of every node family:
-    one refusal per line, whatever families it was found in (`_every_device`)."""
-
-
-@attrs.define
-class _EveryDevice:
-    vmid: int
-    line: ConfLine
-    hit: list[tuple[GPU, Pool]] = attrs.field(factory=list)
-    families: list[DeviceNodes] = attrs.field(factory=list)
+    one refusal per line, whatever families it was found in (`every_device`)."""
 
 
 def judge_host(
@@ -114,7 +106,7 @@ def judge_guests(
             _container(file, vmid, vmid in own, claims, families, naming, numbers, out)
         elif (vmid := _vmid(file.path, VM_DIR)) is not None:
             _vm(facts.node, file, vmid, claims, mappings, out)
-    out.problems.extend(_every_device(w, r, claims) for w, r in out.every_device.items())
+    out.problems.extend(every_device(w, r, claims) for w, r in out.every_device.items())
     return GuestVerdict(tuple(out.removed), tuple(out.problems), tuple(out.findings))
 
 
@@ -290,11 +282,11 @@ def _changes(
         elif own and lxcconf.is_gpu_line(line, nodes, majors, naming):
             continue  # the pool's own container: guests.py rewrites all its GPU lines
         elif every and lxcconf.grants_every_device(line, naming):
-            rule = out.every_device.setdefault(where, _EveryDevice(vmid, line))
+            rule = out.every_device.setdefault(where, EveryDevice(vmid, line))
             rule.hit += [h for h in hit if h not in rule.hit]
             rule.families.append(nodes)
         elif every:
-            out.problems.append(_every_gpu(where, vmid, line, named, claims, nodes))
+            out.problems.append(every_gpu(where, vmid, line, named, claims, nodes))
         elif minor is not None:
             minors.append(minor)
             keys.append(line.key)
@@ -412,82 +404,10 @@ def _loses_gpus(
     )
 
 
-def _holder(nodes: DeviceNodes) -> str:
-    return next((v.host_driver for v in VENDORS if v.nodes is nodes), "its driver")
-
-
 def _stack(nodes: DeviceNodes) -> str:
     """How messages name a node family: by the vendor whose nodes they are (AMD's include
     /dev/kfd), DRM for the kernel's nodes alone (another stack's GPU held by them)."""
     return next((v.name for v in VENDORS if v.nodes is nodes), "DRM")
-
-
-def _every_gpu(
-    where: str,
-    vmid: int,
-    line: ConfLine,
-    named: list[tuple[str, Pool]],
-    claims: Claims,
-    nodes: DeviceNodes,
-) -> Problem:
-    rules = _keep_rules(vmid, claims, nodes)
-    holder = "a DRM driver" if nodes.drm else _holder(nodes)
-    return Problem(
-        "lxc-grants-all-gpus",
-        where,
-        f"`{line.raw.strip()}` lets CT {vmid} open every GPU {holder} holds (before the "
-        "split, after a revert, or when the split fails at boot), among them "
-        f"{by_destination(named)}",
-        f"replace it with one rule per GPU CT {vmid} keeps: {rules}then run pvegpu again"
-        if rules
-        else f"remove it: no GPU of this host is left for CT {vmid}; then run pvegpu again",
-    )
-
-
-def _every_device(where: str, rule: _EveryDevice, claims: Claims) -> Problem:
-    """A rule for every device (`a`): one refusal naming each GPU once, whatever nodes
-    (NVIDIA's, DRM's) it is opened by; its fix keeps the container's other devices."""
-    vmid = rule.vmid
-    rules = "".join(_keep_rules(vmid, claims, nodes) for nodes in rule.families)
-    named = [(g.address.short, p) for g, p in rule.hit]
-    return Problem(
-        "lxc-grants-all-gpus",
-        where,
-        f"`{rule.line.raw.strip()}` lets CT {vmid} open every device, every GPU of every "
-        "driver among them (before the split, after a revert, or when the split fails at "
-        f"boot): {by_destination(named)}",
-        f"replace it with rules for the devices CT {vmid} needs besides GPUs, and one per "
-        f"GPU it keeps: {rules}then run pvegpu again"
-        if rules
-        else f"replace it with rules for the devices CT {vmid} needs (no GPU of this host is "
-        "left for it); then run pvegpu again",
-    )
-
-
-def _keep_rules(vmid: int, claims: Claims, nodes: DeviceNodes) -> str:
-    """`c 195:2 rwm` for each GPU of the family container `vmid` may keep, and its
-    control node's; empty when it keeps none."""
-    owners = {node: p for node, (_, p) in claims.by_node.items()}
-    keeps = [
-        (g, node)
-        for g in claims.host_gpus
-        if (node := container_node(g)) is not None
-        and node[0] == nodes.major
-        and (node not in owners or container_may_hold(owners[node], vmid))
-    ]
-    if not keeps:
-        return ""
-    rules = "".join(
-        f"`c {major}:{minor} rwm` for {g.address.short}, " for g, (major, minor) in keeps
-    )
-    control = nodes.control_minor
-    shared = nodes.shared[0].removeprefix("/dev/") if nodes.shared else None
-    ending = (
-        f"and `c {nodes.major}:{control} rwm` for {shared}; "
-        if control is not None and shared
-        else ""
-    )
-    return rules + ending
 
 
 def _pending(
