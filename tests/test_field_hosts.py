@@ -498,6 +498,18 @@ def test_ids_and_blacklists_of_two_identical_gpus(tmp_path: Path, golden: Golden
     assert review(findings) == golden("txt")
 
 
+def test_blacklists_are_no_binders_of_gpus_going_to_vms(tmp_path: Path) -> None:
+    """With both 3090s for VMs, keeping nvidia off them agrees with the split: no second
+    binder to race, nothing said of the blacklists."""
+    shape = fh.modprobe_ids_shared_device_id(ids_removed=True)
+    spec = fh._spec(
+        "pve-3090",
+        fh.vm_pool("win", ["01:00.0"], 200, "rtx3090-win"),
+        fh.vm_pool("linux", ["02:00.0"], 201, "rtx3090-linux"),
+    )
+    assert said(found(facts_of(tmp_path, shape), spec)) == []
+
+
 def test_module_blacklist_on_the_command_line_is_refused(tmp_path: Path) -> None:
     """The kernel's own `module_blacklist=nvidia` never loads the module, even by name."""
     shape = fh.modprobe_ids_shared_device_id(ids_removed=True)

@@ -53,6 +53,8 @@ _BINDER_MARKS = ("vfio-pci", "driver_override", "drivers_probe", "/unbind", "new
 # makes a PF's VFs; `gpu-reference-moved` names it when the plan moves that PF).
 _HARMLESS_BINDS = ("bind",)
 _HARMLESS_PREFIXES = ("sriov_numvfs",)
+# Binders that keep a driver from loading: they take nothing from vfio-pci.
+_BLACKLISTS = ("blacklist", "module_blacklist")
 
 
 def reference_judgments(
@@ -344,6 +346,8 @@ def _binder(
         and ref.vmid is not None
         and all(owners[g].vm is not None and owners[g].vm.vmid == ref.vmid for g in hit)  # type: ignore[union-attr]
     )
+    if not host_side and ref.binds in _BLACKLISTS:
+        return  # keeping a driver off GPUs that go to vfio-pci agrees with the split
     if host_side and ref.binds == "blacklist":
         remove = (
             f"remove it from the kernel command line ({_CMDLINE_FILES})"
