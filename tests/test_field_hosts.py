@@ -278,6 +278,18 @@ def test_allow_all_is_one_refusal_for_every_gpu(tmp_path: Path, golden: Golden) 
     assert review(problems) == golden("txt")
 
 
+@pytest.mark.parametrize("rule", ["a *:* rwm", "c *:* rwm", "a\t*:*\trwm"])
+def test_every_spelling_of_every_device_is_that_refusal(tmp_path: Path, rule: str) -> None:
+    shape = fh.cgroup_allow_all_privileged()
+    conf = shape.host.files["etc/pve/lxc/107.conf"].replace(
+        "lxc.cgroup2.devices.allow: a\n", f"lxc.cgroup2.devices.allow: {rule}\n"
+    )
+    shape = shape.with_files({"etc/pve/lxc/107.conf": conf})
+    problems = refused(facts_of(tmp_path, shape), shape.spec)
+    assert said(problems) == [("lxc-grants-all-gpus", "etc/pve/lxc/107.conf line 9")]
+    assert "open every device" in problems[0].message
+
+
 # --- 8. cgroup-v1-keys-pve7-8-9 --------------------------------------------------------
 
 
