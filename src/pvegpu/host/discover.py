@@ -21,6 +21,7 @@ from typing import TypeVar
 
 import attrs
 
+from pvegpu.formats.dpkg import installed_packages
 from pvegpu.host import sysfs
 from pvegpu.host.acs import override_settings, read_acs_ports
 from pvegpu.host.boot import read_boot
@@ -45,7 +46,8 @@ from pvegpu.model.facts import (
     Sriov,
     VfioIdsSetting,
 )
-from pvegpu.model.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT, SPLIT_UDEV_RULE
+from pvegpu.model.paths import DPKG_STATUS, SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT, SPLIT_UDEV_RULE
+from pvegpu.model.platform import PvePackages
 from pvegpu.model.resources import HostCpu
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import DRIVER_VERSION_VENDORS, VENDORS, Vendor
@@ -150,6 +152,7 @@ def read_host(reader: RootReader) -> HostFacts:
         mig_caps=mig_caps,
         fabric_manager=read_fabric_manager(reader, functions),
         cpu=_host_cpu(reader),
+        pve=_pve_packages(reader),
         cgroup=cgroup,
         references=references,
     )
@@ -434,6 +437,13 @@ def _check_groups(functions: tuple[PciFunction, ...], groups: tuple[IommuGroup, 
                 f"{IOMMU_GROUPS}/{fn.iommu_group}/devices",
                 f"does not list {fn.address}, whose iommu_group link points here",
             )
+
+
+def _pve_packages(reader: RootReader) -> PvePackages:
+    """The Proxmox packages' versions from the host's dpkg status (none: not a PVE root,
+    or a snapshot that did not take the file)."""
+    text = reader.read(DPKG_STATUS)
+    return PvePackages() if text is None else PvePackages.of(installed_packages(text))
 
 
 def _sev_snp(reader: RootReader) -> bool:

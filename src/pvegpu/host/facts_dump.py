@@ -28,6 +28,7 @@ from pvegpu.model.facts import (
     NumaNode,
     PciFunction,
 )
+from pvegpu.model.platform import PvePackages
 from pvegpu.model.references import CgroupVersion, GpuReference
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import DRIVER_VERSION_VENDORS
@@ -178,6 +179,9 @@ def _fields(facts: HostFacts) -> Iterator[tuple[str, Any]]:
                 yield name, _value(value)
         elif name == "cpu":
             if value is not None:  # left out while not read (no /proc/cpuinfo), as above
+                yield name, _value(value)
+        elif name == "pve":
+            if value != PvePackages():  # left out while not read, as above
                 yield name, _value(value)
         elif name == "cgroup":
             # Left out on the unified hierarchy, every PVE host's since 7.0.

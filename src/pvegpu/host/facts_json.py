@@ -121,6 +121,7 @@ def _make_converter() -> cattrs.Converter:
         mig_caps=override(omit_if_default=True),
         fabric_manager=override(omit_if_default=True),
         cpu=override(omit_if_default=True),
+        pve=override(omit_if_default=True),
         cgroup=override(omit_if_default=True),
         references=override(omit_if_default=True),
     )

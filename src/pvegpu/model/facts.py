@@ -9,6 +9,7 @@ from typing import TypeVar
 import attrs
 
 from pvegpu.model.bootconfig import BootConfig
+from pvegpu.model.platform import PvePackages
 from pvegpu.model.ports import PortAcs
 from pvegpu.model.references import CgroupVersion, GpuReference
 from pvegpu.model.resources import Bar, HostCpu
@@ -479,6 +480,8 @@ class HostFacts:
     host with NVSwitches; its default (not installed) everywhere else."""
     cpu: HostCpu | None = None
     """The CPU's vendor and physical address width (`/proc/cpuinfo`); None: not read."""
+    pve: PvePackages = attrs.field(factory=PvePackages)
+    """The installed Proxmox packages' versions (`var/lib/dpkg/status`)."""
     cgroup: CgroupVersion = CgroupVersion.V2
     """The cgroup hierarchy of the devices controller: which `lxc.cgroup*.devices.allow`
     key LXC applies on this host (`host/references.py` reads it)."""

@@ -80,6 +80,9 @@ class NodeNaming:
 
     allow_key: str = CGROUP_ALLOW
     stable: tuple[tuple[str, int], ...] = ()
+    dead_key: str | None = None
+    """The other hierarchy's devices.allow key, which does nothing on this host: a pool's
+    container loses its GPU rules of it with the patch (they are its GPU lines too)."""
 
     @property
     def cpuset_key(self) -> str:
@@ -213,7 +216,7 @@ def is_gpu_line(
         return bool(_DEV_KEY.match(line.key)) and bool(nodes.any_node.match(_dev_path(line.value)))
     if line.kind is not LineKind.RAW:
         return False
-    if line.key == naming.allow_key:
+    if line.key in (naming.allow_key, naming.dead_key):
         rule = _CGROUP_RULE.match(line.value)
         path = allow_path(line.value)
         if path is not None:
