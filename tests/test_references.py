@@ -103,7 +103,8 @@ def listing(refs: tuple[GpuReference, ...]) -> str:
 def test_every_kind_of_reference_is_found(tmp_path: Path, golden: Golden) -> None:
     facts = facts_with(tmp_path, "kpro6", EVERY_KIND)
     kinds = {r.kind for r in facts.references}
-    assert kinds == set(ReferenceKind) - {ReferenceKind.DRIVERCTL}
+    # driverctl and the command line's blacklists: tests/test_field_hosts.py.
+    assert kinds == set(ReferenceKind) - {ReferenceKind.DRIVERCTL, ReferenceKind.CMDLINE}
     extra = [r for r in facts.references if r.path != "etc/pve/lxc/129.conf"]
     assert listing(tuple(extra)) == golden("txt")
 
@@ -337,9 +338,10 @@ def test_what_pvegpu_cannot_resolve_is_named(tmp_path: Path) -> None:
 
 def test_a_cdi_spec_by_number_is_named_when_the_split_moves_its_gpu(tmp_path: Path) -> None:
     facts = facts_with(tmp_path, "kpro6", {"etc/cdi/n.yaml": EVERY_KIND["etc/cdi/nvidia.yaml"]})
-    (finding,) = [f for f in plan(facts, KPRO6).findings if f.code == "gpu-reference-renumbered"]
-    assert finding.subject == "etc/cdi/n.yaml line 7"
-    assert "after the split that node is gone" in finding.message
+    (finding,) = [f for f in plan(facts, KPRO6).findings if f.code == "cdi-spec-stale"]
+    assert finding.subject == "etc/cdi/n.yaml"
+    assert "device nvidia.com/gpu=6 hands over /dev/nvidia6 of e1:00.0" in finding.message
+    assert "(line 7): after the split those nodes are gone" in finding.message
 
 
 def test_discover_shows_who_uses_each_gpu_and_what_it_cannot_tell(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ and a `hostpci0: 0000:81:00` all end as the same GPU addresses.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import attrs
 
@@ -53,6 +53,7 @@ class GpuIndex:
         "_caps_major",
         "_every",
         "_families",
+        "_mdevs",
         "_slots",
         "functions",
         "gpu_addresses",
@@ -66,8 +67,10 @@ class GpuIndex:
         functions: Iterable[PciFunction],
         mig_caps: Iterable[MigCap],
         char_majors: Iterable[CharMajor],
+        mdevs: Mapping[str, PciAddress] | None = None,
     ) -> None:
         gpus = tuple(gpus)
+        self._mdevs = dict(mdevs or {})
         self.functions = {f.address: f for f in functions}
         self._slots: dict[tuple[int, int, int], list[PciAddress]] = {}
         for address in self.functions:
@@ -129,6 +132,25 @@ class GpuIndex:
             if nodes is not None and not nodes.drm and nodes.major == major:
                 return f"every GPU {vendor.host_driver} holds"
         return None
+
+    def mdev_parent(self, uuid: str) -> PciAddress | None:
+        """The function a mediated device (a vGPU, `/sys/bus/mdev/devices/<uuid>`) is a
+        slice of; None for a UUID of no mediated device here."""
+        return self._mdevs.get(uuid.lower())
+
+    def held_by(self, module: str) -> tuple[PciAddress, ...]:
+        """Every GPU (or GPU VF) the driver `module` holds now, in address order: what
+        unloading the module takes from its driver. Nothing for a module that binds no
+        GPU itself (`nvidia_uvm`, `nvidia_drm`)."""
+        name = module.replace("-", "_")
+        return tuple(
+            sorted(
+                a
+                for a in self.gpu_addresses
+                if (driver := self.functions[a].driver) is not None
+                and driver.replace("-", "_") == name
+            )
+        )
 
     @property
     def every_gpu(self) -> tuple[PciAddress, ...]:

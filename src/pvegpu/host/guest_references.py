@@ -19,7 +19,14 @@ from collections.abc import Callable, Iterator
 import attrs
 
 from pvegpu.host.gpu_index import GpuIndex, PathTarget
-from pvegpu.host.script_scan import ScriptUse, scan_script
+from pvegpu.host.script_scan import (
+    ReadScript,
+    ScriptUse,
+    merged,
+    numbered_node,
+    reached,
+    scan_script,
+)
 from pvegpu.model.references import CgroupVersion, GpuReference, Holder, NodeRef, ReferenceKind
 from pvegpu.pci import PciAddress
 from pvegpu.pvefiles import hostpci, lxcconf
@@ -34,19 +41,17 @@ _ALLOW_KEYS = {
     "lxc.cgroup.devices.allow": ReferenceKind.CGROUP1_RULE,
 }
 _HOOK_KEY = re.compile(r"^lxc\.hook\.[a-z-]+$")
+# The environment keys whose variables LXC's hooks see: `lxc.environment` (init and
+# hooks) and `lxc.environment.hooks` (hooks only); `lxc.environment.runtime` reaches
+# only the container's init, never the vendor hook (lxc.container.conf(5)).
+_HOOK_ENVIRONMENT = ("lxc.environment", "lxc.environment.hooks")
 _MIG_INDEX = re.compile(r"^([0-9]+):([0-9]+)$")
 
-Scripts = Callable[[str], "ReadScript"]
+Scripts = Callable[[str], ReadScript]
 """Reads a host path (absolute, as a config names it): its text, or why it cannot."""
-
-
-@value_class
-@attrs.frozen(eq=False, repr=False)
-class ReadScript:
-    text: str | None
-    path: str
-    """Root-relative, as read."""
-    why: str = ""
+# Packaged programs: a hook running one is read as its command line, never opened (an
+# ELF binary is no script; the admin's own scripts live elsewhere).
+_PACKAGED = ("/usr/bin/", "/usr/sbin/", "/bin/", "/sbin/", "/usr/lib/", "/usr/libexec/")
 
 
 @value_class
@@ -101,6 +106,13 @@ def container_references(
                 found.append(_by_path(place, ReferenceKind.DEV_ENTRY, device, target, index))
         elif line.kind is not LineKind.RAW:
             continue
+        elif line.key in _ALLOW_KEYS and (rule_path := lxcconf.allow_path(line.value)):
+            # LXC stats the path on the host at start: a node by path, like a devN entry.
+            target = index.path(rule_path, dev_links(rule_path))
+            if target is not None:
+                by_path = _by_path(place, _ALLOW_KEYS[line.key], rule_path, target, index)
+                inert = _inert(_ALLOW_KEYS[line.key], cgroup)
+                found.append(attrs.evolve(by_path, inert=inert))
         elif line.key in _ALLOW_KEYS:
             ref = _rule(place, _ALLOW_KEYS[line.key], line.value, index, cgroup)
             if ref is not None:
@@ -111,7 +123,7 @@ def container_references(
             target = index.path(device, dev_links(device)) if device.startswith("/dev") else None
             if target is not None:
                 found.append(_by_path(place, ReferenceKind.MOUNT_ENTRY, device, target, index))
-        elif line.key == "lxc.environment":
+        elif line.key in _HOOK_ENVIRONMENT:
             name, _, value = line.value.partition("=")
             environment.setdefault(section, {})[name.strip()] = value.strip()
         elif _HOOK_KEY.match(line.key):
@@ -161,12 +173,7 @@ def _rule(
 ) -> GpuReference | None:
     """A devices.allow rule that reaches a GPU: one minor, every minor of a GPU major, or
     every device; rules for other devices (and shared nodes: nvidiactl, uvm) are none."""
-    inert = (
-        None
-        if kind is cgroup.rule_kind
-        else f"this host's devices controller is cgroup {cgroup.value}, whose key is "
-        f"{cgroup.allow_key}: LXC does not apply this one"
-    )
+    inert = _inert(kind, cgroup)
     rule = lxcconf.allow_rule(value)
     if rule is None:
         return _ref(
@@ -208,6 +215,16 @@ def _rule(
     return _ref(place, kind, node=node, gpus=() if gpu is None else (gpu,), inert=inert)
 
 
+def _inert(kind: ReferenceKind, cgroup: CgroupVersion) -> str | None:
+    """Why a rule of this key does nothing on this host; None when LXC applies it."""
+    if kind is cgroup.rule_kind:
+        return None
+    return (
+        f"this host's devices controller is cgroup {cgroup.value}, whose key is "
+        f"{cgroup.allow_key}: LXC does not apply this one"
+    )
+
+
 def _hook(
     place: _Place, environment: dict[str, str], index: GpuIndex, scripts: Scripts
 ) -> GpuReference | None:
@@ -222,7 +239,8 @@ def _hook(
         hook = vendor.container_hook
         if hook is not None and posixpath.basename(command) == hook.script and "/hooks/" in command:
             return _vendor_hook(place, hook, environment, index)
-    script = scripts(command) if command.startswith("/") else None
+    own = command.startswith("/") and not command.startswith(_PACKAGED)
+    script = scripts(command) if own else None
     if script is not None and script.text is None:
         return _ref(
             place,
@@ -231,7 +249,20 @@ def _hook(
             "tell which GPUs it reaches",
         )
     text = script.text if script is not None and script.text is not None else place.line.value
-    return _from_script(place, ReferenceKind.LXC_HOOK, scan_script(text), index, command)
+    use = _with_calls(scan_script(text), scripts, command)
+    return _from_script(place, ReferenceKind.LXC_HOOK, use, index, command)
+
+
+def _with_calls(use: ScriptUse, scripts: Scripts, own: str) -> ScriptUse:
+    """What a script does with the admin's scripts it names (`/usr/local/bin/x.sh`), one
+    level deep: a hook that runs a handoff script moves what the handoff moves."""
+    for path in use.calls:
+        if path == own:
+            continue
+        called = scripts(path)
+        if called.text is not None:
+            use = merged(use, scan_script(called.text))
+    return use
 
 
 def _vendor_hook(
@@ -286,16 +317,8 @@ def _from_script(
     place: _Place, kind: ReferenceKind, use: ScriptUse, index: GpuIndex, name: str
 ) -> GpuReference | None:
     """A reference for what a script names, None when it names no GPU and touches none."""
-    hosts = [h for t in use.addresses if (h := hostpci.HostId.parse(t)) is not None]
-    functions, named = index.hosts(hosts)
-    gpus = set(named)
-    for device in use.node_paths:
-        target = index.path(device)
-        if target is not None and target.node is not None:
-            gpu = index.node(*target.node)
-            gpus.update(() if gpu is None else (gpu,))
-        elif target is not None and target.address is not None:
-            gpus.update(index.addresses((str(target.address),)))
+    found = reached(use, index)
+    gpus = found.gpus
     if not gpus and not use.gpu_words and not use.operations:
         return None
     binds = ", ".join(use.operations) or None
@@ -309,10 +332,12 @@ def _from_script(
     return _ref(
         place,
         kind,
-        addresses=functions,
+        addresses=found.functions,
+        every=found.every,
         binds=binds,
-        gpus=tuple(sorted(gpus)),
+        gpus=gpus,
         unresolved=unresolved,
+        **numbered_node(use, index),
     )
 
 
@@ -322,10 +347,12 @@ def vm_references(
     text: str,
     index: GpuIndex,
     mappings: Callable[[str], tuple[str, ...] | None],
-    scripts: Callable[[str], ReadScript],
+    hookscripts: Callable[[str], ReadScript],
+    scripts: Scripts,
 ) -> list[GpuReference]:
     """Every reference of a VM config: hostpci lines, `args:` devices, its hookscript.
-    `mappings(id)`: the map lines' paths of this node in pci.cfg (None: no such mapping)."""
+    `mappings(id)`: the map lines' paths of this node in pci.cfg (None: no such mapping);
+    `hookscripts(volume)`: a hookscript by its volume; `scripts(path)`: any host file."""
     found: list[GpuReference] = []
     for section, number, line in _numbered(text):
         place = _Place(path, vmid, Holder.VM, section, number, line)
@@ -337,7 +364,7 @@ def vm_references(
             if ref is not None:
                 found.append(ref)
         elif line.kind is LineKind.KEY and line.key == "hookscript":
-            ref = _hookscript(place, index, scripts)
+            ref = _hookscript(place, index, hookscripts, scripts)
             if ref is not None:
                 found.append(ref)
     return found
@@ -368,6 +395,11 @@ def _hostpci(
 _VFIO_DEVICE = re.compile(r"\bvfio-pci\b")
 _HOST_OPTION = re.compile(r"(?:^|,)host=([0-9a-fA-F:.]+)")
 _SYSFSDEV = re.compile(r"(?:^|,)sysfsdev=\S*?/([0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])")
+# A mediated device by its UUID (`sysfsdev=/sys/bus/mdev/devices/<uuid>`): a vGPU of a GPU.
+_SYSFSDEV_MDEV = re.compile(
+    r"(?:^|,)sysfsdev=\S*?/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}"
+    r"-[0-9a-fA-F]{12})(?=[,\s/]|$)"
+)
 
 
 def _qemu_args(place: _Place, index: GpuIndex) -> GpuReference | None:
@@ -377,10 +409,21 @@ def _qemu_args(place: _Place, index: GpuIndex) -> GpuReference | None:
     if not _VFIO_DEVICE.search(value):
         return None
     texts = [m[1] for m in _HOST_OPTION.finditer(value)] + [m[1] for m in _SYSFSDEV.finditer(value)]
+    texts += [
+        str(parent)
+        for m in _SYSFSDEV_MDEV.finditer(value)
+        if (parent := index.mdev_parent(m[1])) is not None
+    ]
     hosts = [h for t in texts if (h := hostpci.HostId.parse(t)) is not None]
     functions, gpus = index.hosts(hosts)
     unresolved = None
-    if not hosts:
+    missing = [m[1] for m in _SYSFSDEV_MDEV.finditer(value) if index.mdev_parent(m[1]) is None]
+    if missing:
+        unresolved = (
+            f"it passes mediated device {', '.join(missing)}, which does not exist on this "
+            "host now (mdevctl may make it at boot), so pvegpu cannot tell whose vGPU it is"
+        )
+    elif not hosts:
         unresolved = "it passes a vfio-pci device whose host address pvegpu cannot read"
     return _ref(
         place,
@@ -393,10 +436,10 @@ def _qemu_args(place: _Place, index: GpuIndex) -> GpuReference | None:
 
 
 def _hookscript(
-    place: _Place, index: GpuIndex, scripts: Callable[[str], ReadScript]
+    place: _Place, index: GpuIndex, hookscripts: Callable[[str], ReadScript], scripts: Scripts
 ) -> GpuReference | None:
     volume = place.line.value.strip()
-    script = scripts(volume)
+    script = hookscripts(volume)
     if script.text is None:
         return _ref(
             place,
@@ -404,4 +447,5 @@ def _hookscript(
             unresolved=f"pvegpu cannot read the hookscript {volume} ({script.why}): it runs "
             "at every start and stop of the VM and may unbind, rebind or reset GPUs",
         )
-    return _from_script(place, ReferenceKind.HOOKSCRIPT, scan_script(script.text), index, volume)
+    use = _with_calls(scan_script(script.text), scripts, "/" + script.path)
+    return _from_script(place, ReferenceKind.HOOKSCRIPT, use, index, volume)

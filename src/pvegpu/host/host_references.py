@@ -1,5 +1,5 @@
 """The GPU references in the host's own files: udev rules, systemd units, driverctl,
-modprobe.d, sysfs.conf and CDI specs.
+modprobe.d, the kernel command line and sysfs.conf (CDI specs: host/cdi_specs.py).
 
 Each is read for what it names (a PCI address, `vendor:device` ids, a device node by
 number, every node of a driver) and what it does to it (binds a driver, loads one,
@@ -15,13 +15,19 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 
 from pvegpu.host.gpu_index import GpuIndex
-from pvegpu.host.script_scan import ScriptUse, scan_script
+from pvegpu.host.script_scan import (
+    ReadScript,
+    ScriptUse,
+    merged,
+    numbered_node,
+    reached,
+    scan_script,
+)
 from pvegpu.model.facts import DriverctlOverride, PciFunction, vfio_id_claims
 from pvegpu.model.paths import SPLIT_MODPROBE, SPLIT_UDEV_RULE, SPLIT_UNIT
 from pvegpu.model.references import GpuReference, Holder, NodeRef, ReferenceKind
 from pvegpu.pci import PciAddress
-from pvegpu.pvefiles.hostpci import HostId
-from pvegpu.vendors import VENDORS
+from pvegpu.vendors import VENDORS, vendor_of
 from pvegpu.vendors.drm import DRM_MAJOR
 
 Texts = Iterable[tuple[str, str]]
@@ -30,11 +36,10 @@ Texts = Iterable[tuple[str, str]]
 UDEV_DIR = "etc/udev/rules.d"
 SYSFS_CONF = "etc/sysfs.conf"
 SYSFS_DIR = "etc/sysfs.d"
-CDI_DIRS = ("etc/cdi", "var/run/cdi", "run/cdi")
 _VFIO_MODULES = ("vfio-pci", "vfio_pci")
 
 
-def _host_ref(
+def host_ref(
     kind: ReferenceKind, path: str, line: int | None, text: str, **values: object
 ) -> GpuReference:
     return GpuReference(kind=kind, path=path, line=line, text=text, holder=Holder.HOST, **values)  # type: ignore[arg-type]
@@ -100,8 +105,11 @@ def _udev_rule(
 ) -> GpuReference | None:
     matches: dict[str, str] = {}
     assigns: list[tuple[str, str]] = []
+    ancestors = False
     for key, op, value in _UDEV_PAIR.findall(line):
         if op == "==":
+            # KERNELS, ATTRS, DRIVERS match the device or any device above it.
+            ancestors |= key == "KERNELS"
             matches[key.removesuffix("S").replace("ATTRS{", "ATTR{")] = value
         elif op != "!=":
             assigns.append((key, value))
@@ -116,10 +124,12 @@ def _udev_rule(
         gpu = index.node(major, int(node[2]))
         values = {"node": NodeRef(major, int(node[2])), "gpus": () if gpu is None else (gpu,)}
     elif kernel is not None and subsystem in (None, "pci") and ":" in kernel:
-        hit = tuple(f.address for f in gpu_functions if fnmatch.fnmatchcase(str(f.address), kernel))
+        hit = tuple(f.address for f in gpu_functions if _kernel_match(f, kernel, ancestors))
         if not hit:
             return None
         values = {"addresses": hit, "gpus": hit}
+        if ancestors and any(not fnmatch.fnmatchcase(str(a), kernel) for a in hit):
+            values["every"] = f"every device below {kernel}"
     elif "ATTR{vendor}" in matches:
         hit = tuple(f.address for f in gpu_functions if _ids_match(matches, f))
         if not hit:
@@ -135,7 +145,17 @@ def _udev_rule(
         values = {"every": f"every device {driver} holds", "gpus": hit}
     else:
         return None
-    return _host_ref(ReferenceKind.UDEV_RULE, path, number, line, binds=binds, **values)
+    return host_ref(ReferenceKind.UDEV_RULE, path, number, line, binds=binds, **values)
+
+
+def _kernel_match(function: PciFunction, kernel: str, ancestors: bool) -> bool:
+    """KERNEL== matches the function's own name; KERNELS== its own or any device's above
+    it (a bridge's address matches every function behind the bridge)."""
+    if fnmatch.fnmatchcase(str(function.address), kernel):
+        return True
+    return ancestors and any(
+        fnmatch.fnmatchcase(name, kernel) for name in function.sysfs_path.split("/")
+    )
 
 
 def _udev_binds(assigns: list[tuple[str, str]]) -> str | None:
@@ -186,41 +206,44 @@ def _udev_ids(matches: dict[str, str]) -> str:
 
 # --- systemd units ---------------------------------------------------------------------
 
-_EXEC = re.compile(r"^Exec[A-Za-z]*\s*=\s*[-@:+!]*(\S+)")
-# Where an admin's own scripts live; programs elsewhere (/usr/bin, /usr/lib) are packaged.
-_SCRIPT_DIRS = ("/usr/local/", "/etc/", "/opt/", "/root/", "/home/", "/srv/")
+_EXEC = re.compile(r"^Exec[A-Za-z]*\s*=\s*[-@:+!|]*(\S+)")
 
 
 def unit_references(
-    files: Texts, index: GpuIndex, scripts: Callable[[str], str | None]
+    files: Texts, index: GpuIndex, scripts: Callable[[str], ReadScript]
 ) -> list[GpuReference]:
     """Host units (and the admin's scripts they run) that name a GPU or move devices.
-    `scripts(path)`: the text of an absolute path on the host, None when unreadable."""
+    `scripts(path)`: an absolute path on the host, read (or why it cannot be)."""
     found: list[GpuReference] = []
     for path, text in files:
         if path == SPLIT_UNIT:
             continue
         refs: list[GpuReference] = []
         first_operation: tuple[int, str, ScriptUse] | None = None
+        unread: tuple[int, str, str] | None = None
         for number, line in _lines(text):
             use = scan_script(line)
             program = _EXEC.match(line)
-            if program is not None and program[1].startswith(_SCRIPT_DIRS):
-                script = scripts(program[1])
-                if script is not None:
-                    use = _merged(use, scan_script(script))
-            gpus, functions = _named(use, index)
-            if gpus:
+            for called in use.calls:
+                script = scripts(called)
+                if script.text is not None:
+                    use = merged(use, scan_script(script.text))
+                elif program is not None and program[1] == called and unread is None:
+                    unread = (number, line, f"it runs {called}, which pvegpu cannot read "
+                              f"({script.why})")  # fmt: skip
+            found_gpus = reached(use, index)
+            if found_gpus.gpus:
                 refs.append(
-                    _host_ref(
+                    host_ref(
                         ReferenceKind.SYSTEMD_UNIT,
                         path,
                         number,
                         line,
-                        addresses=functions,
+                        addresses=found_gpus.functions,
+                        every=found_gpus.every,
                         binds=", ".join(use.operations) or None,
-                        gpus=gpus,
-                        **_numbered_node(use, index),
+                        gpus=found_gpus.gpus,
+                        **numbered_node(use, index),
                     )
                 )
             elif use.operations and first_operation is None:
@@ -228,7 +251,7 @@ def unit_references(
         if not refs and first_operation is not None:
             number, line, use = first_operation
             refs.append(
-                _host_ref(
+                host_ref(
                     ReferenceKind.SYSTEMD_UNIT,
                     path,
                     number,
@@ -239,50 +262,19 @@ def unit_references(
                     "or node, so pvegpu cannot tell which GPUs it moves",
                 )
             )
+        elif not refs and unread is not None:
+            number, line, why = unread
+            refs.append(
+                host_ref(
+                    ReferenceKind.SYSTEMD_UNIT,
+                    path,
+                    number,
+                    line,
+                    unresolved=f"{why}, so it cannot tell whether it moves GPUs",
+                )
+            )
         found.extend(refs)
     return found
-
-
-def _numbered_node(use: ScriptUse, index: GpuIndex) -> dict[str, object]:
-    """`node` and `node_path` of a line naming exactly one GPU node by number (and no
-    address): what changes meaning when the node is numbered afresh."""
-    numbered = [
-        (path, t.node)
-        for path in use.node_paths
-        if (t := index.path(path)) is not None and t.node is not None
-    ]
-    if len(numbered) != 1 or use.addresses:
-        return {}
-    path, (major, minor) = numbered[0]
-    return {"node": NodeRef(major, minor), "node_path": path}
-
-
-def _merged(one: ScriptUse, other: ScriptUse) -> ScriptUse:
-    def both(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((*a, *b)))
-
-    return ScriptUse(
-        both(one.addresses, other.addresses),
-        both(one.node_paths, other.node_paths),
-        both(one.operations, other.operations),
-        both(one.gpu_words, other.gpu_words),
-    )
-
-
-def _named(
-    use: ScriptUse, index: GpuIndex
-) -> tuple[tuple[PciAddress, ...], tuple[PciAddress, ...]]:
-    """The GPUs a scanned text names (by address or node), and the functions it names."""
-    hosts = [h for t in use.addresses if (h := HostId.parse(t)) is not None]
-    functions, gpus = index.hosts(hosts)
-    found = set(gpus)
-    for device in use.node_paths:
-        target = index.path(device)
-        if target is not None and target.node is not None and (g := index.node(*target.node)):
-            found.add(g)
-        elif target is not None and target.address is not None:
-            found.update(index.addresses((str(target.address),)))
-    return tuple(sorted(found)), functions
 
 
 # --- driverctl, modprobe.d, sysfs.conf -------------------------------------------------
@@ -292,7 +284,7 @@ def driverctl_references(
     overrides: Iterable[DriverctlOverride], index: GpuIndex
 ) -> list[GpuReference]:
     return [
-        _host_ref(
+        host_ref(
             ReferenceKind.DRIVERCTL,
             o.path,
             None,
@@ -346,7 +338,7 @@ def modprobe_references(
                     what = "blacklist" if command == "blacklist" else f"install {module} ..."
                     ref = {"every": f"every GPU {module} binds", "gpus": hit, "binds": what}
             if ref is not None:
-                found.append(_host_ref(ReferenceKind.MODPROBE, path, number, line, **ref))
+                found.append(host_ref(ReferenceKind.MODPROBE, path, number, line, **ref))
     return found
 
 
@@ -365,14 +357,57 @@ def _alias_match(alias: re.Match[str], function: PciFunction) -> bool:
 
 
 def _binds(module: str, function: PciFunction) -> bool:
-    """Whether loading `module` binds the function now (its driver is that module)."""
+    """Whether loading `module` binds the function: its driver now, or for a GPU on no
+    driver or on vfio-pci, its vendor's host driver (the one a container pool gives it
+    back to)."""
     driver = function.driver or ""
+    if driver in ("", *_VFIO_MODULES):
+        vendor = vendor_of(function)
+        driver = vendor.host_driver if vendor is not None else ""
     return driver.replace("-", "_") == module.replace("-", "_")
+
+
+# The kernel command line's blacklists: kmod's (`modprobe.blacklist=`, a `blacklist` line
+# for every module named) and the kernel's own (`module_blacklist=`: never loaded at all).
+_CMDLINE_BLACKLISTS = {"modprobe.blacklist": "blacklist", "module_blacklist": "module_blacklist"}
+CMDLINE = "proc/cmdline"
+
+
+def cmdline_references(
+    cmdline: str, index: GpuIndex, functions: Iterable[PciFunction]
+) -> list[GpuReference]:
+    """The module blacklists of the command line the host booted with, for GPU drivers."""
+    gpu_functions = [f for f in functions if f.address in index.gpu_addresses]
+    found: list[GpuReference] = []
+    for word in cmdline.split():
+        name, _, value = word.partition("=")
+        binds = _CMDLINE_BLACKLISTS.get(name)
+        if binds is None:
+            continue
+        for module in dict.fromkeys(m for m in value.split(",") if _is_gpu_driver(m)):
+            hit = tuple(f.address for f in gpu_functions if _binds(module, f))
+            if hit:
+                found.append(
+                    host_ref(
+                        ReferenceKind.CMDLINE,
+                        CMDLINE,
+                        None,
+                        word,
+                        every=f"every GPU {module} binds",
+                        gpus=hit,
+                        binds=binds,
+                    )
+                )
+    return found
 
 
 _SYSFS_LINE = re.compile(r"^(?:(?:mode|owner)\s+)?(\S+)\s*=\s*(.*)$")
 _SYSFS_ADDRESS = re.compile(r"([0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])/([a-z_]+)$")
-_SYSFS_ACTIONS = ("driver_override", "remove", "reset", "unbind", "bind", "new_id", "rescan")
+# `sriov_numvfs` makes a PF's VFs at every boot: it moves nothing, but fails once the PF
+# is on a driver that makes none (vfio-pci), and every VF goes with it.
+_SYSFS_ACTIONS = (
+    "driver_override", "remove", "reset", "unbind", "bind", "new_id", "rescan", "sriov_numvfs",
+)  # fmt: skip
 
 
 def sysfs_references(files: Texts, index: GpuIndex) -> list[GpuReference]:
@@ -391,7 +426,7 @@ def sysfs_references(files: Texts, index: GpuIndex) -> list[GpuReference]:
             if device is None:
                 if "pci" in target:
                     found.append(
-                        _host_ref(
+                        host_ref(
                             ReferenceKind.SYSFS_CONF,
                             path,
                             number,
@@ -406,7 +441,7 @@ def sysfs_references(files: Texts, index: GpuIndex) -> list[GpuReference]:
             gpus = tuple(a for a in (address,) if a in index.gpu_addresses)
             if gpus:
                 found.append(
-                    _host_ref(
+                    host_ref(
                         ReferenceKind.SYSFS_CONF,
                         path,
                         number,
@@ -416,44 +451,4 @@ def sysfs_references(files: Texts, index: GpuIndex) -> list[GpuReference]:
                         gpus=gpus,
                     )
                 )
-    return found
-
-
-# --- CDI -------------------------------------------------------------------------------
-
-_CDI_NAME = re.compile(r"""^\s*-?\s*"?name"?\s*:\s*"?([^",]+?)"?\s*,?\s*$""")
-_CDI_PATH = re.compile(r"""^\s*-?\s*"?(?:hostPath|path)"?\s*:\s*"?(/dev/[^",\s]+)"?""")
-
-
-def cdi_references(files: Texts, index: GpuIndex) -> list[GpuReference]:
-    """The device nodes a CDI spec hands each of its devices (`nvidia-ctk cdi generate`
-    writes them by number: they are stale once the numbers change)."""
-    found: list[GpuReference] = []
-    for path, text in files:
-        name: str | None = None
-        for number, raw in enumerate(text.split("\n"), start=1):
-            named = _CDI_NAME.match(raw)
-            if named is not None:
-                name = named[1].strip()
-                continue
-            node = _CDI_PATH.match(raw)
-            if node is None:
-                continue
-            target = index.path(node[1])
-            if target is None or target.node is None:
-                continue
-            major, minor = target.node
-            gpu = index.node(major, minor)
-            found.append(
-                _host_ref(
-                    ReferenceKind.CDI,
-                    path,
-                    number,
-                    raw.strip(),
-                    node=NodeRef(major, minor),
-                    node_path=node[1],
-                    selector=name,
-                    gpus=() if gpu is None else (gpu,),
-                )
-            )
     return found

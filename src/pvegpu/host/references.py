@@ -14,13 +14,16 @@ import posixpath
 import re
 from collections.abc import Iterable
 
-from pvegpu.errors import RenderError
+from pvegpu.errors import DiscoveryError, RenderError
 from pvegpu.host import host_references as on_host
+from pvegpu.host.cdi_specs import CDI_DIRS, cdi_references
 from pvegpu.host.gpu_index import GpuIndex
-from pvegpu.host.guest_references import ReadScript, container_references, vm_references
+from pvegpu.host.guest_references import container_references, vm_references
 from pvegpu.host.reader import RootReader
+from pvegpu.host.script_scan import ReadScript
 from pvegpu.model.facts import GPU, CharMajor, ConfigFile, DriverctlOverride, MigCap, PciFunction
 from pvegpu.model.references import CgroupVersion, GpuReference
+from pvegpu.pci import PciAddress
 from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.storagecfg import Storage, parse_storage_cfg
 
@@ -59,22 +62,28 @@ def read_references(
 ) -> tuple[GpuReference, ...]:
     """Every GPU reference of the host under the reader's root."""
     functions = tuple(functions)
-    index = GpuIndex(gpus, functions, mig_caps, char_majors)
+    index = GpuIndex(gpus, functions, mig_caps, char_majors, _mdev_parents(reader))
     files = tuple(files)
     by_path = {f.path: f.content for f in files}
     found: list[GpuReference] = []
 
     def script(path: str) -> ReadScript:
         rel = path.lstrip("/")
-        size = reader.size(rel)
+        try:
+            size = reader.size(rel)
+            data = None if size is None or size > _SCRIPT_LIMIT else reader.read_bytes(rel)
+        except DiscoveryError as err:
+            # A FIFO, a directory, a link loop where a script should be: named, not fatal.
+            return ReadScript(None, rel, err.problems[0].message)
         if size is None:
             return ReadScript(None, rel, f"no such file under the root: {path}")
         if size > _SCRIPT_LIMIT:
             return ReadScript(None, rel, f"{size} bytes, more than a script pvegpu reads")
-        text = reader.read(rel)
-        if text is None:
+        if data is None:
             return ReadScript(None, rel, f"not a readable file: {path}")
-        return ReadScript(text, rel)
+        if b"\0" in data:
+            return ReadScript(None, rel, "a binary program, not a script pvegpu can read")
+        return ReadScript(_text(data), rel)
 
     def dev_link(path: str) -> str | None:
         return reader.readlink(path.lstrip("/")) if path.startswith("/dev/dri/by-") else None
@@ -94,34 +103,74 @@ def read_references(
                 file.path, int(ct[1]), file.content, index, cgroup, script, dev_link
             )
         elif (vm := _QEMU.match(file.path)) is not None:
-            found += vm_references(file.path, int(vm[1]), file.content, index, mappings, hookscript)
+            found += vm_references(
+                file.path, int(vm[1]), file.content, index, mappings, hookscript, script
+            )
     units = [
         (f.path, f.content)
         for f in files
         if f.path.startswith("etc/systemd/system/") and f.path.endswith(".service")
     ]
-    found += on_host.unit_references(units, index, lambda p: script(p).text)
+    found += on_host.unit_references(units, index, script)
     modprobe = [(f.path, f.content) for f in files if f.path.startswith("etc/modprobe.d/")]
     found += on_host.modprobe_references(modprobe, index, functions)
     found += on_host.driverctl_references(driverctl, index)
+    found += on_host.cmdline_references(_read_file(reader, on_host.CMDLINE) or "", index, functions)
     found += on_host.udev_references(
         _read_dir(reader, on_host.UDEV_DIR, ".rules"), index, functions
     )
     sysfs = _read_dir(reader, on_host.SYSFS_DIR, ".conf")
-    if (text := reader.read(on_host.SYSFS_CONF)) is not None:
+    if (text := _read_file(reader, on_host.SYSFS_CONF)) is not None:
         sysfs.insert(0, (on_host.SYSFS_CONF, text))
     found += on_host.sysfs_references(sysfs, index)
-    cdi = [f for d in on_host.CDI_DIRS for f in _read_dir(reader, d, (".yaml", ".yml", ".json"))]
-    found += on_host.cdi_references(cdi, index)
+    cdi = [f for d in CDI_DIRS for f in _read_dir(reader, d, (".yaml", ".yml", ".json"))]
+    found += cdi_references(cdi, index)
     return tuple(found)
+
+
+_MDEV_DEVICES = "sys/bus/mdev/devices"
+
+
+def _mdev_parents(reader: RootReader) -> dict[str, PciAddress]:
+    """Each mediated device's UUID -> the PCI function it lives under (its link's
+    parent directory), for `args:` lines that pass one by its sysfs path."""
+    found: dict[str, PciAddress] = {}
+    for uuid in reader.listdir(_MDEV_DEVICES):
+        try:
+            real = reader.directory(f"{_MDEV_DEVICES}/{uuid}")
+        except DiscoveryError:
+            continue
+        parent = (real or "").rpartition("/")[0].rpartition("/")[2]
+        try:
+            found[uuid.lower()] = PciAddress.parse(parent)
+        except ValueError:
+            continue  # a parent that is no PCI function, or a dangling link
+    return found
 
 
 def _read_dir(
     reader: RootReader, directory: str, suffix: str | tuple[str, ...]
 ) -> list[tuple[str, str]]:
+    """The texts of a directory's files of a kind. What is no regular file (a FIFO, a
+    directory named like one) is passed over, as udev and sysfsutils pass it over; bytes
+    that are not UTF-8 (a Latin-1 comment) do not hide the rest of the file."""
     names = reader.listdir(directory, lambda n: n.endswith(suffix))
-    texts = [(f"{directory}/{n}", reader.read(f"{directory}/{n}")) for n in names]
+    texts = [(f"{directory}/{n}", _read_file(reader, f"{directory}/{n}")) for n in names]
     return [(p, t) for p, t in texts if t is not None]
+
+
+def _read_file(reader: RootReader, path: str) -> str | None:
+    """`_read_dir` of one file: None when it is missing or no regular file."""
+    try:
+        data = reader.read_bytes(path)
+    except DiscoveryError:
+        return None
+    return None if data is None else _text(data)
+
+
+def _text(data: bytes) -> str:
+    """A host file's bytes as text: UTF-8, any other byte replaced (U+FFFD)."""
+    return data.decode(errors="replace")
 
 
 class _MappingPaths:

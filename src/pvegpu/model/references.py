@@ -5,7 +5,8 @@ entry by number or by its stable `/dev/dri/by-path` name, a raw cgroup rule (one
 or every minor of a major), a bind mount of one node or of all of `/dev/dri`, LXC's nvidia
 hook with the GPUs its `NVIDIA_VISIBLE_DEVICES` names, a VM's `hostpciN` by address or
 mapping, its `args:` or its hookscript, and on the host udev rules, systemd units,
-driverctl, modprobe.d, sysfs.conf and CDI specs. Each is one `GpuReference`: where it is
+driverctl, modprobe.d, the kernel command line's module blacklists, sysfs.conf and CDI
+specs. Each is one `GpuReference`: where it is
 (file, line, section, guest), how it names what it reaches (`node`, `addresses`,
 `mapping`, `selector`, `ids`), the GPUs that means on this host now (`gpus`), and, when
 pvegpu cannot tell which GPUs it reaches, why (`unresolved`). The planner judges every
@@ -53,6 +54,7 @@ class ReferenceKind(StrEnum):
     SYSTEMD_UNIT = "systemd unit"
     DRIVERCTL = "driverctl override"
     MODPROBE = "modprobe.d"
+    CMDLINE = "kernel command line"
     SYSFS_CONF = "sysfs.conf"
     CDI = "CDI spec"
 

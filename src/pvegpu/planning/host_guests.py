@@ -31,10 +31,10 @@ from pvegpu.planning.claims import (
     Claims,
     by_destination,
     container_may_hold,
-    container_node,
     node_naming,
     vm_may_hold,
 )
+from pvegpu.planning.grants_every import EveryDevice, every_device, every_gpu
 from pvegpu.planning.guests import gpu_majors
 from pvegpu.planning.mapping_moves import VM_DIR, MappingOutcome, mapping_outcome
 from pvegpu.planning.numbering import NodeChange, Renumbering
@@ -71,6 +71,9 @@ class _Collected:
     removed: list[ContainerGpusRemoved] = attrs.field(factory=list)
     problems: list[Problem] = attrs.field(factory=list)
     findings: list[Finding] = attrs.field(factory=list)
+    every_device: dict[str, EveryDevice] = attrs.field(factory=dict)
+    """A rule for every major (`a`, `c *:* rwm`) reaches the GPUs of every node family:
+    one refusal per line, whatever families it was found in (`every_device`)."""
 
 
 def judge_host(
@@ -103,6 +106,7 @@ def judge_guests(
             _container(file, vmid, vmid in own, claims, families, naming, numbers, out)
         elif (vmid := _vmid(file.path, VM_DIR)) is not None:
             _vm(facts.node, file, vmid, claims, mappings, out)
+    out.problems.extend(every_device(w, r, claims) for w, r in out.every_device.items())
     return GuestVerdict(tuple(out.removed), tuple(out.problems), tuple(out.findings))
 
 
@@ -277,8 +281,12 @@ def _changes(
             out.problems.append(_pending(where, f"CT {vmid}", line, named, f"pct set {vmid}"))
         elif own and lxcconf.is_gpu_line(line, nodes, majors, naming):
             continue  # the pool's own container: guests.py rewrites all its GPU lines
+        elif every and lxcconf.grants_every_device(line, naming):
+            rule = out.every_device.setdefault(where, EveryDevice(vmid, line))
+            rule.hit += [h for h in hit if h not in rule.hit]
+            rule.families.append(nodes)
         elif every:
-            out.problems.append(_every_gpu(where, vmid, line, named, claims, nodes))
+            out.problems.append(every_gpu(where, vmid, line, named, claims, nodes))
         elif minor is not None:
             minors.append(minor)
             keys.append(line.key)
@@ -396,53 +404,10 @@ def _loses_gpus(
     )
 
 
-def _holder(nodes: DeviceNodes) -> str:
-    return next((v.host_driver for v in VENDORS if v.nodes is nodes), "its driver")
-
-
 def _stack(nodes: DeviceNodes) -> str:
     """How messages name a node family: by the vendor whose nodes they are (AMD's include
     /dev/kfd), DRM for the kernel's nodes alone (another stack's GPU held by them)."""
     return next((v.name for v in VENDORS if v.nodes is nodes), "DRM")
-
-
-def _every_gpu(
-    where: str,
-    vmid: int,
-    line: ConfLine,
-    named: list[tuple[str, Pool]],
-    claims: Claims,
-    nodes: DeviceNodes,
-) -> Problem:
-    owners = {node: p for node, (_, p) in claims.by_node.items()}
-    keeps = [
-        (g, node)
-        for g in claims.host_gpus
-        if (node := container_node(g)) is not None
-        and node[0] == nodes.major
-        and (node not in owners or container_may_hold(owners[node], vmid))
-    ]
-    rules = "".join(
-        f"`c {major}:{minor} rwm` for {g.address.short}, " for g, (major, minor) in keeps
-    )
-    control = nodes.control_minor
-    shared = nodes.shared[0].removeprefix("/dev/") if nodes.shared else None
-    ending = (
-        f"and `c {nodes.major}:{control} rwm` for {shared}; "
-        if control is not None and shared
-        else ""
-    )
-    holder = "a DRM driver" if nodes.drm else _holder(nodes)
-    return Problem(
-        "lxc-grants-all-gpus",
-        where,
-        f"`{line.raw.strip()}` lets CT {vmid} open every GPU {holder} holds (before the "
-        "split, after a revert, or when the split fails at boot), among them "
-        f"{by_destination(named)}",
-        f"replace it with one rule per GPU CT {vmid} keeps: {rules}{ending}then run pvegpu again"
-        if keeps
-        else f"remove it: no GPU of this host is left for CT {vmid}; then run pvegpu again",
-    )
 
 
 def _pending(

@@ -1,14 +1,23 @@
 """The device numbers GPUs get at the next boot with the split, decided once.
 
-Drivers number the GPUs they hold at probe time, normally in PCI order: NVIDIA's driver
-from 0 (`/dev/nvidiaN`), the DRM core every DRM device of the host (a BMC's display
-too) from 0 for card nodes and from 128 for render nodes. Right after a runtime split
-the GPUs that stay keep their numbers; after the next boot a driver numbers only the
-GPUs it still gets, so a line naming `/dev/nvidia4` (or `renderD130`) can point at
-nothing, or at another guest's GPU. Every reference by number is judged against this
-(`planning/references.py`), a pool's container is given the numbers its GPUs will have
-(`planning/guests.py`), and another container's lines are rewritten to them
-(`planning/host_guests.py`).
+Drivers number the GPUs they hold at probe time, in the order they probe them: NVIDIA's
+driver from 0 (`/dev/nvidiaN`), the DRM core every DRM device of the host (a BMC's
+display too) from 0 for card nodes and from 128 for render nodes. That order is often
+PCI order, but not always: root buses probed in firmware order (an A100 board whose
+first GPU in PCI order is minor 2), drivers loaded one after another (an iGPU on i915
+numbered after a dGPU on amdgpu), a firmware framebuffer that keeps card0. Today's
+numbers show this host's order, and a boot with the same hardware probes in it again,
+so the next boot numbers the GPUs that stay in today's order. It numbers them from the
+family's first number, except that card nodes start where something that is no GPU
+(simpledrm, efifb) keeps the first ones: a gap below the lowest card node that the
+render nodes do not share (a GPU moved away since the boot frees both). A GPU coming
+back to its driver (on vfio-pci now, so without a number) is put in PCI order among the
+others. Right after a runtime split the GPUs that stay keep their numbers; after the
+next boot a driver numbers only the GPUs it still gets, so a line naming `/dev/nvidia4`
+(or `renderD130`) can point at nothing, or at another guest's GPU. Every reference by
+number is judged against this (`planning/references.py`), a pool's container is given
+the numbers its GPUs will have (`planning/guests.py`), and another container's lines are
+rewritten to them (`planning/host_guests.py`).
 """
 
 from __future__ import annotations
@@ -87,20 +96,55 @@ def next_boot_numbers(
             families[(DRM_MAJOR, "card")].append(gpu)
     changes = []
     for (major, kind), gpus in families.items():
-        first = RENDER_BASE if kind == "render" else 0
-        for number, gpu in enumerate(sorted(gpus, key=lambda g: g.address), start=first):
-            before = _number(gpu, kind)
+        first = _first_number(facts, kind)
+        for number, gpu in enumerate(_probe_order(gpus, kind, major), start=first):
+            before = _number(gpu, kind, major)
             if before is not None and before != number:
                 changes.append(NodeChange(major, before, number, gpu.address))
     return Renumbering(tuple(sorted(changes, key=lambda c: (c.major, c.before))))
 
 
-def _number(gpu: GPU, kind: str) -> int | None:
+def _first_number(facts: HostFacts, kind: str) -> int:
+    """The number the family's first GPU gets at the next boot (module docstring)."""
+    if kind == "render":
+        return RENDER_BASE
+    if kind != "card":
+        return 0
+    cards = [g.drm_card for g in facts.gpus if g.drm_card is not None]
+    renders = [g.drm_render for g in facts.gpus if g.drm_render is not None]
+    if not cards:
+        return 0
+    freed = min(renders) - RENDER_BASE if renders else 0
+    return max(0, min(cards) - freed)
+
+
+def _probe_order(gpus: list[GPU], kind: str, major: int) -> list[GPU]:
+    """The GPUs in the order the driver will probe them: today's numbers' order, each GPU
+    without a number today (coming back from vfio-pci) placed by PCI address before the
+    first numbered GPU at a higher address."""
+    numbered = sorted(
+        (g for g in gpus if _number(g, kind, major) is not None),
+        key=lambda g: (_number(g, kind, major), g.address),
+    )
+    order: list[GPU] = []
+    for gpu in sorted(
+        (g for g in gpus if _number(g, kind, major) is None), key=lambda g: g.address
+    ):
+        while numbered and numbered[0].address < gpu.address:
+            order.append(numbered.pop(0))
+        order.append(gpu)
+    return order + numbered
+
+
+def _number(gpu: GPU, kind: str, major: int) -> int | None:
+    """The GPU's number today in the family (`kind` on `major`); None without one."""
     if kind == "render":
         return gpu.drm_render
     if kind == "card":
         return gpu.drm_card
-    return gpu.node_minor
+    vendor = gpu.vendor
+    nodes = vendor.nodes if vendor is not None else None
+    return gpu.node_minor if nodes is not None and nodes.major == major else None
 
 
 def renumbered(minors: Iterable[int], change: Mapping[int, int]) -> tuple[int, ...]:
@@ -127,7 +171,7 @@ def renumbering_findings(pools: Sequence[Pool], numbers: Renumbering) -> Iterato
                 "minors-change-at-reboot",
                 pool.name,
                 f"after a reboot with the split {_numberer(pool)} numbers the GPUs it keeps "
-                "afresh (probe order, normally PCI order), so the "
+                "afresh (in the order it probes them, today's), so the "
                 f"{nodes.gpu_path.format(minor='N')} numbers of CT {pool.lxc.vmid}'s GPUs "
                 f"change: {', '.join(moved)}. Its config "
                 "gets the new numbers, which are right only after that reboot: the runbook "

@@ -13,8 +13,12 @@ the rest, and makes "I cannot tell" a finding instead of silence:
 - a host file or hookscript that moves a GPU a container pool keeps on its driver is
   refused (`binder-takes-host-gpu`); one that also binds a vfio pool's GPU races the
   split unit (`second-gpu-binder`);
-- a host file naming a GPU node by number (a CDI spec, a udev rule, a unit) that the
-  split removes or renumbers is named (`gpu-reference-renumbered`);
+- a host file, hook or hookscript naming a GPU node by number (a udev rule, a unit, a
+  chown) that the split removes or renumbers is named (`gpu-reference-renumbered`), a
+  CDI spec once with its devices (`cdi-spec-stale`, planning/cdi.py);
+- a hook, hookscript or host file that is no binder but still acts on a GPU the plan
+  gives to another guest is named (`gpu-reference-moved`), so no reference to a GPU the
+  plan moves passes in silence;
 - a container holding GPUs by the cgroup key this host does not apply is named
   (`lxc-cgroup-key-inert`, a host finding: `pvegpu check` reports it too).
 The rules in words: docs/formats.md, "Every reference to a GPU".
@@ -30,10 +34,13 @@ from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.model.references import GpuReference, Holder, ReferenceKind, driver_order
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pci import PciAddress
-from pvegpu.planning.claims import by_destination, container_may_hold
+from pvegpu.planning.cdi import cdi_findings
+from pvegpu.planning.claims import by_destination, container_may_hold, vm_may_hold
 from pvegpu.planning.numbering import Renumbering
 from pvegpu.pvefiles.guestconf import PENDING_SECTIONS
 from pvegpu.vendors import VENDORS
+from pvegpu.vendors.drm import DRM_MAJOR
+from pvegpu.wording import plural
 
 # Kinds whose lines host_guests.py reads and rewrites itself; only what it cannot read
 # (an unresolved one) is this module's.
@@ -47,8 +54,12 @@ _GUEST_LINES = (
 )
 # What a unit must contain for `other-gpu-binder` (planning/findings.py) to name it.
 _BINDER_MARKS = ("vfio-pci", "driver_override", "drivers_probe", "/unbind", "new_id")
-# Binders whose action does not take a GPU off its driver.
+# Binders whose action does not take a GPU off its driver (sysfs.conf's `sriov_numvfs`
+# makes a PF's VFs; `gpu-reference-moved` names it when the plan moves that PF).
 _HARMLESS_BINDS = ("bind",)
+_HARMLESS_PREFIXES = ("sriov_numvfs",)
+# Binders that keep a driver from loading: they take nothing from vfio-pci.
+_BLACKLISTS = ("blacklist", "module_blacklist")
 
 
 def reference_judgments(
@@ -61,6 +72,7 @@ def reference_judgments(
         return problems, findings
     owners = _owners(pools)
     leaving = frozenset(a for p in pools if p.moves_to_vfio for a in _addresses(p))
+    cdi: list[GpuReference] = []
     for ref in facts.references:
         if _snapshot(ref):
             continue  # history: a rollback is planned again (snapshot-grants-pool-gpus)
@@ -74,9 +86,16 @@ def reference_judgments(
             problems.extend(_hook(facts, ref, pools, owners, leaving))
         elif ref.kind is ReferenceKind.QEMU_ARGS:
             problems.extend(_qemu_args(ref, owners))
+        elif ref.kind is ReferenceKind.CDI:
+            cdi.append(ref)
         else:
+            said = len(problems) + len(findings)
             problems.extend(_binder(ref, owners, findings))
             findings.extend(_by_number(ref, owners, leaving, numbers))
+            if len(problems) + len(findings) == said and ref.unresolved is None:
+                # Nothing above spoke for it: it still reaches a GPU the plan moves.
+                findings.extend(_moved(ref, owners))
+    findings.extend(cdi_findings(facts, cdi, owners, leaving, numbers))
     return problems, findings
 
 
@@ -128,6 +147,9 @@ def _fix(ref: GpuReference) -> str:
         "(pvegpu's split unit binds by address)",
         ReferenceKind.SYSFS_CONF: "write the device's PCI address in the path, or remove the "
         "line (pvegpu's split unit binds by address)",
+        ReferenceKind.UDEV_RULE: 'match the GPU by its PCI address (KERNELS=="<address>"), '
+        "or remove the rule",
+        ReferenceKind.CMDLINE: f"remove it from the kernel command line ({_CMDLINE_FILES})",
     }
     return fixes.get(ref.kind, "make it name its GPUs by PCI address, or remove it")
 
@@ -141,8 +163,13 @@ def _undo(ref: GpuReference) -> str:
         ReferenceKind.MODPROBE: "edit the file, then `update-initramfs -u -k all`",
         ReferenceKind.HOOKSCRIPT: f"`qm set {ref.vmid} --delete hookscript` detaches it",
         ReferenceKind.LXC_HOOK: f"the line is in /etc/pve/lxc/{ref.vmid}.conf",
+        ReferenceKind.CMDLINE: f"remove it from {_CMDLINE_FILES}, then "
+        "`proxmox-boot-tool refresh` or `update-grub`, and reboot",
     }
     return undo.get(ref.kind, f"the line is in /{ref.path}")
+
+
+_CMDLINE_FILES = "/etc/kernel/cmdline, or GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub"
 
 
 def _unresolved(ref: GpuReference, pools: Sequence[Pool]) -> Finding:
@@ -191,7 +218,8 @@ def _hook(
         and (own is None or g.address in owners)
         and g.uuid is not None
     ]
-    uuids = ",".join(g.uuid for g in keeps if g.uuid is not None and g.address in reached)
+    # What it names today and keeps: the admin's GPUs, not those an index shifts onto.
+    uuids = ",".join(g.uuid for g in keeps if g.uuid is not None and g.address in ref.gpus)
     fix = (
         f"set `lxc.environment: {variable}={uuids}` (the UUIDs of the GPUs CT {vmid} keeps)"
         if uuids
@@ -203,13 +231,7 @@ def _hook(
             "lxc-hook-grants-pool-gpu",
             ref.where,
             f"`{ref.text.strip()}` with {ref.selector} gives CT {vmid}, at every start, "
-            f"{_names(taken, owners)}"
-            + (
-                "; a GPU that leaves the driver also fails the hook, and the container does "
-                "not start"
-                if any(g in leaving for g in taken)
-                else ""
-            ),
+            f"{_names(taken, owners)}" + _hook_leaving(ref, taken, after, leaving),
             f"{fix}, then run pvegpu again",
         )
         return
@@ -245,6 +267,27 @@ def _hook(
                 f"remove the hook and its {variable} line from /etc/pve/lxc/{vmid}.conf, or "
                 f'set devices = "raw" in the pool, then run pvegpu again',
             )
+
+
+def _hook_leaving(
+    ref: GpuReference,
+    taken: Sequence[PciAddress],
+    after: Sequence[PciAddress],
+    leaving: frozenset[PciAddress],
+) -> str:
+    """What the GPUs the split takes from the driver do to the hook's next starts."""
+    if not any(g in leaving for g in taken):
+        return ""
+    if ref.every is None:
+        return (
+            "; a GPU that leaves the driver also fails the hook, and the container does not start"
+        )
+    # `all` is resolved at each start: until the split moves them (and again after a
+    # revert, or when the split fails at boot) it takes them; then it quietly has fewer.
+    return (
+        f" (until the split moves them; then `all` is the {plural(len(after), 'GPU')} the "
+        f"driver still holds, not the {len(ref.gpus)} it names today)"
+    )
 
 
 def _hook_after(
@@ -293,7 +336,7 @@ def _binder(
     owners: dict[PciAddress, Pool],
     findings: list[Finding],
 ) -> Iterator[Problem]:
-    if ref.binds is None or ref.binds in _HARMLESS_BINDS:
+    if ref.binds is None or _harmless(ref.binds):
         return
     if ref.kind is ReferenceKind.MODPROBE and ref.ids and ref.binds == "vfio-pci ids=":
         return  # vfio-ids-grab-host-gpu and vfio-ids-identical judge ids= (planner.py)
@@ -304,7 +347,14 @@ def _binder(
         and ref.vmid is not None
         and all(owners[g].vm is not None and owners[g].vm.vmid == ref.vmid for g in hit)  # type: ignore[union-attr]
     )
+    if not host_side and ref.binds in _BLACKLISTS:
+        return  # keeping a driver off GPUs that go to vfio-pci agrees with the split
     if host_side and ref.binds == "blacklist":
+        remove = (
+            f"remove it from the kernel command line ({_CMDLINE_FILES})"
+            if ref.kind is ReferenceKind.CMDLINE
+            else "remove the line"
+        )
         findings.append(
             Finding(
                 Severity.WARNING,
@@ -313,7 +363,7 @@ def _binder(
                 f"`{ref.text.strip()}` keeps the driver from loading by itself at boot, and "
                 f"the plan keeps {_names(host_side, owners)} on it: they come up without a "
                 "driver unless something loads it by name (modules-load.d, a service); "
-                "remove the line if nothing does",
+                f"{remove} if nothing does",
             )
         )
     elif host_side and not own_vm:
@@ -361,16 +411,25 @@ def _by_number(
         return
     gpu = ref.gpus[0]
     change = numbers.by_node.get((node.major, node.minor))
-    when = "split" if gpu in leaving else "reboot"
-    fix = (
-        f"regenerate it after the {when} with the tool that wrote it"
-        if ref.kind is ReferenceKind.CDI
-        else 'name the GPU by its PCI address (udev: KERNELS=="<address>") or by UUID'
-    )
+    if ref.kind is ReferenceKind.UDEV_RULE:
+        fix = 'match the GPU by its PCI address (KERNELS=="<address>") instead'
+    elif node.major == DRM_MAJOR:
+        fix = "name the node by its stable name (/dev/dri/by-path/pci-<address>-card|render)"
+    else:
+        fix = "name the GPU by its PCI address or its UUID"
     if gpu in leaving:
+        heir = next(
+            (c.gpu for c in numbers.changes if (c.major, c.after) == (node.major, node.minor)),
+            None,
+        )
+        then = (
+            f", and after the reboot that number is {_names([heir], owners)}"
+            if heir is not None
+            else ""
+        )
         message = (
             f"`{ref.text.strip()}` names {ref.node_path or node} of {_names([gpu], owners)}: "
-            f"after the split that node is gone; {fix}"
+            f"after the split that node is gone{then}; {fix}"
         )
     elif change is not None:
         message = (
@@ -381,6 +440,46 @@ def _by_number(
     else:
         return
     yield Finding(Severity.WARNING, "gpu-reference-renumbered", ref.where, message)
+
+
+def _harmless(binds: str) -> bool:
+    """A binder's action that takes no GPU off its driver (`bind`, `sriov_numvfs = 7`)."""
+    return binds in _HARMLESS_BINDS or binds.startswith(_HARMLESS_PREFIXES)
+
+
+def _moved(ref: GpuReference, owners: dict[PciAddress, Pool]) -> Iterator[Finding]:
+    """A hook, hookscript or host file that reaches a GPU the plan gives to a guest other
+    than its own (to a VM on vfio-pci, or to another container) and that nothing above
+    judged: what it does there is no longer the admin's intent (`gpu-reference-moved`)."""
+    if ref.binds is not None and not _harmless(ref.binds):
+        return  # a binder: `_binder` and the planner's ids= checks judge those
+    elsewhere = [g for g in ref.gpus if g in owners and not _may_hold(owners[g], ref)]
+    if not elsewhere:
+        return
+    when = {
+        Holder.CONTAINER: f"at every start of CT {ref.vmid}",
+        Holder.VM: f"at every start and stop of VM {ref.vmid}",
+    }.get(ref.holder, "at every boot")
+    names = _names(elsewhere, owners)
+    reach = names if ref.every is None else f"{ref.every}, among them {names}"
+    yield Finding(
+        Severity.WARNING,
+        "gpu-reference-moved",
+        ref.where,
+        f"{ref.guest}'s {ref.kind.value} `{ref.text.strip()}` reaches {reach}: {when} it "
+        "still acts on GPUs the plan gives to another guest. Check what it does to them; "
+        f"{_fix(ref)}, then run pvegpu again",
+    )
+
+
+def _may_hold(pool: Pool, ref: GpuReference) -> bool:
+    """Whether the reference's holder keeps the pool's GPU: its own container or VM, and
+    the host for every GPU that stays on a host driver."""
+    if ref.holder is Holder.CONTAINER and ref.vmid is not None:
+        return container_may_hold(pool, ref.vmid)
+    if ref.holder is Holder.VM and ref.vmid is not None:
+        return vm_may_hold(pool, ref.vmid)
+    return not pool.moves_to_vfio
 
 
 def cgroup_key_findings(facts: HostFacts, own: frozenset[int] = frozenset()) -> Iterator[Finding]:

@@ -52,8 +52,12 @@ cpuset controllers (PVE 7/8 with `systemd.unified_cgroup_hierarchy=0`)."""
 _DEV_KEY = re.compile(r"^dev(\d+)$")
 _CGROUP_RULE = re.compile(r"^c\s+(\d+):")
 # A devices.allow rule: type (a: every device, b, c), then optionally major:minor (`*`
-# for any) and access; a bare `a` allows everything.
-_ALLOW_RULE = re.compile(r"^([abc])(?:\s+(\*|\d+):(\*|\d+))?(?:\s+[rwm]+)?\s*$")
+# for any) and access; a bare `a` allows everything. LXC (and the kernel, for cgroup v1)
+# read at most three access letters and ignore what follows them (`c 195:3 rwm  # GPU`).
+_ALLOW_RULE = re.compile(r"^([abc])(?:\s+(\*|\d+):(\*|\d+))?(?:\s+(?:[rwm]{3}.*|[rwm]{1,2}))?\s*$")
+# LXC's other spelling: a device path and access (`/dev/nvidia0 rwm`); it stats the path
+# on the host at start and allows that node's number.
+_PATH_RULE = re.compile(r"^(/\S+)(?:\s|$)")
 _MODE = re.compile(r"^[0-7]{3,4}$")
 
 
@@ -214,6 +218,9 @@ def is_gpu_line(
         return False
     if line.key in (naming.allow_key, naming.dead_key):
         rule = _CGROUP_RULE.match(line.value)
+        path = allow_path(line.value)
+        if path is not None:
+            return bool(nodes.any_node.match(path))
         return rule is not None and int(rule[1]) in majors
     if line.key == MOUNT_ENTRY:
         source = line.value.split(maxsplit=1)
@@ -243,9 +250,16 @@ def _allow_rule(line: ConfLine, key: str = CGROUP_ALLOW) -> tuple[str, str, str]
 
 def allow_rule(value: str) -> tuple[str, str, str] | None:
     """(type, major, minor) of a devices.allow rule's value (`c 195:4 rwm`, `a`), `*`
-    where any matches; None for a value the kernel's rule syntax does not take."""
+    where any matches; None for a value the kernel's rule syntax does not take (and for
+    a device path: `allow_path`)."""
     rule = _ALLOW_RULE.match(value)
     return None if rule is None else (rule[1], rule[2] or "*", rule[3] or "*")
+
+
+def allow_path(value: str) -> str | None:
+    """The device path of a devices.allow rule LXC writes by path (`/dev/nvidia0 rwm`)."""
+    rule = _PATH_RULE.match(value)
+    return None if rule is None else rule[1]
 
 
 def dev_path(value: str) -> str:
@@ -260,7 +274,7 @@ def gpu_minor(line: ConfLine, nodes: DeviceNodes, naming: NodeNaming = PLAIN) ->
     `naming` knows), or a `c <major>:N` rule of the key LXC applies: the lines that name
     one GPU by the minor the driver gave it.
     """
-    path = _node_source(line)
+    path = _node_source(line, naming.allow_key)
     if path is not None:
         node = nodes.gpu_node.match(path)
         if node is not None:
@@ -274,13 +288,16 @@ def gpu_minor(line: ConfLine, nodes: DeviceNodes, naming: NodeNaming = PLAIN) ->
     return None
 
 
-def _node_source(line: ConfLine) -> str | None:
-    """The host path a `devN` entry or `lxc.mount.entry` hands over; None for other lines."""
+def _node_source(line: ConfLine, allow_key: str = CGROUP_ALLOW) -> str | None:
+    """The host path a `devN` entry, an `lxc.mount.entry` or a devices.allow rule by path
+    (of `allow_key`, the key LXC applies) hands over; None for other lines."""
     if line.kind is LineKind.KEY and _DEV_KEY.match(line.key):
         return _dev_path(line.value)
     if line.kind is LineKind.RAW and line.key == MOUNT_ENTRY:
         source = line.value.split(maxsplit=1)
         return source[0] if source else None
+    if line.kind is LineKind.RAW and line.key == allow_key:
+        return allow_path(line.value)
     return None
 
 
@@ -292,6 +309,12 @@ def grants_every_gpu(line: ConfLine, nodes: DeviceNodes, naming: NodeNaming = PL
         return False
     major, minor = rule[1], rule[2]
     return minor == "*" and (major == "*" or int(major) == nodes.major)
+
+
+def grants_every_device(line: ConfLine, naming: NodeNaming = PLAIN) -> bool:
+    """A rule for every major (`a`, `c *:* rwm`): every device, of every driver stack."""
+    rule = _allow_rule(line, naming.allow_key)
+    return rule is not None and rule[0] != "b" and rule[1] == "*"
 
 
 def remove_gpu_nodes(
@@ -337,8 +360,8 @@ def renumber_gpu_nodes(
     main, *others = split_sections(text)
     lines = []
     for line in parse_lines(main.text):
-        minor = gpu_minor(line, nodes)
-        path = _node_source(line)
+        minor = gpu_minor(line, nodes, attrs.evolve(naming, stable=()))
+        path = _node_source(line, naming.allow_key)
         stable = path is not None and nodes.gpu_node.match(path) is None
         if minor is None or minor not in change or stable:
             lines.append(line)
