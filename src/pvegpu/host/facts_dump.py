@@ -20,6 +20,7 @@ import attrs
 
 from pvegpu.model.bootconfig import BootConfig
 from pvegpu.model.facts import GPU, FabricManager, GpuDriver, HostFacts, IommuGroup, PciFunction
+from pvegpu.model.kernels import Kernels
 from pvegpu.model.references import CgroupVersion, GpuReference
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import DRIVER_VERSION_VENDORS
@@ -96,6 +97,15 @@ def _gpu(gpu: GPU) -> dict[str, Any]:
     return doc
 
 
+def _boot(boot: BootConfig) -> dict[str, Any]:
+    """The boot object, `kernels` left out while empty (no /boot or osrelease read), so
+    documents of hosts without them read as before they were discovered."""
+    doc: dict[str, Any] = _value(boot)
+    if boot.kernels == Kernels():
+        del doc["kernels"]
+    return doc
+
+
 def driver_keys(facts: HostFacts) -> dict[str, Any]:
     """`HostFacts.gpu_drivers` as the document holds it: a key per vendor whose driver
     version discovery reads, named by its host driver (`"nvidia"`), `{version, flavor}`
@@ -148,7 +158,7 @@ def _fields(facts: HostFacts) -> Iterator[tuple[str, Any]]:
             # Left out while empty (no boot files read, as on every bundled fixture), so
             # documents of hosts without them read as before it existed.
             if value != BootConfig():
-                yield name, _value(value)
+                yield name, _boot(value)
         elif name in _OMITTED_WHILE_EMPTY:
             if value:
                 yield name, _value(value)

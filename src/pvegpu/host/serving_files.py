@@ -36,6 +36,7 @@ from pvegpu.model.paths import (
     dropin_dirs,
     root_relative,
 )
+from pvegpu.model.references import Holder
 from pvegpu.model.schema import ServingSpec, Spec
 from pvegpu.pvefiles.lxcconf import unprivileged
 from pvegpu.vendors import CONTAINER_USERSPACE, RUNTIME_MODULE_FILES, RUNTIME_RELEASE_FILES
@@ -165,11 +166,7 @@ def _read_container(found: _Found, rootfs: str, unit_name: str) -> None:
     # Whether the unit's user may open the GPU nodes (`serving.node_access`).
     found.add(f"{rootfs}/{GROUP_FILE}")
     found.add(f"{rootfs}/{PASSWD_FILE}")
-    for libdir in CONTAINER_LIBDIRS:
-        # A symlinked libdir (merged-/usr `lib -> usr/lib`) is an alias of one read anyway.
-        directory = f"{rootfs}/{libdir}"
-        if not reader.through_link(directory) and reader.is_dir(directory):
-            found.add_sizes(directory, _is_library)
+    _add_libraries(found, rootfs)
     unit = f"{unit_name}.service"
     for directory_name in dict.fromkeys((*SYSTEM_UNIT_PATH, *OTHER_UNIT_DIRS)):
         rel_dir = f"{rootfs}/{directory_name}"
@@ -184,6 +181,46 @@ def _read_container(found: _Found, rootfs: str, unit_name: str) -> None:
     for home in HOME_DIRS:
         for rel in reader.find(f"{rootfs}/{home}", unit, HOME_DEPTH):
             found.add(rel)
+
+
+def read_next_boot_userspace(reader: RootReader, facts: HostFacts) -> ServingFiles:
+    """The NVIDIA userspace of every container holding GPU nodes (its dpkg status and the
+    names of its libraries), when the next boot loads another version of a driver whose
+    userspace is locked to it: what the planner judges against that boot
+    (`planning/next_boot.py`). Nothing while no such upgrade is pending."""
+    kernels = facts.boot.kernels
+    pending = any(
+        m.version is not None
+        and (loaded := facts.gpu_driver(m.driver)) is not None
+        and loaded.version != m.version
+        for m in kernels.modules
+    )
+    if not pending:
+        return ServingFiles((), ())
+    found = _Found(reader)
+    storage = facts.file(STORAGE_CFG)
+    vmids = sorted(
+        {r.vmid for r in facts.references if r.holder is Holder.CONTAINER and r.vmid is not None}
+    )
+    for vmid in vmids:
+        config = facts.file(f"etc/pve/lxc/{vmid}.conf")
+        location = locate_rootfs(
+            vmid, config.content if config else None, storage.content if storage else None
+        )
+        # Its storage's directory, else where `pct mount` puts a block volume's files.
+        for directory in rootfs_dirs(vmid, location):
+            found.add(f"{directory}/{DPKG_STATUS}")
+            _add_libraries(found, directory)
+    return ServingFiles(tuple(found.files.values()), tuple(found.stats.values()))
+
+
+def _add_libraries(found: _Found, rootfs: str) -> None:
+    """The names and sizes of the container's NVIDIA libraries (their versions)."""
+    for libdir in CONTAINER_LIBDIRS:
+        # A symlinked libdir (merged-/usr `lib -> usr/lib`) is an alias of one read anyway.
+        directory = f"{rootfs}/{libdir}"
+        if not found.reader.through_link(directory) and found.reader.is_dir(directory):
+            found.add_sizes(directory, _is_library)
 
 
 def _add_python(found: _Found, rootfs: str, python: str) -> None:

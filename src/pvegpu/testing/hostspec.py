@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import attrs
 
 from pvegpu.pci import PciAddress
+from pvegpu.testing.kernels import KernelsSpec
 from pvegpu.testing.partitions import (
     MdevSpec,
     MdevTypeSpec,
@@ -249,6 +250,9 @@ class HostSpec:
     """path -> link text, written as is."""
     mdevs: tuple[MdevSpec, ...] = ()
     """Mediated devices that exist (`sys/bus/mdev/devices/<uuid>`)."""
+    kernels: KernelsSpec | None = None
+    """The running and installed kernels, their DKMS builds and the boot loader's pick of
+    the next (`pvegpu.testing.kernels`); None: none of those files."""
 
 
 class HostSpecError(ValueError):
