@@ -35,6 +35,7 @@ Golden = Callable[[str], SnapshotAssertion]
 VIDEO = "kernel/drivers/video/nvidia.ko"
 NEXT_BOOT_CODES = (
     "next-boot-kernel",
+    "next-boot-unknown",
     "next-boot-driver",
     "next-boot-driver-missing",
     "next-boot-driver-unknown",
@@ -375,6 +376,52 @@ def test_other_containers_and_raw_majors(tmp_path: Path) -> None:
     assert 'a pool with userspace = "host"' in notebook.message
 
 
+def _raw(vmid: int, rootfs: str, minors: Sequence[int]) -> str:
+    """A container config handing over GPU nodes the raw way, uvm by its major (509)."""
+    nodes = [f"/dev/nvidia{m}" for m in minors] + ["/dev/nvidiactl", "/dev/nvidia-uvm"]
+    rules = [f"c 195:{m} rwm" for m in (*minors, 255)] + ["c 509:* rwm"]
+    return (
+        f"arch: amd64\nhostname: ct{vmid}\nostype: ubuntu\nrootfs: {rootfs},size=32G\n"
+        + "".join(f"lxc.cgroup2.devices.allow: {r}\n" for r in rules)
+        + "".join(f"lxc.mount.entry: {n} {n[1:]} none bind,optional,create=file\n" for n in nodes)
+    )
+
+
+def test_a_next_boot_grub_cannot_name_is_said(tmp_path: Path) -> None:
+    """grub.cfg older than /boot (its first entry's kernel was removed): unknown, said."""
+    root = up.write(up.workstation_grub(), tmp_path / "host")
+    (root / "boot/grub/grub.cfg").write_text(
+        grub_cfg([up.WS_RUNNING, up.RUNNING, "6.20.1-1-pve"], GrubSpec())
+    )
+    facts = discover(root)
+    assert facts.boot.kernels.next_boot is None
+    assert "has no /boot/vmlinuz-6.20.1-1-pve" in facts.boot.kernels.unknown
+    planned = plan(facts, parse_spec(WORKSTATION_VM))
+    assert _ours(planned.findings) == [("next-boot-unknown", "boot/grub/grub.cfg")]
+
+
+def test_only_raw_lines_that_stay_are_judged_and_only_the_vendors_containers(
+    tmp_path: Path,
+) -> None:
+    """CT 129's raw lines become devN entries (the plan's default): not judged; CT 160's
+    raw lines stay: judged. CT 170 holds a DRM node only: NVIDIA's upgrade is not its."""
+    spec = up.kpro6_upgrade(
+        files={
+            "etc/pve/lxc/129.conf": _raw(129, "local-zfs:subvol-129-disk-0", range(4)),
+            "etc/pve/lxc/160.conf": _raw(160, "local-zfs:subvol-160-disk-0", (6,)),
+            "etc/pve/lxc/170.conf": (
+                "arch: amd64\nrootfs: local-zfs:vm-170-disk-0,size=8G\n"
+                "dev0: /dev/dri/renderD128,gid=104\n"
+            ),
+        }
+    )
+    planned = plan(_facts(tmp_path, spec), parse_spec(KPRO6_LXC_ONLY))
+    found = _ours(planned.findings)
+    assert ("container-uvm-major-next-boot", "etc/pve/lxc/160.conf") in found
+    assert ("container-uvm-major-next-boot", "etc/pve/lxc/129.conf") not in found
+    assert not [s for _, s in found if "170" in s]
+
+
 def test_no_upgrade_no_findings(tmp_path: Path) -> None:
     """The next boot runs this kernel with the loaded version: nothing to say."""
     running = KernelSpec(release=up.RUNNING, dkms=(DkmsBuild(version=up.OLD),))
@@ -385,11 +432,26 @@ def test_no_upgrade_no_findings(tmp_path: Path) -> None:
 
 
 def test_check_reports_the_pending_reboot(tmp_path: Path) -> None:
-    """`pvegpu check` on the host as it is: the same findings, the container by id."""
-    root = up.write(up.kpro6_upgrade(), tmp_path / "host")
+    """`pvegpu check` on the host as it is: the same findings, the container by id; a
+    container on block storage holding an NVIDIA node is unchecked, a DRM-only one is
+    not NVIDIA's business."""
+    spec = up.kpro6_upgrade(
+        files={
+            "etc/pve/lxc/150.conf": (
+                "arch: amd64\nrootfs: local-zfs:vm-150-disk-0,size=8G\n"
+                "dev0: /dev/nvidia5,mode=0666\n"
+            ),
+            "etc/pve/lxc/170.conf": (
+                "arch: amd64\nrootfs: local-zfs:vm-170-disk-0,size=8G\n"
+                "dev0: /dev/dri/renderD128,gid=104\n"
+            ),
+        }
+    )
+    root = up.write(spec, tmp_path / "host")
     found = _ours(check(root, None).findings)
     assert found == [
         ("container-driver-next-boot", "CT 129"),
+        ("container-driver-next-boot-unchecked", "etc/pve/lxc/150.conf"),
         ("next-boot-kernel", f"boot/vmlinuz-{up.NEWER}"),
         ("next-boot-driver", f"var/lib/dkms/nvidia/{up.NEW}/{up.NEWER}"),
     ]

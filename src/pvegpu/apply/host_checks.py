@@ -21,6 +21,7 @@ from pvegpu.errors import PvegpuError
 from pvegpu.formats.accounts import group_ids
 from pvegpu.host.reader import RootReader
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
+from pvegpu.host.serving_files import vendor_containers
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
 from pvegpu.model.paths import (
     CONTAINER_LIBDIRS,
@@ -244,10 +245,11 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
     # A driver upgrade installed, not yet running: judged as the planner does (next_boot.py).
     pending = next_driver(facts)
     pending = pending if pending is not None and pending.changes else None
+    holders = vendor_containers(facts, pending.vendor) if pending is not None else ()
     for vmid in _gpu_containers(reader):
         rootfs = container_rootfs(reader, vmid)
         if rootfs is None:
-            if pending is not None:
+            if pending is not None and vmid in holders:
                 yield unchecked_finding(vmid, _unread(reader, vmid), pending)
             continue
         libraries = [

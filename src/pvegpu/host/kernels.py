@@ -161,10 +161,13 @@ def _grub_choice(reader: RootReader, cfg: str, installed: tuple[str, ...]) -> _C
         default, choice, path = menu.default, KernelChoice.GRUB_DEFAULT, GRUB_CFG
     release = chosen_kernel(menu, default)
     if release is None:
-        return _Choice(None, unknown=f"GRUB's default entry ({default}) boots no kernel of /boot")
+        return _Choice(
+            None, decided_by=path, unknown=f"GRUB's default entry ({default}) boots no kernel"
+        )
     if release not in installed:
         return _Choice(
             None,
+            decided_by=path,
             unknown=f"GRUB's default entry boots {release}, which has no /{BOOT_DIR}/vmlinuz-"
             f"{release}: grub.cfg is older than the installed kernels (run update-grub)",
         )

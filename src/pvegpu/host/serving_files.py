@@ -39,7 +39,13 @@ from pvegpu.model.paths import (
 from pvegpu.model.references import Holder
 from pvegpu.model.schema import ServingSpec, Spec
 from pvegpu.pvefiles.lxcconf import unprivileged
-from pvegpu.vendors import CONTAINER_USERSPACE, RUNTIME_MODULE_FILES, RUNTIME_RELEASE_FILES
+from pvegpu.vendors import (
+    CONTAINER_USERSPACE,
+    LOCKED_MODULE_VENDORS,
+    RUNTIME_MODULE_FILES,
+    RUNTIME_RELEASE_FILES,
+    Vendor,
+)
 
 InstalledFiles = Callable[[RootReader, ServingSpec, str], Iterable[ConfigFile]]
 """How the caller asks a serving's engine which files of the container whose root file
@@ -183,26 +189,48 @@ def _read_container(found: _Found, rootfs: str, unit_name: str) -> None:
             found.add(rel)
 
 
+def upgrading_vendors(facts: HostFacts) -> tuple[Vendor, ...]:
+    """The vendors whose loaded driver the next boot replaces by another known version
+    (`HostFacts.boot.kernels`), of those whose userspace is locked to it."""
+    found = []
+    for vendor in LOCKED_MODULE_VENDORS:
+        module = facts.boot.kernels.module(vendor.host_driver)
+        loaded = facts.gpu_driver(vendor.host_driver)
+        if module is None or loaded is None:
+            continue
+        if module.version not in (None, loaded.version):
+            found.append(vendor)
+    return tuple(found)
+
+
+def vendor_containers(facts: HostFacts, vendor: Vendor) -> tuple[int, ...]:
+    """The containers whose config (its main section) reaches a GPU of `vendor` or one of
+    its shared nodes (`/dev/nvidiactl`): those whose userspace its driver must match."""
+    nodes = vendor.nodes
+    found = set()
+    for ref in facts.references:
+        if ref.holder is not Holder.CONTAINER or ref.vmid is None or ref.section is not None:
+            continue
+        gpus = (facts.gpu(a) for a in ref.gpus)
+        path = ref.node_path or ""
+        if any(g is not None and g.vendor is vendor for g in gpus) or (
+            nodes is not None and nodes.any_node.match(path)
+        ):
+            found.add(ref.vmid)
+    return tuple(sorted(found))
+
+
 def read_next_boot_userspace(reader: RootReader, facts: HostFacts) -> ServingFiles:
-    """The NVIDIA userspace of every container holding GPU nodes (its dpkg status and the
-    names of its libraries), when the next boot loads another version of a driver whose
-    userspace is locked to it: what the planner judges against that boot
-    (`planning/next_boot.py`). Nothing while no such upgrade is pending."""
-    kernels = facts.boot.kernels
-    pending = any(
-        m.version is not None
-        and (loaded := facts.gpu_driver(m.driver)) is not None
-        and loaded.version != m.version
-        for m in kernels.modules
-    )
-    if not pending:
+    """The userspace of every container holding GPU nodes of a driver the next boot
+    replaces by another version (its dpkg status and the names of its libraries), for
+    the planner to judge against that boot (`planning/next_boot.py`). Nothing while no
+    such upgrade is pending."""
+    vendors = upgrading_vendors(facts)
+    if not vendors:
         return ServingFiles((), ())
     found = _Found(reader)
     storage = facts.file(STORAGE_CFG)
-    vmids = sorted(
-        {r.vmid for r in facts.references if r.holder is Holder.CONTAINER and r.vmid is not None}
-    )
-    for vmid in vmids:
+    for vmid in sorted({v for vendor in vendors for v in vendor_containers(facts, vendor)}):
         config = facts.file(f"etc/pve/lxc/{vmid}.conf")
         location = locate_rootfs(
             vmid, config.content if config else None, storage.content if storage else None

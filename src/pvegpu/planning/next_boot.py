@@ -27,12 +27,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs, rootfs_dirs
+from pvegpu.host.serving_files import vendor_containers
 from pvegpu.model.decision import ContainerDriver
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.kernels import MODULES_DIR, ModuleOrigin
 from pvegpu.model.paths import CONTAINER_LIBDIRS, DPKG_STATUS
 from pvegpu.model.plan import Finding, Pool, Severity
-from pvegpu.model.references import Holder
 from pvegpu.planning.numbering import Renumbering
 from pvegpu.pvefiles.lxcconf import DeviceStyle, raw_uvm_majors
 from pvegpu.serving.container import container_driver_problems, container_driver_state
@@ -44,7 +44,7 @@ from pvegpu.serving.next_boot import (
     next_boot_message,
     next_driver,
 )
-from pvegpu.vendors import CONTAINER_TOOL, VENDORS, DeviceNodes
+from pvegpu.vendors import CONTAINER_TOOL, VENDORS, DeviceNodes, Vendor
 
 HEADERS_PACKAGE = "proxmox-headers-{kernel}"
 """What DKMS needs to build a module for a Proxmox kernel (pve-headers before PVE 8)."""
@@ -59,7 +59,7 @@ def next_boot_findings(
     pending = next_driver(facts)
     if pending is not None and pending.changes:
         owners = {p.lxc.vmid: p.name for p in pools if p.lxc is not None}
-        for vmid in _gpu_containers(facts, owners):
+        for vmid in _gpu_containers(facts, pools, pending.vendor):
             finding = _container_finding(facts, vmid, pending, owners.get(vmid))
             if finding is not None:
                 yield finding
@@ -68,7 +68,8 @@ def next_boot_findings(
         for p in pools
         if p.lxc is not None and p.lxc.devices is DeviceStyle.RAW
     }
-    yield from dynamic_major_findings(facts, raw_pools)
+    rewritten = frozenset(p.lxc.vmid for p in pools if p.lxc is not None)
+    yield from dynamic_major_findings(facts, raw_pools, rewritten)
 
 
 def host_next_boot_findings(
@@ -87,6 +88,15 @@ def host_next_boot_findings(
             f"runs {kernels.running}. At that boot the GPU drivers load afresh: they number "
             f"the GPUs they hold again in probe order (PCI order){_numbering(numbers)}"
             f"{_dynamic_majors(facts)}",
+        )
+    elif kernels.running is not None and kernels.next_boot is None and kernels.unknown:
+        yield Finding(
+            Severity.INFO,
+            "next-boot-unknown",
+            kernels.decided_by or "boot",
+            f"which kernel the next boot runs is unknown ({kernels.unknown}), so what it "
+            "changes for the GPU drivers was not judged; `proxmox-boot-tool kernel list` "
+            "or GRUB's menu shows it",
         )
     pending = next_driver(facts)
     if pending is None:
@@ -174,14 +184,15 @@ def _driver_findings(pending: NextDriver, reboots: bool) -> Iterator[Finding]:
         )
 
 
-def _gpu_containers(facts: HostFacts, owners: dict[int, str]) -> list[int]:
-    """The pools' containers and every other container whose config holds GPU nodes."""
-    held = {
-        r.vmid
-        for r in facts.references
-        if r.holder is Holder.CONTAINER and r.vmid is not None and r.section is None
-    }
-    return sorted(held | set(owners))
+def _gpu_containers(facts: HostFacts, pools: Sequence[Pool], vendor: Vendor) -> list[int]:
+    """The containers of the pools with the vendor's GPUs and every other container whose
+    config reaches one of its GPUs or nodes."""
+    owned = {p.lxc.vmid for p in pools if p.lxc is not None and _of(p, vendor)}
+    return sorted(owned | set(vendor_containers(facts, vendor)))
+
+
+def _of(pool: Pool, vendor: Vendor) -> bool:
+    return any(g.vendor is vendor for g in pool.gpus)
 
 
 class Userspace(NamedTuple):
@@ -261,8 +272,7 @@ def userspace_upgrades(facts: HostFacts, pools: Sequence[Pool]) -> tuple[tuple[i
     if pending is None or not pending.changes:
         return ()
     found = []
-    owners = {p.lxc.vmid: p.name for p in pools if p.lxc is not None}
-    for vmid in _gpu_containers(facts, owners):
+    for vmid in _gpu_containers(facts, pools, pending.vendor):
         userspace = container_userspace(facts, vmid)
         state, rootfs = userspace.state, userspace.rootfs
         if state is not None and rootfs is not None and breaks_at_reboot(state, pending):
@@ -279,11 +289,14 @@ def next_install(state: ContainerDriver, pending: NextDriver, rootfs: str, vmid:
 
 
 def dynamic_major_findings(
-    facts: HostFacts, raw_pools: Mapping[int, DeviceNodes] | None = None
+    facts: HostFacts,
+    raw_pools: Mapping[int, DeviceNodes] | None = None,
+    rewritten: frozenset[int] = frozenset(),
 ) -> Iterator[Finding]:
     """Raw-style containers that allow a dynamic node by its major, when the next boot
     runs another kernel or driver: the major may come out different. `raw_pools`: the
-    plan's raw-style pool containers (vmid -> their nodes), whose rules it writes anew."""
+    plan's raw-style pool containers (vmid -> their nodes), whose rules it writes anew;
+    `rewritten`: every pool container (their config now is not the one they keep)."""
     kernels = facts.boot.kernels
     pending = next_driver(facts)
     if not kernels.changes_kernel and not (pending is not None and pending.changes):
@@ -297,7 +310,7 @@ def dynamic_major_findings(
             continue
         # `container-uvm-major-...` as findings.py's stale rule names it: the node's own part.
         code = f"container-{dynamic.module.rsplit('-', 1)[-1]}-major"
-        for vmid, path in _raw_containers(facts, nodes, raw_pools):
+        for vmid, path in _raw_containers(facts, nodes, raw_pools, rewritten):
             yield Finding(
                 Severity.WARNING,
                 f"{code}-next-boot",
@@ -313,7 +326,10 @@ def dynamic_major_findings(
 
 
 def _raw_containers(
-    facts: HostFacts, nodes: DeviceNodes, raw_pools: Mapping[int, DeviceNodes]
+    facts: HostFacts,
+    nodes: DeviceNodes,
+    raw_pools: Mapping[int, DeviceNodes],
+    rewritten: frozenset[int],
 ) -> list[tuple[int, str]]:
     """(vmid, config path) of every container whose config allows `nodes`' dynamic node
     by major: the plan's raw-style pools of those nodes, the others by their config now."""
@@ -324,7 +340,7 @@ def _raw_containers(
         if directory != "etc/pve/lxc" or not name.endswith(".conf") or not vmid_text.isdigit():
             continue
         vmid = int(vmid_text)
-        if vmid not in raw_pools and raw_uvm_majors(file.content, nodes) is not None:
+        if vmid not in rewritten and raw_uvm_majors(file.content, nodes) is not None:
             found[vmid] = file.path
     return sorted(found.items())
 
