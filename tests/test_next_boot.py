@@ -279,6 +279,18 @@ def test_the_upgrade_story(tmp_path: Path) -> None:
     assert "systemctl restart sglang-qwen" in upgrade.expect
 
 
+def test_a_driver_upgrade_for_the_running_kernel(tmp_path: Path) -> None:
+    """`apt` replaced 580 by 590 and DKMS rebuilt it for the running kernel, which boots
+    again: the driver changes, the kernel does not."""
+    build = KernelSpec(release=up.RUNNING, dkms=(DkmsBuild(version=up.NEW),))
+    kernels = KernelsSpec(running=up.RUNNING, installed=(build,))
+    planned = plan(_facts(tmp_path, up.kpro6_upgrade(kernels=kernels)), parse_spec(KPRO6_LXC_ONLY))
+    assert _ours(planned.findings) == [
+        ("next-boot-driver", f"var/lib/dkms/nvidia/{up.NEW}/{up.RUNNING}"),
+        ("container-driver-next-boot", up.LIBS),
+    ]
+
+
 def test_a_container_already_on_the_next_version_is_refused_until_the_reboot(
     tmp_path: Path,
 ) -> None:
