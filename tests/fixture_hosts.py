@@ -21,11 +21,14 @@ from pathlib import Path
 import attrs
 
 from pvegpu.testing import (
+    Bar,
+    CpuSpec,
     DeviceSpec,
     DrmInfo,
     HostSpec,
     IommuUnit,
     Link,
+    NodeMemory,
     NvidiaInfo,
     NvidiaModule,
     VgpuSpec,
@@ -49,6 +52,44 @@ GEN5 = Link("32.0 GT/s PCIe", 16)
 GEN4_X16 = Link("16.0 GT/s PCIe", 16)
 GEN4_X4 = Link("16.0 GT/s PCIe", 4)
 GEN3_X16 = Link("8.0 GT/s PCIe", 16)
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+
+
+def _bars(*sizes: tuple[int, int, str]) -> tuple[Bar, ...]:
+    """BARs as lspci -vv lists them: (index, size, kind): `64p` 64-bit prefetchable,
+    `64` 64-bit, `32` 32-bit non-prefetchable, `rom` the expansion ROM."""
+    kinds = {"64p": (True, True), "64": (True, False), "32": (False, False), "rom": (False, True)}
+    return tuple(Bar(i, size, *kinds[kind]) for i, size, kind in sizes)
+
+
+# The RTX PRO 6000 Blackwell (96 GB): 64 MiB registers, 128 GiB of VRAM aperture, 32 MiB.
+PRO6000_BARS = _bars((0, 64 * MIB, "32"), (1, 128 * GIB, "64p"), (3, 32 * MIB, "64p"),
+                     (6, 512 * KIB, "rom"))  # fmt: skip
+HDA_BARS = _bars((0, 16 * KIB, "32"))
+"""A GPU's HD-audio function: 16 KiB of registers."""
+AMPERE_BARS = _bars((0, 16 * MIB, "32"), (1, 256 * MIB, "64p"), (3, 32 * MIB, "64p"),
+                    (6, 512 * KIB, "rom"))  # fmt: skip
+"""A GeForce/RTX A-series card without resizable BAR: a 256 MiB window to its VRAM."""
+RTX4090_REBAR = _bars((0, 16 * MIB, "32"), (1, 32 * GIB, "64p"), (3, 32 * MIB, "64p"),
+                      (6, 512 * KIB, "rom"))  # fmt: skip
+"""An RTX 4090 with resizable BAR on: all 24 GB of VRAM behind a 32 GiB BAR1."""
+
+EPYC_9354_2S = CpuSpec(sockets=2)
+"""kpro6's two EPYC 9354 (Genoa, 32 cores each, SMT): 52 physical address bits."""
+INTEL_FLAGS = (
+    "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush dts "
+    "acpi mmx fxsr sse sse2 ss ht tm pbe syscall nx pdpe1gb rdtscp lm constant_tsc art "
+    "arch_perfmon pebs bts rep_good nopl xtopology nonstop_tsc cpuid aperfmperf pni "
+    "pclmulqdq dtes64 monitor ds_cpl vmx smx est tm2 ssse3 sdbg fma cx16 xtpr pdcm pcid "
+    "sse4_1 sse4_2 x2apic movbe popcnt tsc_deadline_timer aes xsave avx f16c rdrand "
+    "lahf_lm abm 3dnowprefetch cpuid_fault epb ssbd ibrs ibpb stibp ibrs_enhanced "
+    "tpr_shadow flexpriority ept vpid ept_ad fsgsbase tsc_adjust bmi1 avx2 smep bmi2 erms "
+    "invpcid rdseed adx smap clflushopt clwb intel_pt sha_ni xsaveopt xsavec xgetbv1 "
+    "xsaves split_lock_detect avx_vnni dtherm ida arat pln pts hwp hwp_notify hwp_act_window "
+    "hwp_epp hwp_pkg_req umip pku ospke waitpkg gfni vaes vpclmulqdq rdpid movdiri "
+    "movdir64b fsrm md_clear serialize arch_lbr flush_l1d arch_capabilities"
+)
 
 PRO6000 = Ids(0x10DE, 0x2BB5, 0x10DE, 0x204B, 0x030200, 0xA1)
 PRO6000_AUDIO = Ids(0x10DE, 0x22E8, 0x10DE, 0x204B, 0x040300, 0xA1)
@@ -118,13 +159,17 @@ def _slot(
     nvidia: NvidiaInfo | None = None,
     audio_driver: str | None = None,
     audio_override: str | None = None,
+    bars: tuple[Bar, ...] = (),
+    audio_bars: tuple[Bar, ...] = (),
+    boot_vga: bool = False,
+    removable: bool = False,
 ) -> list[DeviceSpec]:
     """A GPU at .0 and, if given, its HD-audio function at .1, in the same IOMMU group."""
     slot = [
         DeviceSpec(
             address=address, parent=parent, numa_node=numa_node, iommu_group=iommu_group,
-            link=link, driver=driver, driver_override=override, nvidia=nvidia,
-            **attrs.asdict(gpu),
+            link=link, driver=driver, driver_override=override, nvidia=nvidia, bars=bars,
+            boot_vga=boot_vga, removable=removable, **attrs.asdict(gpu),
         )
     ]  # fmt: skip
     if audio is not None:
@@ -132,7 +177,8 @@ def _slot(
             DeviceSpec(
                 address=address[:-1] + "1", parent=parent, numa_node=numa_node,
                 iommu_group=iommu_group, link=link, driver=audio_driver,
-                driver_override=audio_override, **attrs.asdict(audio),
+                driver_override=audio_override, bars=audio_bars, removable=removable,
+                **attrs.asdict(audio),
             )
         )  # fmt: skip
     return slot
@@ -244,6 +290,8 @@ def _kpro6_devices(split: bool) -> tuple[DeviceSpec, ...]:
             nvidia=info,
             audio_driver=audio_driver,
             audio_override=audio_override,
+            bars=PRO6000_BARS,
+            audio_bars=HDA_BARS,
         )
     return tuple(devices)
 
@@ -503,6 +551,9 @@ def _kpro6(split: bool) -> HostSpec:
             "amd_iommu=on iommu=nopt mem_encrypt=on kvm_amd.sev=1"
         ),
         numa=("0-31,64-95", "32-63,96-127"),
+        cpu=EPYC_9354_2S,
+        # 12 x 96 GB DIMMs per socket; CT 129 and the ARC hold part of node 0.
+        node_memory=(NodeMemory.gib(1007.6, 612.4), NodeMemory.gib(1007.9, 988.1)),
         iommu_units=tuple(IommuUnit(f"ivhd{i}", a) for i, a in enumerate(iommu_hosts)),
         group_type="DMA-FQ",
         sev_snp=True,
@@ -575,6 +626,8 @@ def kpro7() -> HostSpec:
             "amd_iommu=on iommu=nopt mem_encrypt=on kvm_amd.sev=1"
         ),
         numa=("0-31,64-95", "32-63,96-127"),
+        cpu=EPYC_9354_2S,
+        node_memory=(NodeMemory.gib(1007.6, 990.2), NodeMemory.gib(1007.9, 995.0)),
         iommu_units=tuple(IommuUnit(f"ivhd{i}", a) for i, a in enumerate(iommu_hosts)),
         group_type="DMA-FQ",
         sev_snp=True,
@@ -632,7 +685,8 @@ def workstation() -> HostSpec:
         numa_node=0, iommu_group=groups(), link=GEN4_X16, driver="nvidia",
         nvidia=NvidiaInfo(model="NVIDIA GeForce RTX 3090", minor=0, vbios="94.02.42.00.A9",
                           dma_bits=47),
-        audio_driver="snd_hda_intel",
+        audio_driver="snd_hda_intel", bars=AMPERE_BARS, audio_bars=HDA_BARS,
+        boot_vga=True,  # in the first x16 slot: the firmware's display
     )  # fmt: skip
     devices.append(port("0000:38:02.0", GEN4_X16))
     devices += _slot(
@@ -641,6 +695,7 @@ def workstation() -> HostSpec:
         Ids(0x10DE, 0x24B0, 0x10DE, 0x14AD, 0x030000, 0xA1),
         Ids(0x10DE, 0x228B, 0x10DE, 0x14AD, 0x040300, 0xA1),
         iommu_group=groups(), link=GEN4_X16, driver="vfio-pci", audio_driver="vfio-pci",
+        bars=AMPERE_BARS, audio_bars=HDA_BARS,
     )  # fmt: skip
     devices.append(port("0000:52:02.0", GEN4_X4))
     devices.append(
@@ -675,6 +730,17 @@ def workstation() -> HostSpec:
             "intel_iommu=on vfio-pci.ids=10de:24b0,10de:228b"
         ),
         numa=("0-31",),
+        cpu=CpuSpec(
+            vendor="GenuineIntel",
+            model_name="Intel(R) Xeon(R) W-3335 CPU @ 3.40GHz",
+            family=6,
+            model=106,
+            stepping=6,
+            phys_bits=46,
+            virt_bits=57,
+            flags=INTEL_FLAGS,
+        ),
+        node_memory=(NodeMemory.gib(251.4, 180.2),),
         iommu_units=tuple(IommuUnit(f"dmar{i}") for i in range(4)),
         group_type="DMA-FQ",
         nvidia=NVIDIA_580,
@@ -776,7 +842,7 @@ def shared_group() -> HostSpec:
         link=Link("8.0 GT/s PCIe", 16, max_speed="16.0 GT/s PCIe"), driver="nvidia",
         nvidia=NvidiaInfo(model="NVIDIA RTX A5000", minor=0, vbios="94.02.6D.00.0A",
                           dma_bits=47),
-        audio_driver="snd_hda_intel",
+        audio_driver="snd_hda_intel", boot_vga=True,
     )  # fmt: skip
     devices.append(
         DeviceSpec(
@@ -822,7 +888,7 @@ def no_iommu() -> HostSpec:
         link=GEN4_X16, driver="nvidia",
         nvidia=NvidiaInfo(model="NVIDIA GeForce RTX 4090", minor=0, vbios="95.02.18.80.5F",
                           dma_bits=47),
-        audio_driver="snd_hda_intel",
+        audio_driver="snd_hda_intel", boot_vga=True,
     )  # fmt: skip
     devices += [
         DeviceSpec(
@@ -857,6 +923,11 @@ def no_iommu() -> HostSpec:
     )
 
 
+RADEON_BARS = _bars((0, 256 * MIB, "64p"), (2, 2 * MIB, "64p"), (5, 1 * MIB, "32"),
+                    (6, 128 * KIB, "rom"))  # fmt: skip
+"""A Radeon RX 7900 XTX without resizable BAR: VRAM window, doorbells, registers."""
+
+
 def mixed() -> HostSpec:
     """An RTX PRO 6000 on nvidia next to a Radeon RX 7900 XTX on amdgpu, IOMMU passthrough."""
     groups = _Groups()
@@ -868,6 +939,7 @@ def mixed() -> HostSpec:
         PRO6000_AUDIO,
         numa_node=0, iommu_group=groups(), link=GEN5, driver="nvidia",
         nvidia=NvidiaInfo(model=PRO6000_MODEL, minor=0), audio_driver="snd_hda_intel",
+        bars=PRO6000_BARS, audio_bars=HDA_BARS,
     )  # fmt: skip
     # Navi 31 brings its own switch: upstream 1478, downstream 1479, then the GPU.
     devices += [
@@ -892,7 +964,8 @@ def mixed() -> HostSpec:
         Ids(0x1002, 0x744C, 0x1DA2, 0xE471, 0x030000, 0xC8),
         Ids(0x1002, 0xAB30, 0x1002, 0xAB30, 0x040300),
         numa_node=0, iommu_group=groups(), link=GEN4_X16, driver="amdgpu",
-        audio_driver="snd_hda_intel",
+        audio_driver="snd_hda_intel", bars=RADEON_BARS, audio_bars=HDA_BARS,
+        boot_vga=True,  # the host's only VGA function (the PRO 6000 is a 3D controller)
     )  # fmt: skip
     return HostSpec(
         hostname="pve-mixed",
@@ -955,6 +1028,8 @@ def intel_media() -> HostSpec:
             None,
             iommu_group=groups(),
             driver="i915",
+            bars=_bars((0, 16 * MIB, "64"), (2, 256 * MIB, "64p")),
+            boot_vga=True,  # the iGPU drives the host's display
         ),
         0,
         128,
@@ -975,6 +1050,9 @@ def intel_media() -> HostSpec:
             link=GEN4_X16,
             driver="i915",
             audio_driver="snd_hda_intel",
+            # Resizable BAR on: all 6 GB of VRAM behind an 8 GiB BAR2.
+            bars=_bars((0, 16 * MIB, "64"), (2, 8 * GIB, "64p"), (6, 2 * MIB, "rom")),
+            audio_bars=_bars((0, 16 * KIB, "64")),
         ),
         1,
         129,
@@ -983,6 +1061,17 @@ def intel_media() -> HostSpec:
         hostname="pve-media",
         cmdline="BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs",
         numa=("0-11",),
+        cpu=CpuSpec(
+            vendor="GenuineIntel",
+            model_name="12th Gen Intel(R) Core(TM) i5-12500",
+            family=6,
+            model=151,
+            stepping=5,
+            phys_bits=39,
+            virt_bits=48,
+            flags=INTEL_FLAGS,
+        ),
+        node_memory=(NodeMemory.gib(62.6, 40.1),),
         iommu_units=(IommuUnit("dmar0"), IommuUnit("dmar1")),
         sev_snp=None,
         devices=tuple(devices),
@@ -1028,6 +1117,7 @@ def amd_rocm() -> HostSpec:
             link=GEN4_X16,
             driver="amdgpu",
             audio_driver="snd_hda_intel",
+            boot_vga=True,
         ),
         0,
         128,
@@ -1114,7 +1204,8 @@ def nvidia_drm() -> HostSpec:
                 iommu_group=groups(), link=GEN4_X16, driver="nvidia",
                 nvidia=NvidiaInfo(model="NVIDIA GeForce RTX 4090", minor=minor,
                                   vbios="95.02.18.80.5F", dma_bits=47),
-                audio_driver="snd_hda_intel",
+                audio_driver="snd_hda_intel", bars=RTX4090_REBAR, audio_bars=HDA_BARS,
+                boot_vga=not minor,
             ),
             minor,
             128 + minor,
@@ -1123,6 +1214,13 @@ def nvidia_drm() -> HostSpec:
         hostname="pve-stream",
         cmdline="BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet",
         numa=("0-47",),
+        cpu=CpuSpec(
+            model_name="AMD Ryzen Threadripper 7960X 24-Cores",
+            model=24,
+            phys_bits=48,
+            virt_bits=48,
+        ),
+        node_memory=(NodeMemory.gib(125.2, 88.0),),
         iommu_units=(IommuUnit("ivhd0", "0000:00:00.2"),),
         sev_snp=False,
         # nvidia-uvm's major is dynamic (508 on this boot); nvidia's is 195, drm's 226.
@@ -1194,7 +1292,7 @@ def intel_arc() -> HostSpec:
         DeviceSpec(
             address=_BMC_VGA, parent="0000:05:00.0", vendor=0x1A03, device=0x2000,
             subsystem_vendor=0x15D9, subsystem_device=0x1C48, pci_class=0x030000,
-            revision=0x52, numa_node=0, iommu_group=bmc_group, driver="ast",
+            revision=0x52, numa_node=0, iommu_group=bmc_group, driver="ast", boot_vga=True,
         ),
     ]  # fmt: skip
     # The B580 brings its own switch: the GPU and its HDMI audio on two downstream ports.
@@ -1253,6 +1351,9 @@ def intel_arc() -> HostSpec:
 # -- pve-mi300x: eight Instinct MI300X, SGLang on ROCm in a container, a VM on the rest
 
 MI300X = Ids(0x1002, 0x74A1, 0x1002, 0x74A1, 0x120000)
+MI300X_BARS = _bars((0, 256 * GIB, "64p"), (2, 2 * MIB, "64p"), (5, 512 * KIB, "32"),
+                    (6, 128 * KIB, "rom"))  # fmt: skip
+"""An Instinct MI300X: its 192 GB of HBM behind a 256 GiB BAR0, doorbells, registers."""
 _ROCM_CT = "rpool/data/subvol-150-disk-0"
 # Ubuntu 24.04's /etc/group as the LXC template has it (render and video are system
 # groups with ids the distribution picks), plus the serving user made by the admin.
@@ -1292,7 +1393,7 @@ def amd_instinct() -> HostSpec:
         devices += _with_drm(
             _slot(
                 f"0000:{bus + 1:02x}:00.0", port, MI300X, None, numa_node=node,
-                iommu_group=groups(), link=GEN5, driver="amdgpu",
+                iommu_group=groups(), link=GEN5, driver="amdgpu", bars=MI300X_BARS,
             ),
             index,
             128 + index,
@@ -1304,6 +1405,8 @@ def amd_instinct() -> HostSpec:
             "BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs amd_iommu=on"
         ),
         numa=("0-63,128-191", "64-127,192-255"),
+        cpu=CpuSpec(model_name="AMD EPYC 9534 64-Core Processor", sockets=2),
+        node_memory=(NodeMemory.gib(1511.3, 1320.0), NodeMemory.gib(1511.8, 1490.2)),
         iommu_units=tuple(
             IommuUnit(f"ivhd{i}", d.address)
             for i, d in enumerate(d for d in devices if d.address.endswith(":00.2"))
@@ -1319,8 +1422,10 @@ def amd_instinct() -> HostSpec:
                 "mp0: /shared,mp=/shared\nostype: ubuntu\n"
                 "rootfs: local-zfs:subvol-150-disk-0,size=200G\nunprivileged: 1\n"
             ),
+            # cpu: host: four 256 GiB BARs need more than QEMU's default 40 address bits.
             "etc/pve/qemu-server/450.conf": (
-                "boot: order=scsi0\ncores: 64\nmachine: q35\nmemory: 524288\nostype: l26\n"
+                "boot: order=scsi0\ncores: 64\ncpu: host\nmachine: q35\nmemory: 524288\n"
+                "ostype: l26\n"
             ),
             "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
             f"{_ROCM_CT}/etc/os-release": OS_RELEASE,
@@ -1443,6 +1548,229 @@ def vgpu_l40s() -> HostSpec:
     )
 
 
+# -- what a VM needs to start with its GPUs (issue 29, item 3)
+
+PRO6000_WS = Ids(0x10DE, 0x2BB1, 0x10DE, 0x204B, 0x030000, 0xA1)
+"""The RTX PRO 6000 Blackwell Workstation Edition: a display controller with outputs."""
+_WRX_VM = """\
+#CFD and rendering, all four RTX PRO 6000
+bios: ovmf
+boot: order=scsi0
+cores: 64
+cpu: x86-64-v2-AES
+efidisk0: local-zfs:vm-200-disk-0,efitype=4m,pre-enrolled-keys=1,size=1M
+machine: q35
+memory: 262144
+name: sim
+net0: virtio=BC:24:11:20:00:01,bridge=vmbr0
+numa: 0
+ostype: l26
+scsi0: local-zfs:vm-200-disk-1,iothread=1,size=512G
+scsihw: virtio-scsi-single
+smbios1: uuid=6c1f2a34-8d0e-4b7a-9e55-2f3c4d5e6a70
+sockets: 1
+"""
+"""VM 200 as the GUI creates it (x86-64-v2-AES, PVE's default CPU type since 8.0)."""
+
+
+def pve_wrx() -> HostSpec:
+    """A Threadripper PRO 7985WX workstation (one NUMA node, 52 address bits) with four
+    RTX PRO 6000 Workstation Edition, each a 128 GiB BAR1, for VM 200, whose CPU type
+    x86-64-v2-AES gives the guest QEMU's default 40 bits (1 TiB): too few for them. The
+    board's ASPEED BMC is the boot display."""
+    groups = _Groups()
+    devices: list[DeviceSpec] = []
+    for minor, bus in enumerate((0x00, 0x20, 0x40, 0x60)):
+        devices += _amd_complex(bus, 0, groups)
+        devices += _slot(
+            f"0000:{bus + 1:02x}:00.0", f"0000:{bus:02x}:01.1", PRO6000_WS, PRO6000_AUDIO,
+            numa_node=0, iommu_group=groups(), link=GEN5, driver="nvidia",
+            nvidia=NvidiaInfo(model="NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+                              minor=minor),
+            audio_driver="snd_hda_intel", bars=PRO6000_BARS, audio_bars=HDA_BARS,
+        )  # fmt: skip
+    bmc_group = groups()
+    devices += [
+        DeviceSpec(
+            address="0000:60:03.1", vendor=0x1022, device=0x14AB, pci_class=0x060400,
+            numa_node=0, driver="pcieport", iommu_group=groups(), link=Link("5.0 GT/s PCIe", 1),
+        ),
+        DeviceSpec(
+            address="0000:62:00.0", parent="0000:60:03.1", vendor=0x1A03, device=0x1150,
+            subsystem_vendor=0x1A03, subsystem_device=0x1150, pci_class=0x060400,
+            revision=0x06, numa_node=0, iommu_group=bmc_group, link=Link("5.0 GT/s PCIe", 1),
+        ),
+        DeviceSpec(
+            address="0000:63:00.0", parent="0000:62:00.0", vendor=0x1A03, device=0x2000,
+            subsystem_vendor=0x1043, subsystem_device=0x8826, pci_class=0x030000,
+            revision=0x52, numa_node=0, iommu_group=bmc_group, driver="ast", boot_vga=True,
+        ),
+    ]  # fmt: skip
+    return HostSpec(
+        hostname="pve-wrx",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet",
+        numa=("0-127",),
+        cpu=CpuSpec(model_name="AMD Ryzen Threadripper PRO 7985WX 64-Cores", model=24),
+        node_memory=(NodeMemory.gib(503.1, 470.0),),
+        iommu_units=tuple(
+            IommuUnit(f"ivhd{i}", d.address)
+            for i, d in enumerate(d for d in devices if d.address.endswith(":00.2"))
+        ),
+        sev_snp=False,
+        nvidia=NVIDIA_590_OPEN,
+        devices=tuple(devices),
+        files={
+            "etc/pve/qemu-server/200.conf": _WRX_VM,
+            "etc/pve/storage.cfg": STORAGE_ZFS,
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+        },
+    )
+
+
+L40S_BARS = _bars((0, 16 * MIB, "32"), (1, 64 * GIB, "64p"), (3, 32 * MIB, "64p"))
+NPS4_NODES = ("0-15,64-79", "16-31,80-95", "32-47,96-111", "48-63,112-127")
+_NPS4_VM = """\
+affinity: 32-47,96-111
+bios: ovmf
+boot: order=scsi0
+cores: 32
+cpu: host
+machine: q35
+memory: 262144
+name: train
+numa: 1
+numa0: cpus=0-31,hostnodes=2,memory=262144,policy=bind
+ostype: l26
+scsi0: local-zfs:vm-300-disk-0,size=256G
+sockets: 1
+"""
+"""VM 300 pinned whole to NUMA node 2, where its L40S is: 256 GiB on a 192 GB quadrant."""
+
+
+def pve_nps4() -> HostSpec:
+    """An EPYC 9554 in NPS4 (one socket, four NUMA nodes of 192 GB each, 12 x 64 GB DIMMs
+    over four quadrants) with an L40S per node. VM 300 binds 256 GiB to node 2."""
+    groups = _Groups()
+    devices: list[DeviceSpec] = []
+    for node, bus in enumerate((0x00, 0x40, 0x80, 0xC0)):
+        devices += _amd_complex(bus, node, groups)
+        devices += _slot(
+            f"0000:{bus + 1:02x}:00.0", f"0000:{bus:02x}:01.1", L40S, None, numa_node=node,
+            iommu_group=groups(), link=GEN4_X16, driver="nvidia",
+            nvidia=NvidiaInfo(model="NVIDIA L40S", minor=node), bars=L40S_BARS,
+        )  # fmt: skip
+    return HostSpec(
+        hostname="pve-nps4",
+        cmdline=(
+            "BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs amd_iommu=on"
+        ),
+        numa=NPS4_NODES,
+        cpu=CpuSpec(model_name="AMD EPYC 9554 64-Core Processor"),
+        node_memory=(
+            NodeMemory.gib(188.6, 150.2),
+            NodeMemory.gib(188.9, 120.4),
+            NodeMemory.gib(188.9, 181.0),
+            NodeMemory.gib(188.9, 184.3),
+        ),
+        iommu_units=tuple(
+            IommuUnit(f"ivhd{i}", d.address)
+            for i, d in enumerate(d for d in devices if d.address.endswith(":00.2"))
+        ),
+        group_type="DMA-FQ",
+        sev_snp=False,
+        nvidia=NVIDIA_590_OPEN,
+        devices=tuple(devices),
+        files={
+            "etc/pve/qemu-server/300.conf": _NPS4_VM,
+            "etc/pve/storage.cfg": STORAGE_ZFS,
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+        },
+    )
+
+
+def pve_tb() -> HostSpec:
+    """A Core i7-1360P mini PC: its Iris Xe drives the display; an RTX 4070 in a
+    Thunderbolt 4 enclosure (removable, behind the enclosure's JHL7440 switch) is
+    meant for VM 500."""
+    groups = _Groups()
+    tb_link = Link("8.0 GT/s PCIe", 4)
+    devices: list[DeviceSpec] = [
+        DeviceSpec(
+            address="0000:00:00.0", vendor=0x8086, device=0xA706, pci_class=0x060000,
+            iommu_group=groups(),
+        ),
+        DeviceSpec(
+            address="0000:00:06.0", vendor=0x8086, device=0xA74D, pci_class=0x060400,
+            driver="pcieport", iommu_group=groups(), link=GEN4_X4,
+        ),
+        DeviceSpec(
+            address="0000:01:00.0", parent="0000:00:06.0", vendor=0x144D, device=0xA80C,
+            subsystem_vendor=0x144D, subsystem_device=0xA801, pci_class=0x010802,
+            driver="nvme", iommu_group=groups(), link=GEN4_X4,
+        ),
+        # The CPU's Thunderbolt 4 root port (external facing: not removable itself).
+        DeviceSpec(
+            address="0000:00:07.0", vendor=0x8086, device=0xA76E, pci_class=0x060400,
+            driver="pcieport", iommu_group=groups(), link=tb_link,
+        ),
+        DeviceSpec(
+            address="0000:2c:00.0", parent="0000:00:07.0", vendor=0x8086, device=0x15EF,
+            pci_class=0x060400, revision=0x06, driver="pcieport", iommu_group=groups(),
+            link=tb_link, removable=True,
+        ),
+        DeviceSpec(
+            address="0000:2d:01.0", parent="0000:2c:00.0", vendor=0x8086, device=0x15EF,
+            pci_class=0x060400, revision=0x06, driver="pcieport", iommu_group=groups(),
+            link=tb_link, removable=True,
+        ),
+    ]  # fmt: skip
+    devices += _with_drm(
+        _slot(
+            "0000:00:02.0", None, Ids(0x8086, 0xA7A0, 0x8086, 0x3024, 0x030000, 0x04), None,
+            iommu_group=groups(), driver="i915",
+            bars=_bars((0, 16 * MIB, "64"), (2, 256 * MIB, "64p")), boot_vga=True,
+        ),
+        0,
+        128,
+    )  # fmt: skip
+    devices += _slot(
+        "0000:2e:00.0", "0000:2d:01.0",
+        Ids(0x10DE, 0x2786, 0x1043, 0x8888, 0x030000, 0xA1),
+        Ids(0x10DE, 0x22BC, 0x1043, 0x8888, 0x040300, 0xA1),
+        iommu_group=groups(), link=tb_link, driver="nvidia",
+        nvidia=NvidiaInfo(model="NVIDIA GeForce RTX 4070", minor=0, vbios="95.04.31.00.5C",
+                          dma_bits=47),
+        audio_driver="snd_hda_intel", bars=AMPERE_BARS, audio_bars=HDA_BARS, removable=True,
+    )  # fmt: skip
+    return HostSpec(
+        hostname="pve-tb",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=/dev/mapper/pve-root ro quiet",
+        numa=("0-15",),
+        cpu=CpuSpec(
+            vendor="GenuineIntel",
+            model_name="13th Gen Intel(R) Core(TM) i7-1360P",
+            family=6,
+            model=186,
+            stepping=2,
+            phys_bits=39,
+            virt_bits=48,
+            flags=INTEL_FLAGS,
+        ),
+        node_memory=(NodeMemory.gib(62.4, 51.3),),
+        iommu_units=(IommuUnit("dmar0"), IommuUnit("dmar1")),
+        nvidia=NVIDIA_590_OPEN,
+        devices=tuple(devices),
+        files={
+            "etc/pve/qemu-server/500.conf": (
+                "bios: ovmf\ncores: 8\ncpu: host\nmachine: q35\nmemory: 32768\nname: egpu\n"
+                "ostype: win11\nscsi0: local-lvm:vm-500-disk-0,size=128G\n"
+            ),
+            "etc/pve/storage.cfg": STORAGE_LVM,
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+        },
+    )
+
+
 HOSTS: Mapping[str, Callable[[], HostSpec]] = {
     "amd-instinct": amd_instinct,
     "amd-rocm": amd_rocm,
@@ -1454,7 +1782,10 @@ HOSTS: Mapping[str, Callable[[], HostSpec]] = {
     "mixed": mixed,
     "no-iommu": no_iommu,
     "nvidia-drm": nvidia_drm,
+    "pve-nps4": pve_nps4,
+    "pve-tb": pve_tb,
     "pve-ws": pve_ws,
+    "pve-wrx": pve_wrx,
     "shared-group": shared_group,
     "vgpu-l40s": vgpu_l40s,
     "workstation": workstation,

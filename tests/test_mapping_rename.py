@@ -137,7 +137,8 @@ def test_old_mapping_and_raw_lines_keep_their_indices_and_options(tmp_path: Path
     """Lines on the old id and by raw address alike become the new mapping's lines on
     their own indices, device-id/rombar/romfile/x-vga/driver kept; another mapping
     stays. (An `mdev=` line is refused instead: test_mdev_mig.py.)"""
-    base = "#SNP VM\ncores: 8\nmachine: q35\nmemory: 65536\nname: snp\nostype: l26\n"
+    # cpu: host: four 128 GiB BARs need more than the default type's 40 address bits.
+    base = "#SNP VM\ncores: 8\ncpu: host\nmachine: q35\nmemory: 65536\nname: snp\nostype: l26\n"
     config = base.replace("machine: q35\n", VM140_LINES + "machine: q35\n")
     facts = variant(tmp_path, {VM140: config}, fixture_hosts.kpro6_split)
     result = plan(facts, parse_spec(KPRO6_SPLIT_SPEC))

@@ -8,6 +8,7 @@ import pytest
 
 from pvegpu.host import sysfs
 from pvegpu.model.facts import CharMajor, IommuGroupType, KernelModuleFlavor
+from pvegpu.model.resources import Bar, HostCpu
 from pvegpu.vendors import nvidia
 from pvegpu.vendors.nvidia import USERSPACE
 
@@ -176,3 +177,114 @@ def test_counts_are_ascii_digits(raw: str) -> None:
 def test_numa_node_sign_and_digits(raw: str) -> None:
     with pytest.raises(ValueError, match="node number"):
         sysfs.numa_node(raw)
+
+
+# -- what a VM's start depends on: BARs, boot_vga, removable, node memory, the CPU
+
+_ZERO = "0x0000000000000000 0x0000000000000000 0x0000000000000000"
+# An RTX PRO 6000 as a 6.14 kernel prints it: BAR0 64 MiB 32-bit, BAR1 128 GiB and BAR3
+# 32 MiB 64-bit prefetchable (the upper halves' lines zero), an I/O BAR5, the ROM,
+# then the six SR-IOV lines.
+PRO6000_RESOURCE = (
+    "\n".join(
+        [
+            "0x00000000f0000000 0x00000000f3ffffff 0x0000000000040200",
+            "0x0000380000000000 0x0000381fffffffff 0x000000000014220c",
+            _ZERO,
+            "0x0000382000000000 0x0000382001ffffff 0x000000000014220c",
+            _ZERO,
+            "0x000000000000f000 0x000000000000f07f 0x0000000000040101",
+            "0x00000000f4000000 0x00000000f407ffff 0x0000000000046200",
+            *[_ZERO] * 6,
+        ]
+    )
+    + "\n"
+)
+
+
+def test_resource_bars() -> None:
+    """Memory BARs and the ROM with their sizes; I/O BARs, unused and SR-IOV lines not."""
+    assert sysfs.resource_bars(PRO6000_RESOURCE) == (
+        Bar(0, 64 << 20),
+        Bar(1, 128 << 30, is_64bit=True, prefetchable=True),
+        Bar(3, 32 << 20, is_64bit=True, prefetchable=True),
+        Bar(6, 512 << 10, prefetchable=True),
+    )
+
+
+def test_an_unplaced_bar_keeps_its_size() -> None:
+    """A BAR the kernel could not place starts at 0 with IORESOURCE_UNSET: still its size."""
+    lines = PRO6000_RESOURCE.splitlines()
+    lines[1] = "0x0000000000000000 0x0000001fffffffff 0x000000002014220c"
+    assert sysfs.resource_bars("\n".join(lines))[1] == Bar(1, 128 << 30, True, True)
+
+
+@pytest.mark.parametrize(
+    ("raw", "match"),
+    [
+        ("\n".join([_ZERO] * 5), "at least 7 lines"),
+        (PRO6000_RESOURCE.replace("0x000000000014220c", "0x14220c zzz", 1), "line 2"),
+        (PRO6000_RESOURCE.replace("0x0000381fffffffff", "0x0000001fffffffff", 1), "before"),
+    ],
+)
+def test_resource_refuses_other_text(raw: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        sysfs.resource_bars(raw)
+
+
+def test_removable_and_boot_vga() -> None:
+    """The driver core's three words; boot_vga is a 0/1 attribute."""
+    assert sysfs.removable("removable\n") is True
+    assert sysfs.removable("fixed\n") is False
+    assert sysfs.removable("unknown\n") is False
+    with pytest.raises(ValueError, match="removable, fixed or unknown"):
+        sysfs.removable("yes\n")
+    assert sysfs.flag("1\n") is True
+
+
+NODE_MEMINFO = """\
+Node 1 MemTotal:       197960524 kB
+Node 1 MemFree:        157489844 kB
+Node 1 MemUsed:         40470680 kB
+Node 1 Active(anon):     1048576 kB
+Node 1 HugePages_Total:     0
+Node 1 HugePages_Free:      0
+Node 1 HugePages_Surp:      0
+"""
+
+
+def test_node_meminfo() -> None:
+    """MemTotal and MemFree in KiB, from the kernel's `Node <N> <Key>: <n> kB` lines."""
+    assert sysfs.node_meminfo(NODE_MEMINFO, 1) == (197960524, 157489844)
+    with pytest.raises(ValueError, match="'Node 2 <Key>"):
+        sysfs.node_meminfo(NODE_MEMINFO, 2)
+    with pytest.raises(ValueError, match="MemTotal"):
+        sysfs.node_meminfo("Node 0 MemFree: 1 kB\n", 0)
+    with pytest.raises(ValueError, match="number"):
+        sysfs.node_meminfo("Node 0 MemTotal: lots kB\n", 0)
+
+
+CPUINFO = """\
+processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 143
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+address sizes\t: 46 bits physical, 57 bits virtual
+power management:
+
+processor\t: 1
+vendor_id\t: GenuineIntel
+address sizes\t: 52 bits physical, 57 bits virtual
+
+"""
+
+
+def test_cpuinfo_first_processor() -> None:
+    """The first processor's vendor and physical address bits; none on a host without
+    `vendor_id` (arm64), a malformed `address sizes` refused."""
+    assert sysfs.cpuinfo(CPUINFO) == HostCpu("GenuineIntel", 46)
+    assert sysfs.cpuinfo("processor\t: 0\nBogoMIPS\t: 50.00\n\n") is None
+    assert sysfs.cpuinfo("vendor_id\t: AuthenticAMD\n") == HostCpu("AuthenticAMD", None)
+    with pytest.raises(ValueError, match="address sizes"):
+        sysfs.cpuinfo("vendor_id\t: AuthenticAMD\naddress sizes\t: 52 bits\n")

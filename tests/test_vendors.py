@@ -16,6 +16,7 @@ import pytest
 
 from pvegpu.hardware import GPU_DRIVER_MODULES, HOST_GPU_DRIVERS, binding_modules, host_driver
 from pvegpu.host import discover as discovery
+from pvegpu.host import gpus as gpus_module
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import ConfLine
@@ -208,9 +209,9 @@ def test_discovery_reads_the_files_the_vendor_names(
     shutil.copytree(FIXTURES / "kpro6", root, symlinks=True)
     (root / "proc/driver/nvidia/gpus").rename(root / "proc/driver/moved")
     moved = GpuNodeSource("proc/driver/moved/{address}/information", nvidia.gpu_information)
-    monkeypatch.setattr(discovery, "_GPU_INFORMATION", (moved,))
+    monkeypatch.setattr(gpus_module, "_GPU_INFORMATION", (moved,))
     assert discovery.discover(root).gpus == want.gpus
-    monkeypatch.setattr(discovery, "_GPU_INFORMATION", ())
+    monkeypatch.setattr(gpus_module, "_GPU_INFORMATION", ())
     assert {g.node_minor for g in discovery.discover(root).gpus} == {None}
 
 

@@ -286,6 +286,7 @@ def test_pool_vm_is_judged_for_other_pools_gpus(tmp_path: Path) -> None:
     vm = VM140_BASE.replace(
         "machine: q35\n", "hostpci0: 0000:81:00\nhostpci1: mapping=pro6000\nmachine: q35\n"
     )
+    vm += "cpu: host\n"  # the pool's four 128 GiB BARs need more than 40 address bits
     own = SPLIT.replace("vmid = 200", "vmid = 140")
     problems = refused(variant(tmp_path, {VM140: vm}), own)
     assert [(p.code, p.subject) for p in problems] == [("vm-takes-pool-gpu", f"{VM140} line 4")]

@@ -15,26 +15,27 @@ lists what is read and the error codes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 import attrs
 
+from pvegpu.formats.dpkg import installed_packages
 from pvegpu.host import sysfs
 from pvegpu.host.acs import override_settings, read_acs_ports
 from pvegpu.host.boot import read_boot
 from pvegpu.host.driverctl import read_driverctl
 from pvegpu.host.fabric import read_fabric_manager
+from pvegpu.host.gpus import read_gpus
 from pvegpu.host.kernels import read_kernels
 from pvegpu.host.listing import Listing
 from pvegpu.host.partitions import read_mdev, read_mig
 from pvegpu.host.reader import RECAPTURE, RootReader, Trace, fail
+from pvegpu.host.reader import parsed as _parse
 from pvegpu.host.references import read_cgroup, read_references
 from pvegpu.host.serving_files import add_serving_files, read_next_boot_userspace
 from pvegpu.model.facts import (
-    GPU,
     ConfigFile,
     GpuDriver,
     HostFacts,
@@ -46,11 +47,12 @@ from pvegpu.model.facts import (
     PciFunction,
     Sriov,
     VfioIdsSetting,
-    moves_with,
 )
-from pvegpu.model.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT, SPLIT_UDEV_RULE
+from pvegpu.model.paths import DPKG_STATUS, SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT, SPLIT_UDEV_RULE
+from pvegpu.model.platform import PvePackages
+from pvegpu.model.resources import HostCpu
 from pvegpu.pci import CpuList, PciAddress
-from pvegpu.vendors import DRIVER_VERSION_VENDORS, VENDORS, GpuNodeSource, Vendor, vendor_of
+from pvegpu.vendors import DRIVER_VERSION_VENDORS, VENDORS, Vendor
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -58,19 +60,9 @@ R = TypeVar("R")
 PCI_DEVICES = "sys/bus/pci/devices"
 IOMMU_GROUPS = "sys/kernel/iommu_groups"
 NODES = "sys/devices/system/node"
-_GPU_INFORMATION: tuple[GpuNodeSource, ...] = tuple(
-    v.gpu_information for v in VENDORS if v.gpu_information is not None
-)
+VGA_CLASS = 0x0300
 # The kernel's mdev directory and each vendor's own (`Vendor.mdev_dirs`).
 MDEV_DIRS = ("mdev_supported_types", *(d for v in VENDORS for d in v.mdev_dirs))
-
-
-def _parse(path: str, raw: R, process: Callable[[R], T]) -> T:
-    """Run a pure parser; its ValueError becomes a bad-value problem about `path`."""
-    try:
-        return process(raw)
-    except ValueError as err:
-        fail("bad-value", path, str(err))
 
 
 def discover(root: Path = Path("/"), *, trace: Trace | None = None) -> HostFacts:
@@ -113,7 +105,8 @@ def read_host(reader: RootReader) -> HostFacts:
     cmdline = reader.need("proc/cmdline", "the kernel command line")
     mdev_types, mdev_instances = read_mdev(reader, functions)
     boot = read_boot(reader)
-    gpus = _gpus(reader, functions)
+    functions = _with_gpu_details(reader, functions)
+    gpus = read_gpus(reader, functions)
     drivers = _gpu_drivers(reader)
     boot = attrs.evolve(boot, kernels=read_kernels(reader, boot, gpus, drivers))
     # The ports' ACS matters only while the override makes the groups lie (host/acs.py).
@@ -162,6 +155,8 @@ def read_host(reader: RootReader) -> HostFacts:
         mdev_instances=mdev_instances,
         mig_caps=mig_caps,
         fabric_manager=read_fabric_manager(reader, functions),
+        cpu=_host_cpu(reader),
+        pve=_pve_packages(reader),
         cgroup=cgroup,
         references=references,
     )
@@ -370,8 +365,53 @@ def _numa_nodes(reader: RootReader) -> tuple[NumaNode, ...]:
     for name in reader.listdir(NODES, is_node):
         path = f"{NODES}/{name}/cpulist"
         cpus = _parse(path, reader.need(path, "the node's CPU list"), sysfs.cpulist)
-        nodes.append(NumaNode(int(name[4:]), cpus))
+        node = int(name[4:])
+        # Optional: snapshots and trees from before it was read have no meminfo.
+        meminfo = reader.read(f"{NODES}/{name}/meminfo")
+        total = free = None
+        if meminfo is not None:
+            total, free = _parse(f"{NODES}/{name}/meminfo", (meminfo, node), _meminfo)
+        nodes.append(NumaNode(node, cpus, total, free))
     return tuple(sorted(nodes, key=lambda n: n.id))
+
+
+def _meminfo(raw: tuple[str, int]) -> tuple[int, int | None]:
+    return sysfs.node_meminfo(*raw)
+
+
+def _host_cpu(reader: RootReader) -> HostCpu | None:
+    text = reader.read("proc/cpuinfo")
+    return None if text is None else _parse("proc/cpuinfo", text, sysfs.cpuinfo)
+
+
+def _with_gpu_details(
+    reader: RootReader, functions: tuple[PciFunction, ...]
+) -> tuple[PciFunction, ...]:
+    """The functions, each GPU and its slot mates with their BARs, `boot_vga` and
+    `removable`: what a VM's start depends on. Only GPUs (and what moves with them) go
+    to a VM, so only theirs are read: for every function it would be a seventh more
+    files on a large host (bench/), which the discover target cannot spare."""
+    slots = {f.address.slot for f in functions if f.is_gpu and not f.is_virtual_function}
+    return tuple(
+        _gpu_details(reader, f) if f.address.slot in slots and not f.is_bridge else f
+        for f in functions
+    )
+
+
+def _gpu_details(reader: RootReader, fn: PciFunction) -> PciFunction:
+    base = f"{PCI_DEVICES}/{fn.address}"
+
+    def optional(file: str, process: Callable[[str], T]) -> T | None:
+        text = reader.read(file, at=fn.sysfs_path, subject=f"{base}/{file}")
+        return None if text is None else _parse(f"{base}/{file}", text, process)
+
+    bars = optional("resource", sysfs.resource_bars)
+    # The kernel gives only VGA-class functions the file: no lookup for the others.
+    boot_vga = optional("boot_vga", sysfs.flag) if fn.pci_class >> 8 == VGA_CLASS else None
+    removable = optional("removable", sysfs.removable)
+    if not (bars or boot_vga or removable):
+        return fn
+    return attrs.evolve(fn, bars=bars or (), boot_vga=bool(boot_vga), removable=bool(removable))
 
 
 def _iommu_groups(
@@ -405,93 +445,11 @@ def _check_groups(functions: tuple[PciFunction, ...], groups: tuple[IommuGroup, 
             )
 
 
-def _gpus(reader: RootReader, functions: tuple[PciFunction, ...]) -> tuple[GPU, ...]:
-    # Companions by slot, indexed once: scanning every function per GPU made discovery
-    # quadratic (80% of it at 2,048 GPUs). Which slot functions are companions is
-    # model.facts.moves_with, the one rule the facts JSON reader checks too.
-    by_slot: dict[tuple[int, int, int], list[PciFunction]] = {}
-    for fn in functions:
-        a = fn.address
-        by_slot.setdefault((a.domain, a.bus, a.device), []).append(fn)
-    gpus = []
-    for fn in functions:
-        # A VF (an iGPU's or a vGPU card's) is a slice of its PF's GPU, not a GPU.
-        if not fn.is_gpu or fn.is_virtual_function:
-            continue
-        a = fn.address
-        companions = tuple(o for o in by_slot[(a.domain, a.bus, a.device)] if moves_with(fn, o))
-        minor, model, uuid = _gpu_information(reader, fn.address)
-        card, render = _drm_nodes(reader, fn.address)
-        partition = _compute_partition(reader, fn)
-        gpus.append(
-            GPU(
-                fn, companions, minor, model,
-                drm_card=card, drm_render=render, compute_partition=partition, uuid=uuid,
-            )
-        )  # fmt: skip
-    return tuple(gpus)
-
-
-def _compute_partition(reader: RootReader, fn: PciFunction) -> str | None:
-    """The GPU's compute partition mode as its driver shows it (`SPX`, `CPX`), for a
-    vendor whose GPUs can be split; None without the attribute (not split, or older)."""
-    vendor = vendor_of(fn)
-    # Only its own driver shows it; on vfio-pci the GPU is whole to the guest anyway.
-    if vendor is None or vendor.compute_partition is None or fn.driver not in vendor.drivers:
-        return None
-    path = f"{PCI_DEVICES}/{fn.address}/{vendor.compute_partition}"
-    text = reader.read(path)
-    if text is None:
-        return None
-    mode = text.strip()
-    if not (mode.isascii() and mode.isalnum()):
-        fail("bad-value", path, f"expected a partition mode such as SPX or CPX, got {mode!r}")
-    return mode
-
-
-_DRM_NODE = re.compile(r"(card|renderD)([0-9]+)")
-
-
-def _drm_nodes(reader: RootReader, address: PciAddress) -> tuple[int | None, int | None]:
-    """The GPU's DRM card and render node numbers (each its node's minor on major 226),
-    from the `drm/` directory its DRM driver adds under the PCI device; (None, None)
-    while no DRM driver holds it (vfio-pci, NVIDIA without nvidia-drm)."""
-    path = f"{PCI_DEVICES}/{address}/drm"
-    found: dict[str, int] = {}
-    for name in reader.listdir(path, lambda n: _DRM_NODE.fullmatch(n) is not None):
-        match = _DRM_NODE.fullmatch(name)
-        assert match is not None  # kept by the filter
-        kind, number = match.group(1), int(match.group(2))
-        if kind in found:
-            fail(
-                "bad-value",
-                f"{path}/{name}",
-                f"is a second {kind} node of one GPU ({kind}{found[kind]} is the first)",
-                RECAPTURE,
-            )
-        found[kind] = number
-    render = found.get("renderD")
-    if render is not None and render < 128:
-        fail("bad-value", f"{path}/renderD{render}", "is numbered below 128", RECAPTURE)
-    return found.get("card"), render
-
-
-def _gpu_information(
-    reader: RootReader, address: PciAddress
-) -> tuple[int | None, str | None, str | None]:
-    """The node minor, model and UUID the driver holding the GPU gives it (Nones: no
-    driver that says so holds it). Every vendor's file is looked for, not just the GPU's
-    vendor's: the file says which driver holds it."""
-    for source in _GPU_INFORMATION:
-        path = source.path(address)
-        text = reader.read(path)
-        if text is None:
-            continue
-        info = _parse(path, text, source.parse)
-        if info.bus_location not in (None, str(address)):
-            fail("bad-value", path, f"says Bus Location {info.bus_location}")
-        return info.minor, info.model, info.uuid
-    return None, None, None
+def _pve_packages(reader: RootReader) -> PvePackages:
+    """The Proxmox packages' versions from the host's dpkg status (none: not a PVE root,
+    or a snapshot that did not take the file)."""
+    text = reader.read(DPKG_STATUS)
+    return PvePackages() if text is None else PvePackages.of(installed_packages(text))
 
 
 def _sev_snp(reader: RootReader) -> bool:

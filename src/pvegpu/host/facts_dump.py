@@ -19,8 +19,17 @@ from typing import Any
 import attrs
 
 from pvegpu.model.bootconfig import BootConfig
-from pvegpu.model.facts import GPU, FabricManager, GpuDriver, HostFacts, IommuGroup, PciFunction
+from pvegpu.model.facts import (
+    GPU,
+    FabricManager,
+    GpuDriver,
+    HostFacts,
+    IommuGroup,
+    NumaNode,
+    PciFunction,
+)
 from pvegpu.model.kernels import Kernels
+from pvegpu.model.platform import PvePackages
 from pvegpu.model.references import CgroupVersion, GpuReference
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import DRIVER_VERSION_VENDORS
@@ -30,6 +39,11 @@ SCHEMA = "pvegpu.facts/1"
 GPU_KEYS = {"node_minor": "nvidia_minor"}
 """GPU fields whose key in the document is the name they had while only NVIDIA's GPUs had
 a node minor: documents and snapshots written then read the same."""
+FUNCTION_OPTIONAL = ("physfn", "sriov", "bars", "boot_vga", "removable")
+"""PciFunction fields left out of the document while they have their default: no SR-IOV,
+and what only a GPU's functions have (their BARs, the boot display, a Thunderbolt port)."""
+NUMA_OPTIONAL = ("memory_kib", "free_kib")
+"""NumaNode fields left out while None (the node's meminfo was not read)."""
 GPU_OPTIONAL = ("drm_card", "drm_render", "compute_partition", "uuid")
 """GPU fields left out of the document while None: a GPU no DRM driver holds (every
 NVIDIA GPU without nvidia-drm), or that no driver splits, reads as it did before DRM
@@ -106,6 +120,11 @@ def _boot(boot: BootConfig) -> dict[str, Any]:
     return doc
 
 
+def _numa_node(node: NumaNode) -> dict[str, Any]:
+    doc = {name: _value(getattr(node, name)) for name in _names(NumaNode)}
+    return {k: v for k, v in doc.items() if k not in NUMA_OPTIONAL or v is not None}
+
+
 def driver_keys(facts: HostFacts) -> dict[str, Any]:
     """`HostFacts.gpu_drivers` as the document holds it: a key per vendor whose driver
     version discovery reads, named by its host driver (`"nvidia"`), `{version, flavor}`
@@ -152,6 +171,8 @@ def _fields(facts: HostFacts) -> Iterator[tuple[str, Any]]:
             yield name, _list_text([_group_text(g) for g in value])
         elif name == "gpus":
             yield name, [_gpu(gpu) for gpu in value]
+        elif name == "numa_nodes":
+            yield name, [_numa_node(node) for node in value]
         elif name == "gpu_drivers":
             yield from driver_keys(facts).items()
         elif name == "boot":
@@ -165,6 +186,12 @@ def _fields(facts: HostFacts) -> Iterator[tuple[str, Any]]:
         elif name == "fabric_manager":
             # Left out while it has its default (no NVSwitch, so not read), as above.
             if value != FabricManager():
+                yield name, _value(value)
+        elif name == "cpu":
+            if value is not None:  # left out while not read (no /proc/cpuinfo), as above
+                yield name, _value(value)
+        elif name == "pve":
+            if value != PvePackages():  # left out while not read, as above
                 yield name, _value(value)
         elif name == "cgroup":
             # Left out on the unified hierarchy, every PVE host's since 7.0.
@@ -239,12 +266,19 @@ def _function_text(fn: PciFunction, local_cpus: str | None) -> str:
 
 def _sriov_text(fn: PciFunction) -> str:
     """The SR-IOV keys, left out while they have their default (no SR-IOV), so
-    documents of hosts without VFs read as before they existed."""
+    documents of hosts without VFs read as before they existed; then the keys of a
+    VM's start (`FUNCTION_OPTIONAL`), likewise."""
     text = ""
     if fn.physfn is not None:
         text += f',\n    "physfn": "{fn.physfn}"'
     if fn.sriov is not None:
         text += ',\n    "sriov": ' + json.dumps(_value(fn.sriov), indent=2).replace(_NL, "\n    ")
+    if fn.bars:
+        text += ',\n    "bars": ' + json.dumps(_value(fn.bars), indent=2).replace(_NL, "\n    ")
+    if fn.boot_vga:
+        text += ',\n    "boot_vga": true'
+    if fn.removable:
+        text += ',\n    "removable": true'
     return text
 
 

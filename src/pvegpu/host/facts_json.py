@@ -24,13 +24,19 @@ from pvegpu.errors import DiscoveryError
 
 # Writing the document needs no converter (pvegpu.host.facts_dump, what `discover --json`
 # imports); the converter below reads it, and serves types that embed HostFacts parts.
-from pvegpu.host.facts_dump import GPU_KEYS, GPU_OPTIONAL, driver_keys
+from pvegpu.host.facts_dump import (
+    FUNCTION_OPTIONAL,
+    GPU_KEYS,
+    GPU_OPTIONAL,
+    NUMA_OPTIONAL,
+    driver_keys,
+)
 from pvegpu.host.facts_dump import SCHEMA as SCHEMA
 from pvegpu.host.facts_dump import facts_to_json as facts_to_json
 from pvegpu.host.facts_dump import unstructure_facts as unstructure_facts
 from pvegpu.jsontext import load_json
 from pvegpu.model.bootconfig import BootConfig
-from pvegpu.model.facts import GPU, HostFacts, PciFunction, moves_with
+from pvegpu.model.facts import GPU, HostFacts, NumaNode, PciFunction, moves_with
 from pvegpu.model.references import GpuReference
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import DRIVER_VERSION_VENDORS
@@ -68,16 +74,19 @@ def _make_converter() -> cattrs.Converter:
     id4, id6 = _hex(4), _hex(6)
     hex4 = override(unstruct_hook=id4[0], struct_hook=id4[1])
     klass = override(rename="class", unstruct_hook=id6[0], struct_hook=id6[1])
-    # SR-IOV keys are left out while they have their default (no SR-IOV), so documents
-    # of hosts without VFs read as before they existed.
+    # SR-IOV keys and a GPU's BARs, boot display and removability are left out while
+    # they have their default, so documents of hosts without them read as before.
     absent = override(omit_if_default=True)
+    optional: dict[str, Any] = dict.fromkeys(FUNCTION_OPTIONAL, absent)
     conv.register_unstructure_hook(
         PciFunction,
         make_dict_unstructure_fn(
             PciFunction, conv, vendor=hex4, device=hex4, subsystem_vendor=hex4,
-            subsystem_device=hex4, pci_class=klass, physfn=absent, sriov=absent,
+            subsystem_device=hex4, pci_class=klass, **optional,
         ),
     )  # fmt: skip
+    numa: dict[str, Any] = dict.fromkeys(NUMA_OPTIONAL, absent)
+    conv.register_unstructure_hook(NumaNode, make_dict_unstructure_fn(NumaNode, conv, **numa))
     conv.register_structure_hook(
         PciFunction,
         make_dict_structure_fn(
@@ -117,6 +126,8 @@ def _make_converter() -> cattrs.Converter:
         mdev_instances=override(omit_if_default=True),
         mig_caps=override(omit_if_default=True),
         fabric_manager=override(omit_if_default=True),
+        cpu=override(omit_if_default=True),
+        pve=override(omit_if_default=True),
         cgroup=override(omit_if_default=True),
         references=override(omit_if_default=True),
     )

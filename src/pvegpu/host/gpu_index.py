@@ -13,7 +13,8 @@ from collections.abc import Iterable
 
 import attrs
 
-from pvegpu.model.facts import GPU, CharMajor, MigCap, PciFunction, driver_order
+from pvegpu.model.facts import GPU, CharMajor, MigCap, PciFunction
+from pvegpu.model.references import driver_order
 from pvegpu.pci import PciAddress
 from pvegpu.pvefiles.hostpci import HostId
 from pvegpu.values import value_class

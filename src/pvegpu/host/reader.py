@@ -26,6 +26,7 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from pvegpu.host.rawfile import MAX_FILE_BYTES as MAX_FILE_BYTES
 from pvegpu.host.rawfile import RECAPTURE as RECAPTURE
@@ -428,3 +429,15 @@ class RootReader:
                         below.append(path)
             level = below
         return sorted(matches)
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def parsed(path: str, raw: _R, process: Callable[[_R], _T]) -> _T:
+    """Run a pure parser; its ValueError becomes a bad-value problem about `path`."""
+    try:
+        return process(raw)
+    except ValueError as err:
+        fail("bad-value", path, str(err))

@@ -13,6 +13,7 @@ import re
 import shlex
 
 from pvegpu.model.facts import CharMajor, IommuGroupType, KernelModuleFlavor
+from pvegpu.model.resources import ROM_INDEX, Bar, HostCpu
 from pvegpu.pci import CpuList
 
 # Patterns are used with fullmatch: `$` also matches before a trailing newline. Digits
@@ -173,6 +174,98 @@ def flag(raw: str) -> bool:
     if text not in ("0", "1"):
         raise ValueError(f"expected 0 or 1, got {text!r}")
     return text == "1"
+
+
+# The kernel's resource flags (include/linux/ioport.h) that say what a BAR is.
+_IORESOURCE_MEM = 0x200
+_IORESOURCE_PREFETCH = 0x2000
+_IORESOURCE_MEM_64 = 0x100000
+_RESOURCE_LINE = re.compile(r"0x([0-9a-f]+) 0x([0-9a-f]+) 0x([0-9a-f]+)")
+
+
+def resource_bars(raw: str) -> tuple[Bar, ...]:
+    """A PCI function's `resource` -> its memory BARs and ROM: one `0x<start> 0x<end>
+    0x<flags>` line per resource, the six standard BARs then the ROM first (SR-IOV and
+    bridge windows follow). An unused one is all zero; an I/O BAR is not memory. The
+    size holds also for a BAR the kernel could not place (start 0, IORESOURCE_UNSET)."""
+    lines = raw.splitlines()
+    if len(lines) <= ROM_INDEX:
+        raise ValueError(f"expected at least {ROM_INDEX + 1} lines, got {len(lines)}")
+    bars: list[Bar] = []
+    for index, line in enumerate(lines):
+        match = _RESOURCE_LINE.fullmatch(line)
+        if match is None:
+            raise ValueError(f"line {index + 1}: expected 0x<start> 0x<end> 0x<flags>: {line!r}")
+        if index > ROM_INDEX:
+            continue
+        start, end, flags = (int(group, 16) for group in match.groups())
+        if not flags & _IORESOURCE_MEM or start == end == 0:
+            continue
+        if end < start:
+            raise ValueError(f"line {index + 1}: ends at {end:#x}, before its start {start:#x}")
+        bars.append(
+            Bar(
+                index,
+                end - start + 1,
+                is_64bit=bool(flags & _IORESOURCE_MEM_64),
+                prefetchable=bool(flags & _IORESOURCE_PREFETCH),
+            )
+        )
+    return tuple(bars)
+
+
+def removable(raw: str) -> bool:
+    """`removable\n` -> True: the driver core's attribute (`fixed`, `unknown` -> False).
+    PCI devices have it only below an external-facing (Thunderbolt/USB4) port."""
+    text = _one_line(raw)
+    if text not in ("removable", "fixed", "unknown"):
+        raise ValueError(f"expected removable, fixed or unknown, got {text!r}")
+    return text == "removable"
+
+
+def node_meminfo(raw: str, node: int) -> tuple[int, int | None]:
+    """A NUMA node's `meminfo` -> (MemTotal, MemFree) in KiB, from its
+    `Node <N> <Key>: <value> kB` lines."""
+    found: dict[str, int] = {}
+    prefix = f"Node {node} "
+    for line in raw.splitlines():
+        if not line.startswith(prefix):
+            raise ValueError(f"expected lines 'Node {node} <Key>: <value> kB', got {line!r}")
+        key, sep, value = line[len(prefix) :].partition(":")
+        number = value.strip().removesuffix(" kB")
+        if not sep or not _is_digits(number):
+            raise ValueError(f"expected '<Key>: <number> kB' after {prefix!r}, got {line!r}")
+        found[key] = int(number)
+    if "MemTotal" not in found:
+        raise ValueError(f"has no 'Node {node} MemTotal:' line")
+    return found["MemTotal"], found.get("MemFree")
+
+
+_ADDRESS_SIZES = re.compile(r"([0-9]+) bits physical, ([0-9]+) bits virtual")
+
+
+def cpuinfo(raw: str) -> HostCpu | None:
+    """`/proc/cpuinfo` -> the first processor's `vendor_id` and the physical address
+    bits of its `address sizes` line; None without a `vendor_id` (not an x86 host)."""
+    vendor: str | None = None
+    bits: int | None = None
+    for line in raw.splitlines():
+        key, sep, value = line.partition(":")
+        key = key.strip()
+        if not sep or key not in ("vendor_id", "address sizes"):
+            if not line.strip() and vendor is not None:
+                break  # the end of the first processor's block
+            continue
+        if key == "vendor_id":
+            vendor = value.strip()
+            continue
+        match = _ADDRESS_SIZES.fullmatch(value.strip())
+        if match is None:
+            raise ValueError(
+                f"address sizes: expected 'N bits physical, M bits virtual', got {value.strip()!r}"
+            )
+        bits = int(match.group(1))
+    return None if not vendor else HostCpu(vendor, bits)
 
 
 def proc_devices(raw: str) -> tuple[CharMajor, ...]:

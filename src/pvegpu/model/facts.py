@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from enum import StrEnum
 from typing import TypeVar
 
 import attrs
 
 from pvegpu.model.bootconfig import BootConfig
+from pvegpu.model.platform import PvePackages
 from pvegpu.model.ports import PortAcs
 from pvegpu.model.references import CgroupVersion, GpuReference
+from pvegpu.model.resources import Bar, HostCpu
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.values import value_class, value_repr
 from pvegpu.vendors import DRIVER_VERSION_VENDORS, Vendor, vendor_of
@@ -105,6 +107,12 @@ class PciFunction:
     sriov: Sriov | None = None
     """SR-IOV: a physical function's `sriov_*` attributes and `virtfnN` links; None for
     a function without the capability (and for every VF)."""
+    bars: tuple[Bar, ...] = ()
+    """Its memory BARs and ROM (`resource`), read for GPUs and their companions only."""
+    boot_vga: bool = False
+    """`boot_vga` is 1: the display the firmware booted on, the host's console."""
+    removable: bool = False
+    """`removable`: behind a Thunderbolt/USB4 port, it comes and goes after boot."""
 
     @property
     def is_virtual_function(self) -> bool:
@@ -253,24 +261,15 @@ class GPU:
         return (self.function, *self.companions)
 
 
-def driver_order(gpus: Iterable[GPU]) -> tuple[PciAddress, ...]:
-    """The GPUs a vendor's own driver numbers (`node_minor`), in PCI order: how its tools
-    and container hook index them (NVML's order for NVIDIA)."""
-    return tuple(
-        g.address
-        for g in sorted(gpus, key=lambda g: g.address)
-        if g.node_minor is not None
-        and (vendor := g.vendor) is not None
-        and vendor.nodes is not None
-        and not vendor.nodes.drm
-    )
-
-
 @value_class
 @attrs.frozen(eq=False, repr=False)
 class NumaNode:
     id: int
     cpus: CpuList
+    memory_kib: int | None = None
+    """`MemTotal` of the node's `meminfo`; None where not read."""
+    free_kib: int | None = None
+    """`MemFree` of the node's `meminfo` when discovery read it."""
 
 
 @value_class
@@ -479,6 +478,10 @@ class HostFacts:
     fabric_manager: FabricManager = attrs.field(factory=FabricManager)
     """The host's NVLink Fabric Manager service (`vendors/nvswitch.py`), read only on a
     host with NVSwitches; its default (not installed) everywhere else."""
+    cpu: HostCpu | None = None
+    """The CPU's vendor and physical address width (`/proc/cpuinfo`); None: not read."""
+    pve: PvePackages = attrs.field(factory=PvePackages)
+    """The installed Proxmox packages' versions (`var/lib/dpkg/status`)."""
     cgroup: CgroupVersion = CgroupVersion.V2
     """The cgroup hierarchy of the devices controller: which `lxc.cgroup*.devices.allow`
     key LXC applies on this host (`host/references.py` reads it)."""

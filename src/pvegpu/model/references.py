@@ -15,12 +15,18 @@ reference to a GPU its plan moves, renumbers or gives to another guest
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import attrs
 
 from pvegpu.pci import PciAddress
 from pvegpu.values import value_class
+
+if TYPE_CHECKING:
+    # Only a type: facts.py holds the references, so it cannot be imported from here.
+    from pvegpu.model.facts import GPU
 
 
 class Holder(StrEnum):
@@ -157,3 +163,16 @@ class GpuReference:
     @property
     def main_section(self) -> bool:
         return self.section is None
+
+
+def driver_order(gpus: Iterable[GPU]) -> tuple[PciAddress, ...]:
+    """The GPUs a vendor's own driver numbers (`node_minor`), in PCI order: how its tools
+    and container hook index them (NVML's order for NVIDIA)."""
+    return tuple(
+        g.address
+        for g in sorted(gpus, key=lambda g: g.address)
+        if g.node_minor is not None
+        and (vendor := g.vendor) is not None
+        and vendor.nodes is not None
+        and not vendor.nodes.drm
+    )

@@ -14,6 +14,7 @@ import attrs
 
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
 from pvegpu.model.plan import Pool, PoolKind
+from pvegpu.model.references import CgroupVersion
 from pvegpu.pvefiles.hostpci import HostId
 from pvegpu.pvefiles.lxcconf import NodeNaming
 from pvegpu.values import value_class
@@ -28,7 +29,8 @@ def node_naming(facts: HostFacts) -> NodeNaming:
         for kind, minor in (("card", gpu.drm_card), ("render", gpu.drm_render)):
             if minor is not None:
                 stable.append((f"/dev/dri/by-path/pci-{gpu.address}-{kind}", minor))
-    return NodeNaming(facts.cgroup.allow_key, tuple(stable))
+    other = CgroupVersion.V1 if facts.cgroup is CgroupVersion.V2 else CgroupVersion.V2
+    return NodeNaming(facts.cgroup.allow_key, tuple(stable), other.allow_key)
 
 
 @value_class

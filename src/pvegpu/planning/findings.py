@@ -12,6 +12,7 @@ from pvegpu.model.paths import SPLIT_MODPROBE, SPLIT_UNIT
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.planning.acs import acs_findings, multifunction_findings
 from pvegpu.planning.driverctl import driverctl_findings
+from pvegpu.planning.references import cgroup_key_findings
 from pvegpu.pvefiles.lxcconf import raw_uvm_majors
 from pvegpu.vendors import VENDORS
 
@@ -92,6 +93,7 @@ def host_findings(facts: HostFacts, rewritten: frozenset[int] = frozenset()) -> 
                     "not only the VM's: bind by address instead (pvegpu's split)",
                 )
     yield from _stale_dynamic_majors(facts, rewritten)
+    yield from cgroup_key_findings(facts, rewritten)
     yield from acs_findings(facts)
 
 

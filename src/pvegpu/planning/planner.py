@@ -41,6 +41,7 @@ from pvegpu.planning.split import split_problems
 from pvegpu.planning.sriov import sriov_findings, sriov_problems, vf_device
 from pvegpu.planning.vgpu import is_vgpu_vf, vgpu_problems
 from pvegpu.planning.vm_numa import vm_numa_findings, vm_numa_problems
+from pvegpu.planning.vm_start import vm_start_findings, vm_start_problems
 from pvegpu.vendors.nvswitch import is_switch
 
 
@@ -94,6 +95,7 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     problems.extend(acs_problems(facts, pools))
     problems.extend(driverctl_problems(facts, pools))
     problems.extend(vm_numa_problems(facts, pools))
+    problems.extend(vm_start_problems(facts, pools))
     problems.extend(_vfio_ids_problems(facts, pools))
     problems.extend(boot_problems(facts, pools))
     # Every other guest and mapping on the node that names the pools' GPUs.
@@ -113,6 +115,7 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
         raise PlanError(problems)
     guest_findings.extend(pci_cfg_findings(facts, pools, mappings.moved))
     guest_findings.extend(vm_numa_findings(facts, pools))
+    guest_findings.extend(vm_start_findings(facts, pools))
     guest_findings.extend((*mappings.findings, *others.findings))
     guest_findings.extend(reference_findings)
     guest_findings.extend(leftover.findings)

@@ -15,7 +15,8 @@ the rest, and makes "I cannot tell" a finding instead of silence:
   split unit (`second-gpu-binder`);
 - a host file naming a GPU node by number (a CDI spec, a udev rule, a unit) that the
   split removes or renumbers is named (`gpu-reference-renumbered`);
-- a cgroup rule of the hierarchy this host does not use is named (`lxc-cgroup-key-inert`).
+- a container holding GPUs by the cgroup key this host does not apply is named
+  (`lxc-cgroup-key-inert`, a host finding: `pvegpu check` reports it too).
 The rules in words: docs/formats.md, "Every reference to a GPU".
 """
 
@@ -24,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from pvegpu.errors import Problem
-from pvegpu.model.facts import HostFacts, driver_order
+from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
-from pvegpu.model.references import GpuReference, Holder, ReferenceKind
+from pvegpu.model.references import GpuReference, Holder, ReferenceKind, driver_order
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pci import PciAddress
 from pvegpu.planning.claims import by_destination, container_may_hold
@@ -60,14 +61,11 @@ def reference_judgments(
         return problems, findings
     owners = _owners(pools)
     leaving = frozenset(a for p in pools if p.moves_to_vfio for a in _addresses(p))
-    inert: dict[str, list[GpuReference]] = {}
     for ref in facts.references:
         if _snapshot(ref):
             continue  # history: a rollback is planned again (snapshot-grants-pool-gpus)
         if ref.inert is not None:
-            if any(g in owners for g in ref.gpus):
-                inert.setdefault(ref.path, []).append(ref)
-            continue
+            continue  # cgroup_key_findings
         if ref.unresolved is not None and not _binder_unit(facts, ref):
             findings.append(_unresolved(ref, pools))
         if ref.kind in _GUEST_LINES:
@@ -79,7 +77,6 @@ def reference_judgments(
         else:
             problems.extend(_binder(ref, owners, findings))
             findings.extend(_by_number(ref, owners, leaving, numbers))
-    findings.extend(_inert(path, refs, owners) for path, refs in inert.items())
     return problems, findings
 
 
@@ -104,10 +101,10 @@ def _binder_unit(facts: HostFacts, ref: GpuReference) -> bool:
 
 
 def _touched(pools: Sequence[Pool]) -> str:
-    moved = sum(len(p.gpus) for p in pools if p.kind is PoolKind.VFIO)
-    kept = sum(len(p.gpus) for p in pools if p.kind is not PoolKind.VFIO)
+    moved = sum(len(p.gpus) for p in pools if p.moves_to_vfio)
+    kept = sum(len(p.gpus) for p in pools if not p.moves_to_vfio)
     parts = [f"moves {moved} GPU{'s' if moved != 1 else ''} to vfio-pci"] if moved else []
-    parts += [f"gives {kept} to containers or the host"] if kept else []
+    parts += [f"gives {kept} to containers, VMs' vGPUs or the host"] if kept else []
     return " and ".join(parts)
 
 
@@ -386,15 +383,38 @@ def _by_number(
     yield Finding(Severity.WARNING, "gpu-reference-renumbered", ref.where, message)
 
 
-def _inert(path: str, refs: list[GpuReference], owners: dict[PciAddress, Pool]) -> Finding:
-    gpus = sorted({g for r in refs for g in r.gpus if g in owners})
-    lines = ", ".join(str(r.line) for r in refs)
-    return Finding(
-        Severity.INFO,
-        "lxc-cgroup-key-inert",
-        path,
-        f"line{'s' if len(refs) > 1 else ''} {lines} ({refs[0].kind.value}) reach "
-        f"{_names(gpus, owners)}, but {refs[0].inert}; the plan leaves "
-        f"{'them' if len(refs) > 1 else 'it'} as {'they are' if len(refs) > 1 else 'it is'}: "
-        "remove it once nothing expects it to work",
-    )
+def cgroup_key_findings(facts: HostFacts, own: frozenset[int] = frozenset()) -> Iterator[Finding]:
+    """Containers that hold GPUs by the devices.allow key of the hierarchy this host does
+    not apply (`lxc.cgroup.*` on cgroup2 hosts, ignored outright by LXC 7.0): they have no
+    access through those lines. A pool's own container (`own`) loses them with its patch
+    (they are its GPU lines); every other container is named with the fix. A host finding
+    (planning/findings.py): plans and `pvegpu check` report it alike."""
+    by_file: dict[str, list[GpuReference]] = {}
+    for ref in facts.references:
+        if ref.inert is not None and ref.main_section and (ref.gpus or ref.every):
+            by_file.setdefault(ref.path, []).append(ref)
+    for path, refs in by_file.items():
+        vmid = refs[0].vmid
+        if vmid in own:
+            continue
+        key = refs[0].kind.value
+        lines = ", ".join(str(r.line) for r in refs)
+        gpus = sorted({g for r in refs for g in r.gpus})
+        live = facts.cgroup.allow_key
+        why = refs[0].inert
+        if refs[0].kind is ReferenceKind.CGROUP1_RULE and facts.pve.lxc_ignores_cgroup_v1:
+            why = (
+                f"LXC {facts.pve.lxc_major} (lxc-pve {facts.pve.lxc}) ignores every "
+                "lxc.cgroup.* key (pve-container warns of them at start)"
+            )
+        yield Finding(
+            Severity.WARNING,
+            "lxc-cgroup-key-inert",
+            path,
+            f"CT {vmid} allows GPU nodes by `{key}` (line{'s' if len(refs) > 1 else ''} "
+            f"{lines}: {', '.join(g.short for g in gpus) or 'every GPU'}), but {why}: it "
+            f"has no access through {'them' if len(refs) > 1 else 'it'}. Replace "
+            f"{'them' if len(refs) > 1 else 'it'} with `{live}` rules for the GPUs it should "
+            f"have (one `c MAJOR:MINOR rwm` each, in /etc/pve/lxc/{vmid}.conf), or remove "
+            f"{'them' if len(refs) > 1 else 'it'}",
+        )

@@ -45,6 +45,7 @@ def split_problems(facts: HostFacts, pools: Iterable[Pool]) -> Iterator[Problem]
     pools = tuple(pools)
     yield from _on_both_sides(pools)
     yield from _bad_driver_names(facts, pools)
+    yield from _removable(pools)
 
 
 def _on_both_sides(pools: tuple[Pool, ...]) -> Iterator[Problem]:
@@ -87,4 +88,38 @@ def _bad_driver_names(facts: HostFacts, pools: tuple[Pool, ...]) -> Iterator[Pro
                 driver,
                 "is not a kernel driver name",
                 "check the driver links discovery read",
+            )
+
+
+def _removable(pools: tuple[Pool, ...]) -> Iterator[Problem]:
+    """A GPU behind a Thunderbolt/USB4 port (`removable`) in any pool of a split.
+
+    It appears once its enclosure is connected and authorized (boltd), often after
+    pvegpu-vfio-split.service ran at boot, and maybe on another bus. The script checks
+    every listed function before it writes anything: at a boot the GPU is missing from,
+    it refuses the whole split, and every pool's GPUs stay on their host drivers.
+    """
+    if not any(p.kind is PoolKind.VFIO for p in pools):
+        return  # no vfio pool, no split script
+    for pool in pools:
+        for gpu in pool.gpus:
+            if not any(f.removable for f in gpu.functions):
+                continue
+            vmid = pool.vm.vmid if pool.vm is not None else "<vmid>"
+            hand = (
+                f"pass it to the VM by a hostpci line of its own (qm set {vmid} --hostpciN "
+                f"{gpu.address.slot},pcie=1): qemu-server binds it to vfio-pci at each VM "
+                "start while it is connected"
+                if pool.kind is PoolKind.VFIO
+                else "give the container its device nodes by hand (pct set <vmid> --devN ...)"
+            )
+            yield Problem(
+                "gpu-removable",
+                str(gpu.address),
+                f"pool {pool.name!r}: sits behind a Thunderbolt/USB4 port (removable), so it "
+                "appears only once its enclosure is connected and authorized, often after "
+                "pvegpu-vfio-split.service ran at boot, and maybe on another bus; at a boot "
+                "it is missing from, the split script refuses the whole split and every "
+                "pool's GPUs stay on their host drivers",
+                f"leave it out of the pools and {hand}",
             )

@@ -76,6 +76,9 @@ class NodeNaming:
 
     allow_key: str = CGROUP_ALLOW
     stable: tuple[tuple[str, int], ...] = ()
+    dead_key: str | None = None
+    """The other hierarchy's devices.allow key, which does nothing on this host: a pool's
+    container loses its GPU rules of it with the patch (they are its GPU lines too)."""
 
     @property
     def cpuset_key(self) -> str:
@@ -209,7 +212,7 @@ def is_gpu_line(
         return bool(_DEV_KEY.match(line.key)) and bool(nodes.any_node.match(_dev_path(line.value)))
     if line.kind is not LineKind.RAW:
         return False
-    if line.key == naming.allow_key:
+    if line.key in (naming.allow_key, naming.dead_key):
         rule = _CGROUP_RULE.match(line.value)
         return rule is not None and int(rule[1]) in majors
     if line.key == MOUNT_ENTRY:

@@ -86,7 +86,7 @@ def _vm_value(lines: list[ConfLine], key: str) -> str | None:
 _MINIMUM = {"memory": 16, "cores": 1, "sockets": 1}
 
 
-def _memory_mib(value: str) -> int | None:
+def memory_mib(value: str) -> int | None:
     """`4096`, or `current=4096` (PVE 8.1+): its one key, so any other part voids the line."""
     parts = [(key, item) for key, item in _options(value) if (key or item).strip()]
     if len(parts) != 1 or parts[0][0] not in ("", "current"):
@@ -103,7 +103,7 @@ def _vm_size(lines: list[ConfLine], subject: str) -> tuple[int, int, int] | list
         if text is None:
             size = None if key == "memory" else 1
         else:
-            size = _memory_mib(text) if key == "memory" else config_integer(text, minimum)
+            size = memory_mib(text) if key == "memory" else config_integer(text, minimum)
         if size is None:
             problems.append(_size_problem(subject, key, text, minimum))
         sizes[key] = size or 1

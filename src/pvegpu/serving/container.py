@@ -11,6 +11,7 @@ from collections.abc import Iterable
 import attrs
 
 from pvegpu.errors import Problem
+from pvegpu.formats.dpkg import installed_packages, upstream_version
 from pvegpu.host.rootfs import STORAGE_CFG, RootfsLocation, locate_rootfs
 from pvegpu.model.decision import ContainerDriver
 from pvegpu.model.facts import HostFacts
@@ -47,17 +48,8 @@ def container_driver_state(
         (name, m.group("version")) for name in library_names if (m := userspace.library.match(name))
     )
     packages: list[tuple[str, str]] = []
-    for stanza in (dpkg_status or "").split("\n\n"):
-        fields: dict[str, str] = {}
-        for line in stanza.splitlines():
-            if line and not line[0].isspace():  # continuation lines belong to Description
-                key, _, value = line.partition(": ")
-                fields[key] = value
-        name, version = fields.get("Package"), fields.get("Version")
-        if not name or not version or not fields.get("Status", "").endswith(" installed"):
-            continue
-        # 1:590.48.01-0ubuntu0.24.04.1 -> 590.48.01 (epoch and Debian revision dropped).
-        upstream = version.split(":", 1)[-1].rsplit("-", 1)[0]
+    for name, version in installed_packages(dpkg_status or "").items():
+        upstream = upstream_version(version)
         # A driver package of the right name carrying a driver version: that is what keeps
         # unrelated packages (toolkits with their own versions) out.
         if userspace.driver_package(name) and _DRIVER_VERSION.match(upstream):

@@ -9,14 +9,17 @@ any tool calling readlink/realpath or `lspci -A linux-sysfs`, reads like the rea
   `revision`, `numa_node`, `local_cpulist`, `current_link_speed`, `max_link_speed`,
   `current_link_width`, `max_link_width`, `driver_override`, `enable`, `irq`, the
   kernel's `uevent` (`DRIVER=`, `PCI_CLASS=`, `PCI_ID=`, ... as pci_uevent prints them),
-  the 64-byte `config` header and `resource`; bridges (class 0x0604) also a
+  the 64-byte `config` header and `resource` (`DeviceSpec.bars` placed as a kernel
+  places them, `pvegpu.testing.resources`), `boot_vga` on VGA-class functions and
+  `removable` on those behind a Thunderbolt port; bridges (class 0x0604) also a
   `pci_bus/<domain>:<secondary bus>/` directory; SR-IOV virtual functions (`physfn`)
   a `physfn` link, their physical function `virtfnN` links and `sriov_numvfs`;
 - `sys/bus/pci/devices/<BDF>` relative symlinks into them (`../../../devices/...`);
 - `driver` -> `.../bus/pci/drivers/<name>` (absent when unbound) with the driver's
   back-link, `iommu_group` -> `.../kernel/iommu_groups/N` with `devices/<BDF>` back-links
   and `type`, `sys/class/iommu/<unit>` (empty, and no groups, when the IOMMU is off);
-- `sys/devices/system/node/`, `sys/module/kvm_amd/parameters/sev_snp`,
+- `sys/devices/system/node/` (each node's `meminfo` from `HostSpec.node_memory`),
+  `/proc/cpuinfo` (from `HostSpec.cpu`), `sys/module/kvm_amd/parameters/sev_snp`,
   `sys/module/nvidia/{version,taint}`, `proc/driver/nvidia/version` and
   `proc/driver/nvidia/gpus/<BDF>/information` (only for functions bound to nvidia),
   `proc/devices`, `proc/cmdline`, `etc/hostname`, pmxcfs's `etc/pve/{local,lxc,
@@ -65,6 +68,7 @@ Example::
 
 from __future__ import annotations
 
+from pvegpu.model.resources import Bar
 from pvegpu.testing.hostspec import (
     BASE_CHAR_DEVICES,
     BLOCK_DEVICES,
@@ -81,6 +85,7 @@ from pvegpu.testing.hostspec import (
 )
 from pvegpu.testing.kernels import DkmsBuild, GrubSpec, KernelSpec, KernelsSpec
 from pvegpu.testing.partitions import MdevSpec, MdevTypeSpec, MigInstance, VgpuSpec, caps_minor
+from pvegpu.testing.resources import CpuSpec, NodeMemory
 from pvegpu.testing.synthetic import mixed_host
 from pvegpu.testing.trees import TreeEntry, tree_entries
 from pvegpu.testing.writer import DIR_MODE, FILE_MODE, write_host
@@ -91,7 +96,9 @@ __all__ = [
     "BRIDGE_CLASS",
     "DIR_MODE",
     "FILE_MODE",
+    "Bar",
     "ConfigSpace",
+    "CpuSpec",
     "DeviceSpec",
     "DkmsBuild",
     "DrmInfo",
@@ -105,6 +112,7 @@ __all__ = [
     "MdevSpec",
     "MdevTypeSpec",
     "MigInstance",
+    "NodeMemory",
     "NvidiaInfo",
     "NvidiaModule",
     "TreeEntry",

@@ -9,8 +9,10 @@ with them lists like the host it describes.
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 
 from pvegpu.testing.hostspec import ConfigSpace, DeviceSpec
+from pvegpu.testing.resources import resource_text
 
 CONFIG_HEADER_SIZE = 64
 
@@ -21,12 +23,6 @@ _HEADER_MULTIFUNCTION = 0x80
 _INTERRUPT_PIN_INTA = 1
 _NO_ID = 0xFFFF
 """What a virtual function's vendor and device registers read (the ids are the PF's)."""
-
-_RESOURCE_LINE = "0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
-_ENDPOINT_RESOURCES = 13
-"""6 BARs, the ROM, 6 SR-IOV BARs: PCI_BRIDGE_RESOURCES lines for an endpoint."""
-_BRIDGE_RESOURCES = 17
-"""...plus the 4 bridge windows: DEVICE_COUNT_RESOURCE lines for a bridge."""
 
 
 def config_header(
@@ -60,9 +56,10 @@ def config_header(
     return bytes(header)
 
 
-def resource_table(dev: DeviceSpec) -> str:
-    """`resource`: one "start end flags" line per resource, all unassigned (zero)."""
-    return _RESOURCE_LINE * (_BRIDGE_RESOURCES if dev.is_bridge else _ENDPOINT_RESOURCES)
+def resource_table(dev: DeviceSpec, starts: Mapping[int, int] | None = None) -> str:
+    """`resource`: one "start end flags" line per resource; `dev.bars` at `starts` (the
+    address of each by index, `BarPlacer`), every other line unused (zero)."""
+    return resource_text(dev.bars, starts or {}, dev.is_bridge)
 
 
 STANDARD_SIZE = 256

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from pvegpu.model.resources import Bar
 from pvegpu.pci import PciAddress
 from pvegpu.testing.kernels import KernelsSpec
 from pvegpu.testing.partitions import (
@@ -21,11 +22,14 @@ from pvegpu.testing.partitions import (
     VgpuSpec,
     check_partitions,
 )
+from pvegpu.testing.resources import CpuSpec, NodeMemory, check_bars
 from pvegpu.values import value_class
 from pvegpu.vendors.nvswitch import SWITCH_CLASS
 
 BRIDGE_CLASS = 0x0604
 """PCI-to-PCI bridges (root ports, switch ports): class 0x0604xx."""
+VGA_CLASS = 0x0300
+"""VGA-compatible display controllers: the functions the kernel gives a `boot_vga`."""
 
 # The /proc/devices lines of a stock Proxmox VE kernel, before any GPU driver loads.
 # The kernel prints "%3d %s"; dynamic majors count down from 511 and from 254.
@@ -188,6 +192,13 @@ class DeviceSpec:
     whose VFs are not created yet (`sriov_numvfs` 0, as before its driver loads)."""
     sriov_drivers_autoprobe: bool = True
     """A physical function's `sriov_drivers_autoprobe` (the kernel's default is 1)."""
+    bars: tuple[Bar, ...] = ()
+    """Its memory BARs and ROM, written to `resource` (`pvegpu.testing.resources`)."""
+    boot_vga: bool = False
+    """The firmware's boot display: `boot_vga` reads 1 (a VGA-class function's reads 0
+    otherwise; other classes have no such file)."""
+    removable: bool = False
+    """Behind a Thunderbolt/USB4 port: `removable` reads `removable` (else no file)."""
 
     @property
     def pci_address(self) -> PciAddress:
@@ -250,6 +261,10 @@ class HostSpec:
     """path -> link text, written as is."""
     mdevs: tuple[MdevSpec, ...] = ()
     """Mediated devices that exist (`sys/bus/mdev/devices/<uuid>`)."""
+    cpu: CpuSpec | None = None
+    """Written to /proc/cpuinfo, a block per CPU of `numa`; None: no such file."""
+    node_memory: tuple[NodeMemory, ...] = ()
+    """Each node's `meminfo`, one per entry of `numa`; empty: none written."""
     kernels: KernelsSpec | None = None
     """The running and installed kernels, their DKMS builds and the boot loader's pick of
     the next (`pvegpu.testing.kernels`); None: none of those files."""
@@ -283,10 +298,18 @@ def check(desc: HostSpec) -> dict[str, DeviceSpec]:
         own_entry = dev.pci_class >> 8 != SWITCH_CLASS and dev.physfn is None
         if dev.driver == "nvidia" and (desc.nvidia is None or (dev.nvidia is None and own_entry)):
             raise HostSpecError(f"{dev.address}: on nvidia needs NvidiaInfo and NvidiaModule")
+        if (bad := check_bars(dev.address, dev.pci_class, dev.bars)) is not None:
+            raise HostSpecError(bad)
+        if dev.boot_vga and dev.pci_class >> 8 != VGA_CLASS:
+            raise HostSpecError(f"{dev.address}: only a VGA-class function has boot_vga")
         if dev.physfn is not None:
             _check_virtual_function(dev, by_address.get(dev.physfn))
             if dev.sriov_totalvfs is not None:
                 raise HostSpecError(f"{dev.address}: a virtual function has no VFs itself")
+    if sum(d.boot_vga for d in desc.devices) > 1:
+        raise HostSpecError("more than one boot_vga device: the firmware boots on one")
+    if desc.node_memory and len(desc.node_memory) != len(desc.numa):
+        raise HostSpecError(f"{len(desc.node_memory)} node_memory entries, {len(desc.numa)} nodes")
     vfs = Counter(d.physfn for d in desc.devices if d.physfn is not None)
     for dev in desc.devices:
         if dev.sriov_totalvfs is not None and dev.sriov_totalvfs < vfs[dev.address]:

@@ -17,6 +17,7 @@ from pvegpu.testing.config_space import config_header, resource_table, root_conf
 from pvegpu.testing.hostspec import (
     BASE_CHAR_DEVICES,
     BLOCK_DEVICES,
+    VGA_CLASS,
     DeviceSpec,
     DrmInfo,
     HostSpec,
@@ -26,6 +27,7 @@ from pvegpu.testing.hostspec import (
 )
 from pvegpu.testing.kernels import write_kernels
 from pvegpu.testing.partitions import write_device_partitions, write_host_partitions
+from pvegpu.testing.resources import BarPlacer, cpuinfo_text, meminfo_text
 
 FILE_MODE = 0o644
 DRM_MAJOR = 226
@@ -59,6 +61,7 @@ class _Writer:
         self.node_cpus = [CpuList.parse(text) for text in desc.numa]
         self.all_cpus = CpuList([c for cpus in self.node_cpus for c in cpus.cpus])
         self.made: set[str] = {""}
+        self.bars = BarPlacer()
 
     @staticmethod
     def _slot(dev: DeviceSpec) -> tuple[int, int, int]:
@@ -171,6 +174,10 @@ class _Writer:
             "enable": "1" if dev.driver else "0",
             "irq": str(self.irq(dev)),
         }
+        if dev.pci_class >> 8 == VGA_CLASS:
+            attrs_["boot_vga"] = "1" if dev.boot_vga else "0"
+        if dev.removable:
+            attrs_["removable"] = "removable"
         if dev.link is not None:
             attrs_ |= {
                 "current_link_speed": dev.link.speed,
@@ -193,7 +200,11 @@ class _Writer:
         if dev.config_space is not None:
             header = root_config(header, dev.config_space)
         self.put(f"{path}/config", header)
-        self.put(f"{path}/resource", resource_table(dev).encode())
+        try:
+            starts = self.bars.place(dev.address, dev.bars)
+        except ValueError as err:
+            raise HostSpecError(str(err)) from None
+        self.put(f"{path}/resource", resource_table(dev, starts).encode())
         self.rel_link(f"sys/bus/pci/devices/{dev.address}", path)
         if buses is not None:
             domain = dev.pci_address.domain
@@ -309,6 +320,8 @@ class _Writer:
             self.file(f"sys/devices/system/node/{name}", nodes + "\n")
         for index, cpus in enumerate(self.node_cpus):
             self.file(f"sys/devices/system/node/node{index}/cpulist", f"{cpus}\n")
+        for index, memory in enumerate(self.desc.node_memory):
+            self.file(f"sys/devices/system/node/node{index}/meminfo", meminfo_text(index, memory))
 
     def write_modules(self) -> None:
         if self.desc.sev_snp is not None:
@@ -323,6 +336,8 @@ class _Writer:
 
     def write_proc(self) -> None:
         self.file("proc/cmdline", self.desc.cmdline + "\n")
+        if self.desc.cpu is not None:
+            self.file("proc/cpuinfo", cpuinfo_text(self.desc.cpu, tuple(self.node_cpus)))
         char = list(BASE_CHAR_DEVICES) + list(self.desc.char_devices)
         nv = self.desc.nvidia
         if nv is not None:

@@ -74,7 +74,7 @@ unchanged() {
     fi
 }
 unchanged "$ROOT/etc/pve/lxc/150.conf" c973ebbf52d99a23a40ecc1f928dcc8eeeb166840ca9ff22ce8f722a7e27889b
-unchanged "$ROOT/etc/pve/qemu-server/450.conf" 44e72ef13a05b5221eb3b7b6f2464a78e364d31ab976b8aecc7ec31543c1c6b0
+unchanged "$ROOT/etc/pve/qemu-server/450.conf" cb3663f60c444164b932738ff39a5f640f06675a731ed4511aac1dd76be67584
 unchanged "$ROOT/etc/pve/mapping/pci.cfg" 8680e235a21879114d298b6f3525de6a5b68ffde077ff5526e7d501985fccf7f
 unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" 28b9675ef79dab94d39a813372620bb2d29c7c531926dd3f9b0c248a1f937881
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" 8a19de7f7812eeb5b29b2b3e9247aeb1e1ad7d0d9b38e9d4f90767ffe86cbc28
@@ -115,7 +115,7 @@ run "$ROOT/usr/local/sbin/pvegpu-vfio-split" revert
 echo "4. restore the host's files"
 # restore etc/pve/lxc/150.conf as it was before (sha256 600dbd7fe27b)
 cp "$bundle/etc/pve/lxc/150.conf" "$ROOT/etc/pve/lxc/150.conf"
-# restore etc/pve/qemu-server/450.conf as it was before (sha256 8b2fb560ca64)
+# restore etc/pve/qemu-server/450.conf as it was before (sha256 153ad0dc9158)
 cp "$bundle/etc/pve/qemu-server/450.conf" "$ROOT/etc/pve/qemu-server/450.conf"
 # remove etc/pve/mapping/pci.cfg: pvegpu created it
 rm -f "$ROOT/etc/pve/mapping/pci.cfg"
