@@ -25,6 +25,7 @@ from pvegpu.host.facts_json import (
 )
 from pvegpu.model.bootconfig import BootConfig, BootLoader, BootModule, KernelCmdline
 from pvegpu.model.facts import FileStat, GpuDriver, HostFacts, KernelModuleFlavor, PcieLink
+from pvegpu.model.kernels import KernelChoice, Kernels, ModuleOrigin, NextModule
 from strategies_host import hosts
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
@@ -212,9 +213,22 @@ def test_writer_without_cattrs_is_the_converter(facts: HostFacts) -> None:
         cmdlines=(KernelCmdline("etc/default/grub", "quiet", "GRUB_CMDLINE_LINUX"),),
         modules=(BootModule("etc/modules", "vfio_pci"),),
     )
+    kernels = Kernels(
+        running="6.14.8-2-pve",
+        installed=("6.14.8-2-pve", "6.17.2-1-pve"),
+        next_boot="6.17.2-1-pve",
+        choice=KernelChoice.PIN,
+        decided_by="etc/kernel/proxmox-boot-pin",
+        modules=(
+            NextModule("nvidia", ModuleOrigin.DKMS, "590.48.01", "lib/x.ko", "var/lib/dkms/x"),
+            NextModule("other", ModuleOrigin.NONE),
+        ),
+    )
     for variant in (
         facts,
         attrs.evolve(facts, boot=boot, stats=(FileStat("a", 1),)),
+        attrs.evolve(facts, boot=attrs.evolve(boot, kernels=kernels)),
+        attrs.evolve(facts, boot=BootConfig(kernels=Kernels(unknown="no kernel image"))),
         _odd_strings(facts),
         attrs.evolve(facts, functions=(), gpus=(), iommu_groups=()),
     ):
@@ -233,3 +247,5 @@ def test_writer_without_cattrs_is_the_converter(facts: HostFacts) -> None:
         expected = json.dumps(by_converter, indent=2)
         assert json.dumps(facts_dump.unstructure_facts(variant), indent=2) == expected
         assert facts_dump.facts_to_json(variant) == expected + "\n"
+        if variant.boot.kernels != Kernels():
+            assert facts_from_json(expected).boot == variant.boot

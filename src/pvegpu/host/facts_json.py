@@ -35,6 +35,7 @@ from pvegpu.host.facts_dump import SCHEMA as SCHEMA
 from pvegpu.host.facts_dump import facts_to_json as facts_to_json
 from pvegpu.host.facts_dump import unstructure_facts as unstructure_facts
 from pvegpu.jsontext import load_json
+from pvegpu.model.bootconfig import BootConfig
 from pvegpu.model.facts import GPU, HostFacts, NumaNode, PciFunction, moves_with
 from pvegpu.model.references import GpuReference
 from pvegpu.pci import CpuList, PciAddress
@@ -107,6 +108,11 @@ def _make_converter() -> cattrs.Converter:
         GpuReference, make_dict_unstructure_fn(GpuReference, conv, **reference_keys)
     )
     conv.register_structure_hook(GPU, make_dict_structure_fn(GPU, conv, **gpu_keys))
+    # `kernels` is left out while empty (no /boot or osrelease read), as facts_dump does.
+    conv.register_unstructure_hook(
+        BootConfig,
+        make_dict_unstructure_fn(BootConfig, conv, kernels=override(omit_if_default=True)),
+    )
     # `boot` is left out while it is empty (no boot files read, as on every bundled
     # fixture), so documents of hosts without them read as before it existed.
     facts_fields = make_dict_unstructure_fn(

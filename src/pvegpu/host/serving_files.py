@@ -36,9 +36,16 @@ from pvegpu.model.paths import (
     dropin_dirs,
     root_relative,
 )
+from pvegpu.model.references import Holder
 from pvegpu.model.schema import ServingSpec, Spec
 from pvegpu.pvefiles.lxcconf import unprivileged
-from pvegpu.vendors import CONTAINER_USERSPACE, RUNTIME_MODULE_FILES, RUNTIME_RELEASE_FILES
+from pvegpu.vendors import (
+    CONTAINER_USERSPACE,
+    LOCKED_MODULE_VENDORS,
+    RUNTIME_MODULE_FILES,
+    RUNTIME_RELEASE_FILES,
+    Vendor,
+)
 
 InstalledFiles = Callable[[RootReader, ServingSpec, str], Iterable[ConfigFile]]
 """How the caller asks a serving's engine which files of the container whose root file
@@ -165,11 +172,7 @@ def _read_container(found: _Found, rootfs: str, unit_name: str) -> None:
     # Whether the unit's user may open the GPU nodes (`serving.node_access`).
     found.add(f"{rootfs}/{GROUP_FILE}")
     found.add(f"{rootfs}/{PASSWD_FILE}")
-    for libdir in CONTAINER_LIBDIRS:
-        # A symlinked libdir (merged-/usr `lib -> usr/lib`) is an alias of one read anyway.
-        directory = f"{rootfs}/{libdir}"
-        if not reader.through_link(directory) and reader.is_dir(directory):
-            found.add_sizes(directory, _is_library)
+    _add_libraries(found, rootfs)
     unit = f"{unit_name}.service"
     for directory_name in dict.fromkeys((*SYSTEM_UNIT_PATH, *OTHER_UNIT_DIRS)):
         rel_dir = f"{rootfs}/{directory_name}"
@@ -184,6 +187,68 @@ def _read_container(found: _Found, rootfs: str, unit_name: str) -> None:
     for home in HOME_DIRS:
         for rel in reader.find(f"{rootfs}/{home}", unit, HOME_DEPTH):
             found.add(rel)
+
+
+def upgrading_vendors(facts: HostFacts) -> tuple[Vendor, ...]:
+    """The vendors whose loaded driver the next boot replaces by another known version
+    (`HostFacts.boot.kernels`), of those whose userspace is locked to it."""
+    found = []
+    for vendor in LOCKED_MODULE_VENDORS:
+        module = facts.boot.kernels.module(vendor.host_driver)
+        loaded = facts.gpu_driver(vendor.host_driver)
+        if module is None or loaded is None:
+            continue
+        if module.version not in (None, loaded.version):
+            found.append(vendor)
+    return tuple(found)
+
+
+def vendor_containers(facts: HostFacts, vendor: Vendor) -> tuple[int, ...]:
+    """The containers whose config (its main section) reaches a GPU of `vendor` or one of
+    its shared nodes (`/dev/nvidiactl`): those whose userspace its driver must match."""
+    nodes = vendor.nodes
+    found = set()
+    for ref in facts.references:
+        if ref.holder is not Holder.CONTAINER or ref.vmid is None or ref.section is not None:
+            continue
+        gpus = (facts.gpu(a) for a in ref.gpus)
+        path = ref.node_path or ""
+        if any(g is not None and g.vendor is vendor for g in gpus) or (
+            nodes is not None and nodes.any_node.match(path)
+        ):
+            found.add(ref.vmid)
+    return tuple(sorted(found))
+
+
+def read_next_boot_userspace(reader: RootReader, facts: HostFacts) -> ServingFiles:
+    """The userspace of every container holding GPU nodes of a driver the next boot
+    replaces by another version (its dpkg status and the names of its libraries), for
+    the planner to judge against that boot (`planning/next_boot.py`). Nothing while no
+    such upgrade is pending."""
+    vendors = upgrading_vendors(facts)
+    if not vendors:
+        return ServingFiles((), ())
+    found = _Found(reader)
+    storage = facts.file(STORAGE_CFG)
+    for vmid in sorted({v for vendor in vendors for v in vendor_containers(facts, vendor)}):
+        config = facts.file(f"etc/pve/lxc/{vmid}.conf")
+        location = locate_rootfs(
+            vmid, config.content if config else None, storage.content if storage else None
+        )
+        # Its storage's directory, else where `pct mount` puts a block volume's files.
+        for directory in rootfs_dirs(vmid, location):
+            found.add(f"{directory}/{DPKG_STATUS}")
+            _add_libraries(found, directory)
+    return ServingFiles(tuple(found.files.values()), tuple(found.stats.values()))
+
+
+def _add_libraries(found: _Found, rootfs: str) -> None:
+    """The names and sizes of the container's NVIDIA libraries (their versions)."""
+    for libdir in CONTAINER_LIBDIRS:
+        # A symlinked libdir (merged-/usr `lib -> usr/lib`) is an alias of one read anyway.
+        directory = f"{rootfs}/{libdir}"
+        if not found.reader.through_link(directory) and found.reader.is_dir(directory):
+            found.add_sizes(directory, _is_library)
 
 
 def _add_python(found: _Found, rootfs: str, python: str) -> None:

@@ -3,7 +3,8 @@
 `/proc/cmdline` is only the boot that is running; what the next boot does comes from
 files under /etc: the kernel command line of the boot loader, and the modules that load
 before (initramfs) or early in (systemd-modules-load) the boot. `pvegpu.host.boot` reads
-them; `pvegpu.planning.boot` judges them against a plan.
+them; `pvegpu.planning.boot` judges them against a plan. The kernel the next boot runs and
+the GPU driver module it loads are `pvegpu.model.kernels` (`BootConfig.kernels`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from enum import StrEnum
 
 import attrs
 
+from pvegpu.model.kernels import Kernels
 from pvegpu.values import value_class
 
 KERNEL_CMDLINE = "etc/kernel/cmdline"
@@ -99,6 +101,9 @@ class BootConfig:
     cmdlines: tuple[KernelCmdline, ...] = ()
     """Every command line the files set, the unused boot loader's included."""
     modules: tuple[BootModule, ...] = ()
+    kernels: Kernels = attrs.field(factory=Kernels)
+    """The running kernel, the one the next boot runs and its GPU driver modules
+    (`pvegpu.host.kernels`); empty, and left out of the facts JSON, when none was read."""
 
     @property
     def cmdline_apply(self) -> str:

@@ -24,9 +24,16 @@ from pvegpu.serving.context import serving_context
 
 
 def decide_serving(
-    facts: HostFacts, pools: Sequence[Pool], pool: Pool, spec: ServingSpec, where: str
+    facts: HostFacts,
+    pools: Sequence[Pool],
+    pool: Pool,
+    spec: ServingSpec,
+    where: str,
+    *,
+    after_reboot: bool = False,
 ) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
-    """The server `spec` asks of `pool`, decided by the engine it names, or an error."""
+    """The server `spec` asks of `pool`, decided by the engine it names, or an error.
+    `after_reboot`: the runbook reboots before the server starts again."""
     engine = engine_for(spec.engine)
     if engine is None:
         # The loader accepts only known engines (spec/rules.py); a spec built in code
@@ -40,7 +47,7 @@ def decide_serving(
             'set engine = "sglang"',
         )
     # The neutral decisions first, the same for any engine; the engine adds its own.
-    context = serving_context(facts, pools, pool, spec, where)
+    context = serving_context(facts, pools, pool, spec, where, after_reboot=after_reboot)
     if isinstance(context, PvegpuError):
         return context
     return engine.decide(context, spec)
@@ -58,13 +65,18 @@ def decided_servings(plan: Plan) -> Plan:
     built: list[SglangServing] = []
     plan_problems: list[Problem] = []
     render_problems: list[Problem] = []
+    # The runbook then stops at the reboot: the servers start on the next boot's driver.
+    after_reboot = any(f.reboot_first for f in plan.findings)
     for pool in plan.pools:
         index, pool_spec = specs[pool.name]
         spec = pool_spec.lxc.serving if pool_spec.lxc is not None else None
         if spec is None:
             pools.append(pool)
             continue
-        result = decide_serving(plan.facts, plan.pools, pool, spec, f"pools[{index}].lxc.serving")
+        where = f"pools[{index}].lxc.serving"
+        result = decide_serving(
+            plan.facts, plan.pools, pool, spec, where, after_reboot=after_reboot
+        )
         if isinstance(result, PlanError):
             plan_problems.extend(result.problems)
         elif isinstance(result, PvegpuError):

@@ -34,6 +34,7 @@ from pvegpu.planning.leftover_servers import leftover_servers
 from pvegpu.planning.mapping import pci_cfg_findings, pci_cfg_problems, pool_mapping
 from pvegpu.planning.mdev import mdev_problems
 from pvegpu.planning.mig import with_lost_caps
+from pvegpu.planning.next_boot import next_boot_findings
 from pvegpu.planning.numbering import Renumbering, next_boot_numbers, renumbering_findings
 from pvegpu.planning.references import reference_judgments
 from pvegpu.planning.split import split_problems
@@ -126,6 +127,10 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
         *sriov_findings(facts, pools),
         *guest_findings,
     )
+    # What the next boot's kernel and driver change, judged knowing whether the runbook
+    # reboots before the containers start again (planning/next_boot.py).
+    reboots = any(f.reboot_first for f in findings)
+    findings = (*findings, *next_boot_findings(facts, pools, numbers, reboots))
     result = Plan(
         facts=facts,
         spec=spec,

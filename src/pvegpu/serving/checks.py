@@ -26,6 +26,8 @@ class Checks:
         pool: Pool,
         spec: ServingSpec,
         where: str,
+        *,
+        after_reboot: bool = False,
     ) -> None:
         self.facts = facts
         self.pools = tuple(pools)
@@ -34,6 +36,9 @@ class Checks:
         self.spec = spec
         self.where = where
         """Where in the spec the problems point: `pools[0].lxc.serving`."""
+        self.after_reboot = after_reboot
+        """The runbook reboots before the server starts again (a finding with
+        `reboot_first`): the container meets the next boot's driver module."""
         self.plan_problems: list[Problem] = []
         self.render_problems: list[Problem] = []
         self.findings: list[Finding] = []

@@ -24,6 +24,7 @@ from pvegpu.model.paths import (
 )
 from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
+from pvegpu.serving.next_boot import userspace_target
 from pvegpu.values import value_class
 from pvegpu.vendors import (
     CONTAINER_USERSPACE,
@@ -57,9 +58,10 @@ def container_driver_state(
 
 
 def container_driver_problems(
-    state: ContainerDriver, host_version: str, *, rootfs: str, vmid: int
+    state: ContainerDriver, host_version: str, *, rootfs: str, vmid: int, module: str = ""
 ) -> tuple[Problem, ...]:
-    """The container's userspace must be the host module's exact version."""
+    """The container's userspace must be the host module's exact version. `module`: how
+    the messages name that module (`userspace_target`); the loaded one by default."""
     subject = f"{rootfs}/{CONTAINER_LIBDIRS[0]}"
     if not state.libraries:
         return (
@@ -67,7 +69,7 @@ def container_driver_problems(
                 "container-driver-missing",
                 subject,
                 f"no libcuda.so.<version> or libnvidia-ml.so.<version> in container {vmid}: "
-                f"CUDA cannot start (host module {host_version})",
+                f"CUDA cannot start ({module or f'host module {host_version}'})",
                 f"pct exec {vmid} -- apt install libnvidia-compute-{host_version.split('.')[0]}"
                 f"={host_version}-*",
             ),
@@ -76,6 +78,7 @@ def container_driver_problems(
     if not wrong:
         return ()
     found = ", ".join(f"{n} ({v})" for n, v in (*state.libraries, *state.packages))
+    against = module or f"the host's kernel module is {host_version}"
     major = host_version.split(".")[0]
     installs, removes = [], []
     for name, version in state.packages:
@@ -106,8 +109,8 @@ def container_driver_problems(
         Problem(
             "container-driver-mismatch",
             subject,
-            f"container {vmid} has NVIDIA userspace {', '.join(wrong)} but the host's kernel "
-            f"module is {host_version}; a mismatch hangs NCCL or fails CUDA init "
+            f"container {vmid} has NVIDIA userspace {', '.join(wrong)} but {against}; a "
+            "mismatch hangs NCCL or fails CUDA init "
             f"(found: {found})",
             fix,
         ),
@@ -300,7 +303,10 @@ def container_driver(
             f"({', '.join(sorted(state.versions)) or 'none'}) was not compared with it",
         )
         return state
+    # Against the module it will meet: the next boot's when the runbook reboots first.
+    target = userspace_target(checks.facts, checks.after_reboot)
+    version, module = target if target is not None else (host.version, "")
     checks.plan_problems.extend(
-        container_driver_problems(state, host.version, rootfs=path, vmid=vmid)
+        container_driver_problems(state, version, rootfs=path, vmid=vmid, module=module)
     )
     return state

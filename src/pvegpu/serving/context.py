@@ -89,13 +89,20 @@ class ServingContext:
 
 
 def serving_context(
-    facts: HostFacts, pools: Sequence[Pool], pool: Pool, spec: ServingSpec, where: str
+    facts: HostFacts,
+    pools: Sequence[Pool],
+    pool: Pool,
+    spec: ServingSpec,
+    where: str,
+    *,
+    after_reboot: bool = False,
 ) -> ServingContext | PvegpuError:
     """The neutral decisions `spec` needs of `pool`, or an error when it has no container.
 
-    `pools`: every pool of the plan; `where`: the spec path problems point at.
+    `pools`: every pool of the plan; `where`: the spec path problems point at;
+    `after_reboot`: the runbook reboots before the server starts (`Checks.after_reboot`).
     """
-    checks = Checks(facts, pools, pool, spec, where)
+    checks = Checks(facts, pools, pool, spec, where, after_reboot=after_reboot)
     if pool.lxc is None:
         return PlanError.one(
             "serving-needs-lxc",

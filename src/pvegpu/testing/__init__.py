@@ -30,6 +30,11 @@ any tool calling readlink/realpath or `lspci -A linux-sysfs`, reads like the rea
   `nvidia/{creatable,current}_vgpu_type*` on a virtual function (`DeviceSpec.vgpu`), and
   MIG capabilities in `proc/driver/nvidia/capabilities/` with the driver's minors
   (`NvidiaInfo.mig`, `caps_minor`);
+- kernels (`pvegpu.testing.kernels`, `HostSpec.kernels`): `proc/sys/kernel/osrelease`,
+  `boot/vmlinuz-<release>` with its `lib/modules/<release>/`, DKMS's builds and records
+  (`var/lib/dkms/<module>/<version>/<release>/<arch>/module/`, the `kernel-<release>-<arch>`
+  link, the copies in `updates/dkms/`), proxmox-boot-tool's pins and GRUB's grub.cfg and
+  grubenv (`KernelsSpec`, `KernelSpec`, `DkmsBuild`, `GrubSpec`);
 
 Output is deterministic: the same spec always gives the same bytes, link texts and modes
 (files 0644, directories 0755). `tree_entries(root)` lists a tree as git keeps it, to
@@ -78,6 +83,7 @@ from pvegpu.testing.hostspec import (
     NvidiaInfo,
     NvidiaModule,
 )
+from pvegpu.testing.kernels import DkmsBuild, GrubSpec, KernelSpec, KernelsSpec
 from pvegpu.testing.partitions import MdevSpec, MdevTypeSpec, MigInstance, VgpuSpec, caps_minor
 from pvegpu.testing.resources import CpuSpec, NodeMemory
 from pvegpu.testing.synthetic import mixed_host
@@ -94,10 +100,14 @@ __all__ = [
     "ConfigSpace",
     "CpuSpec",
     "DeviceSpec",
+    "DkmsBuild",
     "DrmInfo",
+    "GrubSpec",
     "HostSpec",
     "HostSpecError",
     "IommuUnit",
+    "KernelSpec",
+    "KernelsSpec",
     "Link",
     "MdevSpec",
     "MdevTypeSpec",

@@ -14,6 +14,7 @@ import attrs
 
 from pvegpu.model.resources import Bar
 from pvegpu.pci import PciAddress
+from pvegpu.testing.kernels import KernelsSpec
 from pvegpu.testing.partitions import (
     MdevSpec,
     MdevTypeSpec,
@@ -264,6 +265,9 @@ class HostSpec:
     """Written to /proc/cpuinfo, a block per CPU of `numa`; None: no such file."""
     node_memory: tuple[NodeMemory, ...] = ()
     """Each node's `meminfo`, one per entry of `numa`; empty: none written."""
+    kernels: KernelsSpec | None = None
+    """The running and installed kernels, their DKMS builds and the boot loader's pick of
+    the next (`pvegpu.testing.kernels`); None: none of those files."""
 
 
 class HostSpecError(ValueError):

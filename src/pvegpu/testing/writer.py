@@ -25,6 +25,7 @@ from pvegpu.testing.hostspec import (
     NvidiaInfo,
     check,
 )
+from pvegpu.testing.kernels import write_kernels
 from pvegpu.testing.partitions import write_device_partitions, write_host_partitions
 from pvegpu.testing.resources import BarPlacer, cpuinfo_text, meminfo_text
 
@@ -125,6 +126,7 @@ class _Writer:
         self.write_proc()
         self.write_etc()
         write_host_partitions(self)
+        write_kernels(self)
 
     def device_dir(self, dev: DeviceSpec) -> str:
         chain = [dev]

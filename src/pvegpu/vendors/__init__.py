@@ -29,6 +29,7 @@ from pvegpu.vendors.vendor import (
     GpuInformation,
     GpuNodeSource,
     GpuTool,
+    ModuleFiles,
     Userspace,
     Vendor,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "CONTAINER_USERSPACE",
     "CONTAINER_VENDOR",
     "DRIVER_VERSION_VENDORS",
+    "LOCKED_MODULE_VENDORS",
     "RUNTIME_MODULE_FILES",
     "RUNTIME_RELEASE_FILES",
     "VENDORS",
@@ -53,6 +55,7 @@ __all__ = [
     "GpuInformation",
     "GpuNodeSource",
     "GpuTool",
+    "ModuleFiles",
     "Userspace",
     "Vendor",
     "module_version_file",
@@ -97,6 +100,11 @@ RUNTIME_MODULE_FILES: tuple[str, ...] = tuple(
 DRIVER_VERSION_VENDORS: tuple[Vendor, ...] = tuple(v for v in VENDORS if v.driver_version)
 """The vendors whose loaded driver's version discovery reads (`HostFacts.gpu_drivers`):
 the facts JSON has a key for each, named by its host driver (`"nvidia"`)."""
+
+
+LOCKED_MODULE_VENDORS: tuple[Vendor, ...] = tuple(v for v in VENDORS if v.module_files)
+"""The vendors whose userspace is locked to their driver module's version: discovery reads
+the module the next boot's kernel loads for each (`HostFacts.boot.kernels.modules`)."""
 
 
 def vendor_of(function: PciFunction) -> Vendor | None:

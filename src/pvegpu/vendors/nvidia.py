@@ -16,6 +16,7 @@ from pvegpu.vendors.vendor import (
     GpuInformation,
     GpuNodeSource,
     GpuTool,
+    ModuleFiles,
     Userspace,
     Vendor,
 )
@@ -126,6 +127,14 @@ DRIVER_VERSION = DriverVersionSource(
     module_version="sys/module/nvidia/version",
     parse_module_version=module_version,
     module_taint="sys/module/nvidia/taint",
+)
+
+# NVIDIA's .run and Ubuntu's nvidia-dkms-<branch> build `nvidia.ko` (DKMS module `nvidia`),
+# Debian's nvidia-kernel-dkms renames it `nvidia-current.ko`; without DKMS the .run
+# installs it under kernel/drivers/video (nvidia-installer's --kernel-install-path).
+MODULE_FILES = ModuleFiles(
+    names=("nvidia", "nvidia-current"),
+    directories=("updates/dkms", "kernel/drivers/video"),
 )
 
 USERSPACE = Userspace(
@@ -240,6 +249,7 @@ NVIDIA = Vendor(
     tool=SMI,
     gpu_information=GPU_INFORMATION,
     driver_version=DRIVER_VERSION,
+    module_files=MODULE_FILES,
     holders=(
         "dcgm-exporter; for nvidia-persistenced `systemctl stop nvidia-persistenced`, and "
         "start it again after the bind"

@@ -132,6 +132,19 @@ class DriverVersionSource:
 
 @value_class
 @attrs.frozen(eq=False, repr=False)
+class ModuleFiles:
+    """How the host driver's module file is named on disk, for a driver whose userspace is
+    locked to the module's exact version: discovery reads which version the next boot's
+    kernel loads (`pvegpu.host.kernels`) before it runs."""
+
+    names: tuple[str, ...]
+    """Its file names without `.ko[.xz|.zst|.gz]`, as its packagings build it."""
+    directories: tuple[str, ...]
+    """Where under a kernel's `lib/modules/<release>/` it is installed without DKMS."""
+
+
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class GpuTool:
     """The vendor's command-line tool that lists the GPUs its driver holds (on the host,
     or inside a container that has them): the runbook's and apply's health checks."""
@@ -239,6 +252,9 @@ class Vendor:
     """Where discovery reads each GPU's node minor and model, when its driver says them."""
     driver_version: DriverVersionSource | None = None
     """Where discovery reads the loaded host driver's version, when it shows one."""
+    module_files: ModuleFiles | None = None
+    """Its driver module's files, when its userspace must be the module's version: the
+    next boot's is read from them (None: the userspace is not locked to one build)."""
     holders: str = ""
     """What else commonly holds its GPUs' nodes open on a host (besides another container),
     for the runbook step that checks nothing does before the GPUs move."""

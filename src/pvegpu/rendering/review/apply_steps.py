@@ -74,6 +74,7 @@ from pvegpu.rendering.review.commands import (
     SPLIT_UNIT,
     driver_check,
 )
+from pvegpu.rendering.review.next_boot_steps import reboot_note, userspace_upgrade_step
 from pvegpu.values import value_class
 from pvegpu.vendors import CONTAINER_TOOL, nvswitch
 from pvegpu.vendors.drm import node_path as drm_node_path
@@ -505,6 +506,9 @@ def _afterwards(plan: Plan, writes: _Writes) -> Iterator[Step]:
                 "mapping against sysfs at start and refuses the start on a stale one." + vgpu,
             )
 
+    upgrade = userspace_upgrade_step(plan, rebooted=False)
+    if upgrade is not None:
+        yield Step.of(*upgrade)
     if plan.split_pools and writes.system:
         yield Step.of(
             f"At the next reboot of {node}, check that the split comes back by itself",
@@ -541,8 +545,12 @@ def _reboot_and_plan_again(
         (Manual("systemctl reboot"),),
         f"A finding says the plan changes at the next boot ({why}). The device lines written "
         "above hold the numbers the GPUs get at that boot, so a container with `onboot: 1` "
-        "starts right by itself; started before the reboot, it would open other GPUs.",
+        "starts right by itself; started before the reboot, it would open other GPUs."
+        + reboot_note(plan),
     )
+    upgrade = userspace_upgrade_step(plan, rebooted=True)
+    if upgrade is not None:
+        yield Step.of(*upgrade)
     yield Step.of(
         "After the reboot, check the split and plan again",
         (

@@ -10,6 +10,7 @@ import attrs
 
 from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
+from pvegpu.model.kernels import ModuleOrigin
 from pvegpu.model.plan import Plan, Pool, PoolKind
 from pvegpu.pci import PciAddress
 from pvegpu.values import value_class
@@ -153,7 +154,17 @@ def moving_nvswitches(plan: Plan) -> tuple[MovingFunction, ...]:
 
 def _driver(facts: HostFacts, vendor: Vendor) -> str:
     loaded = facts.gpu_driver(vendor.host_driver)
-    return "not loaded" if loaded is None else f"{loaded.version} ({loaded.flavor} kernel module)"
+    if loaded is None:
+        return "not loaded"
+    text = f"{loaded.version} ({loaded.flavor} kernel module)"
+    # An upgrade installed and not yet running (planning/next_boot.py).
+    kernel = facts.boot.kernels.next_boot
+    module = facts.boot.kernels.module(vendor.host_driver)
+    if module is not None and module.version not in (None, loaded.version):
+        text += f", {module.version} after the next boot (kernel {kernel})"
+    elif module is not None and module.origin is ModuleOrigin.NONE:
+        text += f", none after the next boot (kernel {kernel} has no module)"
+    return text
 
 
 def host_facts_line(facts: HostFacts) -> str:
