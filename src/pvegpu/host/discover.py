@@ -29,6 +29,7 @@ from pvegpu.host.listing import Listing
 from pvegpu.host.partitions import read_mdev, read_mig
 from pvegpu.host.reader import RECAPTURE, RootReader, Trace, fail
 from pvegpu.host.references import read_cgroup, read_references
+from pvegpu.host.userspace import read_driver_userspace
 from pvegpu.model.facts import (
     GPU,
     ConfigFile,
@@ -44,7 +45,7 @@ from pvegpu.model.facts import (
     VfioIdsSetting,
     moves_with,
 )
-from pvegpu.model.paths import SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT, SPLIT_UDEV_RULE
+from pvegpu.model.paths import OWN_SCRIPTS, SPLIT_INITRAMFS_HOOK, SPLIT_UDEV_RULE
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import DRIVER_VERSION_VENDORS, VENDORS, GpuNodeSource, Vendor, vendor_of
 
@@ -122,6 +123,7 @@ def read_host(reader: RootReader) -> HostFacts:
         sysfs.proc_devices,
     )
     files = _config_files(reader)
+    drivers = _gpu_drivers(reader)
     driverctl = read_driverctl(reader)
     mig_caps = read_mig(reader)
     cgroup = read_cgroup(reader, cmdline)
@@ -144,7 +146,7 @@ def read_host(reader: RootReader) -> HostFacts:
         iommu_groups=groups,
         iommu=IommuState(enabled=bool(units), units=units),
         sev_snp=_sev_snp(reader),
-        gpu_drivers=_gpu_drivers(reader),
+        gpu_drivers=drivers,
         char_majors=char_majors,
         cmdline=cmdline.strip(),
         vfio_ids=_vfio_ids(reader, cmdline),
@@ -158,6 +160,7 @@ def read_host(reader: RootReader) -> HostFacts:
         fabric_manager=read_fabric_manager(reader, functions),
         cgroup=cgroup,
         references=references,
+        driver_userspace=read_driver_userspace(reader, drivers),
     )
 
 
@@ -547,9 +550,9 @@ def _config_files(reader: RootReader) -> tuple[ConfigFile, ...]:
     units = [f"etc/systemd/system/{n}" for n in reader.listdir("etc/systemd/system", _is_unit)]
     # A masked unit (`systemctl mask`) is a link to /dev/null: no unit, nothing to read.
     paths += [u for u in units if reader.readlink(u) != "/dev/null"]
-    # pvegpu's installed split script and initramfs hook: read so a re-render patches,
-    # not replaces, them.
-    paths += [p for p in (SPLIT_SCRIPT, SPLIT_INITRAMFS_HOOK, SPLIT_UDEV_RULE) if reader.exists(p)]
+    # pvegpu's installed scripts (the split's, the boot units') and initramfs hook: read
+    # so a re-render patches, not replaces, them.
+    paths += [p for p in (*OWN_SCRIPTS, SPLIT_INITRAMFS_HOOK, SPLIT_UDEV_RULE) if reader.exists(p)]
     return tuple(ConfigFile(p, reader.need(p, "a readable file")) for p in sorted(paths))
 
 

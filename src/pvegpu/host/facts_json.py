@@ -31,6 +31,7 @@ from pvegpu.host.facts_dump import unstructure_facts as unstructure_facts
 from pvegpu.jsontext import load_json
 from pvegpu.model.facts import GPU, HostFacts, PciFunction, moves_with
 from pvegpu.model.references import GpuReference
+from pvegpu.model.userspace import UserspaceFile
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import DRIVER_VERSION_VENDORS
 
@@ -98,6 +99,11 @@ def _make_converter() -> cattrs.Converter:
         GpuReference, make_dict_unstructure_fn(GpuReference, conv, **reference_keys)
     )
     conv.register_structure_hook(GPU, make_dict_structure_fn(GPU, conv, **gpu_keys))
+    # A link has its text; a library or tool only its path.
+    conv.register_unstructure_hook(
+        UserspaceFile,
+        make_dict_unstructure_fn(UserspaceFile, conv, link=absent),
+    )
     # `boot` is left out while it is empty (no boot files read, as on every bundled
     # fixture), so documents of hosts without them read as before it existed.
     facts_fields = make_dict_unstructure_fn(
@@ -113,6 +119,7 @@ def _make_converter() -> cattrs.Converter:
         fabric_manager=override(omit_if_default=True),
         cgroup=override(omit_if_default=True),
         references=override(omit_if_default=True),
+        driver_userspace=override(omit_if_default=True),
     )
 
     def unstructure(facts: HostFacts) -> dict[str, Any]:

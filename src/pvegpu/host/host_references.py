@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pvegpu.host.gpu_index import GpuIndex
 from pvegpu.host.script_scan import ScriptUse, scan_script
 from pvegpu.model.facts import DriverctlOverride, PciFunction, vfio_id_claims
-from pvegpu.model.paths import SPLIT_MODPROBE, SPLIT_UDEV_RULE, SPLIT_UNIT
+from pvegpu.model.paths import OWN_UNITS, SPLIT_MODPROBE, SPLIT_UDEV_RULE
 from pvegpu.model.references import GpuReference, Holder, NodeRef, ReferenceKind
 from pvegpu.pci import PciAddress
 from pvegpu.pvefiles.hostpci import HostId
@@ -198,8 +198,8 @@ def unit_references(
     `scripts(path)`: the text of an absolute path on the host, None when unreadable."""
     found: list[GpuReference] = []
     for path, text in files:
-        if path == SPLIT_UNIT:
-            continue
+        if path in OWN_UNITS:
+            continue  # pvegpu's own: the split's, and the nodes and userspace boot units
         refs: list[GpuReference] = []
         first_operation: tuple[int, str, ScriptUse] | None = None
         for number, line in _lines(text):

@@ -22,6 +22,7 @@ from pvegpu.model.paths import (
     SYSTEM_UNIT_PATH,
 )
 from pvegpu.model.plan import Severity
+from pvegpu.pvefiles.lxcconf import DRIVER_MOUNT_POINT
 from pvegpu.serving.checks import Checks
 from pvegpu.values import value_class
 from pvegpu.vendors import (
@@ -62,6 +63,14 @@ def container_driver_state(
         if userspace.driver_package(name) and _DRIVER_VERSION.match(upstream):
             packages.append((name, upstream))
     return ContainerDriver(tuple(libraries), tuple(sorted(packages)))
+
+
+HOST_USERSPACE_WAY = (
+    'or set userspace = "host" in [pools.lxc]: its server then runs the host\'s own '
+    "userspace of the loaded module, staged at every boot, and follows driver upgrades "
+    "with nothing to install in the container (docs/upgrades.md)"
+)
+"""The other way out of a container userspace that is not the host module's."""
 
 
 def container_driver_problems(
@@ -117,7 +126,7 @@ def container_driver_problems(
             f"container {vmid} has NVIDIA userspace {', '.join(wrong)} but the host's kernel "
             f"module is {host_version}; a mismatch hangs NCCL or fails CUDA init "
             f"(found: {found})",
-            fix,
+            fix + f"; {HOST_USERSPACE_WAY}",
         ),
     )
 
@@ -308,7 +317,29 @@ def container_driver(
             f"({', '.join(sorted(state.versions)) or 'none'}) was not compared with it",
         )
         return state
+    lxc = checks.pool.lxc
+    if lxc is not None and lxc.host_userspace:
+        _bypassed(checks, state, host.version, vmid)
+        return state
     checks.plan_problems.extend(
         container_driver_problems(state, host.version, rootfs=path, vmid=vmid)
     )
     return state
+
+
+def _bypassed(checks: Checks, state: ContainerDriver, host_version: str, vmid: int) -> None:
+    """With `userspace = "host"` the server runs the host's userspace, whatever the
+    container has: its own is said, not refused (it is what other programs there load)."""
+    wrong = sorted(v for v in state.versions if v != host_version)
+    if not wrong:
+        return
+    found = ", ".join(f"{n} ({v})" for n, v in (*state.libraries, *state.packages))
+    checks.finding(
+        Severity.INFO,
+        "container-driver-bypassed",
+        f"CT {vmid} has NVIDIA userspace {', '.join(wrong)} of its own (found: {found}); "
+        f"its server runs the host's {host_version} from /{DRIVER_MOUNT_POINT} "
+        '(userspace = "host"), so the two need not match. Other programs in the container '
+        "still load its own, which the host's module refuses (NVML: driver/library version "
+        f"mismatch): run them with LD_LIBRARY_PATH=/{DRIVER_MOUNT_POINT}/lib",
+    )

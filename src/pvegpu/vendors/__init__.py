@@ -29,6 +29,8 @@ from pvegpu.vendors.vendor import (
     GpuInformation,
     GpuNodeSource,
     GpuTool,
+    HostUserspace,
+    NodeMaker,
     Userspace,
     Vendor,
 )
@@ -53,6 +55,8 @@ __all__ = [
     "GpuInformation",
     "GpuNodeSource",
     "GpuTool",
+    "HostUserspace",
+    "NodeMaker",
     "Userspace",
     "Vendor",
     "module_version_file",
