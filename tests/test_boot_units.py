@@ -36,7 +36,7 @@ from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.planning.planner import plan
 from pvegpu.pvefiles import lxcconf
 from pvegpu.rendering.boot_units import boot_nodes
-from pvegpu.rendering.bundle import bundle_files
+from pvegpu.rendering.bundle import bundle_files, write_bundle
 from pvegpu.rendering.registry import render
 from pvegpu.rendering.review.apply_doc import manifest_header
 from pvegpu.vendors import CONTAINER_NODES
@@ -452,3 +452,35 @@ def test_a_container_that_leaves_every_pool_loses_the_mount_too() -> None:
     assert left == "arch: amd64\nhostname: llm\n"
     kept = lxcconf.remove_gpu_nodes(text, CONTAINER_NODES, (3,))
     assert kept == text
+
+
+@needs_dash
+def test_revert_sh_dry_run_removes_the_stage_from_the_copy(tmp_path: Path) -> None:
+    """revert.sh with ROOT set: the units' disabling is printed, the staging script's
+    `remove` runs against the copy (it honours ROOT), and the scripts, units and the
+    container's mount go from the copy, nothing outside it."""
+    rendered = render(example_plan(HOST_NAME))
+    out = tmp_path / "out"
+    write_bundle(rendered, out, node="pve-llm")
+    root = copy_tree(FIXTURES / HOST_NAME, tmp_path / "root")
+    for artifact in rendered:
+        if artifact.target == HOST and artifact.bundle == "apply":
+            path = root / artifact.path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(artifact.content)
+            path.chmod(artifact.mode)
+    assert run(root, STAGING).returncode == 0
+    assert DASH is not None
+    done = subprocess.run(
+        [DASH, str(out / "revert/revert.sh")],
+        env={"ROOT": str(root), "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout
+    assert "would run: systemctl disable pvegpu-driver-userspace.service\n" in done.stdout
+    assert f"pvegpu-driver-userspace: removed {root}/{STAGE}\n" in done.stdout
+    assert not (root / STAGE).exists()
+    assert not (root / STAGING).exists() and not (root / NODES).exists()
+    assert "/var/lib/pvegpu" not in (root / "etc/pve/lxc/160.conf").read_text()
