@@ -12,21 +12,35 @@ the container's rootfs directory under the root. Every mutating effect is counte
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from pvegpu.apply.host import Completed, LiveHost
 from pvegpu.host.discover import discover
+from pvegpu.model.paths import NODES_SCRIPT, USERSPACE_SCRIPT
 from pvegpu.pvefiles.guestconf import parse_lines, split_sections
-from pvegpu.pvefiles.lxcconf import gpu_minor
+from pvegpu.pvefiles.lxcconf import DRIVER_MOUNT_POINT, gpu_minor
 from pvegpu.rendering.review.commands import SPLIT_SCRIPT
 from pvegpu.vendors import CONTAINER_NODES
 from pvegpu.vendors.nvidia import smi_bus_id
 from sysfs_sim import KernelSim
 
 READ_ONLY = ("status", "is-active", "is-enabled", "test", "cat", "nvidia-smi", "curl")
+BOOT_SCRIPTS = (f"/{NODES_SCRIPT}", f"/{USERSPACE_SCRIPT}")
+"""pvegpu's boot units' scripts: run for real under this root once installed."""
+
+
+def _nodes_of(script: str) -> list[str]:
+    """The nodes the device nodes script lists (its NODES block)."""
+    block = script.split("NODES='\n", 1)[1].split("'", 1)[0]
+    return block.split()
+
+
 ANSWERED = ("pct", "systemctl", "update-initramfs", "proxmox-boot-tool", "update-grub")
 """The host commands this node has (`_answer` answers them)."""
 
@@ -99,8 +113,8 @@ class FakeHost(LiveHost):
         return [c for c in self.commands if not any(w in READ_ONLY for w in c[:6])]
 
     def installed(self, command: str) -> bool:
-        if command == SPLIT_SCRIPT:
-            return (self.root / SPLIT_SCRIPT.lstrip("/")).is_file()
+        if command in (SPLIT_SCRIPT, *BOOT_SCRIPTS):
+            return (self.root / command.lstrip("/")).is_file()
         return command in ANSWERED and command not in self.missing
 
     def _execute(self, argv: tuple[str, ...]) -> Completed:
@@ -121,6 +135,8 @@ class FakeHost(LiveHost):
             script = self.root / SPLIT_SCRIPT.lstrip("/")
             result = self.kernel.run(script, *argv[1:])
             return result.rc, result.stdout
+        if argv[0] in BOOT_SCRIPTS:
+            return self._boot_script(argv[0], argv[1:])
         if argv[0] == "pct":
             return self._pct(argv[1], int(argv[2]), argv[3:])
         if argv[0] == "systemctl":
@@ -129,10 +145,58 @@ class FakeHost(LiveHost):
             return 0, ""
         return 127, ""
 
+    def _boot_script(self, script: str, args: tuple[str, ...]) -> tuple[int, str]:
+        """A boot unit's script, run for real under dash on this root (both honour ROOT).
+
+        The nodes script prints its commands under ROOT rather than run them: this node
+        does what they do (nvidia-modprobe, modprobe amdgpu), making each listed node under
+        dev/ as the driver would, then lets the script find them."""
+        path = self.root / script.lstrip("/")
+        if script == f"/{NODES_SCRIPT}" and args[:1] != ("status",):
+            for node in _nodes_of(path.read_text()):
+                made = self.root / node.lstrip("/")
+                made.parent.mkdir(parents=True, exist_ok=True)
+                made.touch()
+        env = {"ROOT": str(self.root), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        done = subprocess.run(
+            [shutil.which("dash") or "sh", str(path), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        return done.returncode, done.stdout
+
+    def _unit_script(self, unit: str) -> tuple[str, ...] | None:
+        """The ExecStart= of one of pvegpu's boot units installed here."""
+        path = self.root / "etc/systemd/system" / unit
+        if not path.is_file():
+            return None
+        for line in path.read_text().splitlines():
+            if line.startswith("ExecStart="):
+                return tuple(line.removeprefix("ExecStart=").split())
+        return None
+
+    def _wants(self, unit: str) -> Path:
+        """The `.wants` directory `systemctl enable` links the unit into (its WantedBy=)."""
+        path = self.root / "etc/systemd/system" / unit
+        target = "sysinit.target"
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                if line.startswith("WantedBy="):
+                    target = line.removeprefix("WantedBy=").split()[0]
+        return self.root / f"etc/systemd/system/{target}.wants"
+
     def _systemctl(self, args: tuple[str, ...]) -> tuple[int, str]:
-        wants = self.root / "etc/systemd/system/sysinit.target.wants"
+        wants = self._wants(args[-1]) if len(args) > 1 else self.root
         if args[0] == "daemon-reload":
             return 0, ""
+        if args[0] == "restart":
+            command = self._unit_script(args[1])
+            if command is None or command[0] not in BOOT_SCRIPTS:
+                return 5, ""  # Unit not found
+            rc, _ = self._boot_script(command[0], command[1:])
+            return (0 if rc == 0 else 1), ""
         link = wants / args[-1]
         if args[0] == "enable":
             wants.mkdir(parents=True, exist_ok=True)
@@ -182,6 +246,16 @@ class FakeHost(LiveHost):
 
     def _exec(self, vmid: int, cmd: tuple[str, ...]) -> tuple[int, str]:
         units = self.active.setdefault(vmid, set())
+        if cmd[0] == "env":
+            cmd = cmd[1:]
+            while cmd and "=" in cmd[0]:
+                cmd = cmd[1:]  # env's NAME=value words
+            staged = self.root / "var/lib/pvegpu/userspace/current/bin"
+            if cmd[0].startswith(f"/{DRIVER_MOUNT_POINT}/bin/"):
+                # The host's staged tool, through the container's bind mount of it.
+                if not (staged / Path(cmd[0]).name).is_file():
+                    return 127, ""
+                cmd = (Path(cmd[0]).name, *cmd[1:])
         if cmd[0] == "systemctl":
             if cmd[1] == "daemon-reload":
                 return 0, ""

@@ -1255,6 +1255,98 @@ def nvidia_drm() -> HostSpec:
     )
 
 
+_UPGRADED_CT = "rpool/data/subvol-160-disk-0"
+_UPGRADED_LIBS = f"{_UPGRADED_CT}/usr/lib/x86_64-linux-gnu"
+_UPGRADED_VENV = "opt/vllm"
+_UPGRADED_DPKG = """\
+Package: libnvidia-compute-580
+Status: install ok installed
+Priority: optional
+Section: libs
+Installed-Size: 281304
+Maintainer: Ubuntu Core Developers <ubuntu-devel-discuss@lists.ubuntu.com>
+Architecture: amd64
+Multi-Arch: same
+Source: nvidia-graphics-drivers-580
+Version: 580.95.05-0ubuntu1
+Depends: libc6 (>= 2.34)
+Description: NVIDIA libcompute package
+ This package contains the CUDA, OpenCL and NVML user space libraries.
+
+Package: nvidia-utils-580
+Status: install ok installed
+Priority: optional
+Section: utils
+Installed-Size: 2391
+Maintainer: Ubuntu Core Developers <ubuntu-devel-discuss@lists.ubuntu.com>
+Architecture: amd64
+Source: nvidia-graphics-drivers-580
+Version: 580.95.05-0ubuntu1
+Description: NVIDIA driver support binaries
+
+"""
+"""CT 160's image came with the 580 driver's userspace from Ubuntu's packages."""
+
+
+def driver_upgrade() -> HostSpec:
+    """Two RTX 4090 on nvidia after a driver upgrade by the .run installer and a reboot:
+    the loaded module and the host's own userspace are 590.48.01, while CT 160 (vLLM over
+    both GPUs) still has the 580.95.05 userspace its image came with. Nothing has run
+    CUDA since the boot, so nvidia-uvm is not loaded and /dev/nvidia-uvm does not exist."""
+    groups = _Groups()
+    devices = _amd_complex(0x00, 0, groups)
+    for minor, port in enumerate(("0000:00:01.1", "0000:00:03.1")):
+        if minor:
+            devices.append(
+                DeviceSpec(
+                    address=port, vendor=0x1022, device=0x14AB, pci_class=0x060400,
+                    numa_node=0, driver="pcieport", iommu_group=groups(), link=GEN4_X16,
+                )
+            )  # fmt: skip
+        devices += _slot(
+            f"0000:{minor + 1:02x}:00.0", port, _RTX4090, _RTX4090_AUDIO, numa_node=0,
+            iommu_group=groups(), link=GEN4_X16, driver="nvidia",
+            nvidia=NvidiaInfo(model="NVIDIA GeForce RTX 4090", minor=minor,
+                              vbios="95.02.18.80.5F", dma_bits=47),
+            audio_driver="snd_hda_intel",
+        )  # fmt: skip
+    return HostSpec(
+        hostname="pve-llm",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet",
+        numa=("0-47",),
+        iommu_units=(IommuUnit("ivhd0", "0000:00:00.2"),),
+        sev_snp=False,
+        nvidia=NvidiaModule(version="590.48.01", open=True, uvm_major=None, caps_major=None),
+        driver_userspace="590.48.01",
+        devices=tuple(devices),
+        files={
+            "etc/pve/storage.cfg": STORAGE_ZFS,
+            "etc/pve/lxc/160.conf": (
+                "#vLLM over both 4090s\n"
+                "arch: amd64\ncores: 24\ndev0: /dev/nvidia0,mode=0666\n"
+                "dev1: /dev/nvidia1,mode=0666\ndev2: /dev/nvidiactl,mode=0666\n"
+                "dev3: /dev/nvidia-uvm,mode=0666\ndev4: /dev/nvidia-uvm-tools,mode=0666\n"
+                "hostname: llm\nmemory: 98304\nnet0: name=eth0,bridge=vmbr0,ip=dhcp,type=veth\n"
+                "onboot: 1\nostype: ubuntu\nrootfs: local-zfs:subvol-160-disk-0,size=200G\n"
+                "unprivileged: 1\n"
+            ),
+            "etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+            "etc/modprobe.d/blacklist-nouveau.conf": NOUVEAU_BLACKLIST,
+            f"{_UPGRADED_CT}/etc/os-release": OS_RELEASE,
+            f"{_UPGRADED_CT}/var/lib/dpkg/status": _UPGRADED_DPKG,
+            f"{_UPGRADED_LIBS}/libcuda.so.580.95.05": "",
+            f"{_UPGRADED_LIBS}/libnvidia-ml.so.580.95.05": "",
+            f"{_UPGRADED_CT}/{_UPGRADED_VENV}/lib/python3.12/site-packages/"
+            "vllm-0.33.0.dist-info/METADATA": VLLM_METADATA,
+        },
+        symlinks={
+            f"{_UPGRADED_LIBS}/libcuda.so.1": "libcuda.so.580.95.05",
+            f"{_UPGRADED_LIBS}/libnvidia-ml.so.1": "libnvidia-ml.so.580.95.05",
+            f"{_UPGRADED_CT}/{_UPGRADED_VENV}/bin/python3": "/usr/bin/python3.12",
+        },
+    )
+
+
 _BMC_VGA = "0000:06:00.0"
 _BMC_CARD = "sys/devices/pci0000:00/0000:00:1c.0/0000:05:00.0/0000:06:00.0/drm/card0"
 
@@ -1774,6 +1866,7 @@ def pve_tb() -> HostSpec:
 HOSTS: Mapping[str, Callable[[], HostSpec]] = {
     "amd-instinct": amd_instinct,
     "amd-rocm": amd_rocm,
+    "driver-upgrade": driver_upgrade,
     "intel-arc": intel_arc,
     "intel-media": intel_media,
     "kpro6": kpro6,

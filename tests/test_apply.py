@@ -27,9 +27,10 @@ from sysfs_sim import KernelSim, natural_drivers
 CT = 129
 ROOTFS = "rpool/data/subvol-129-disk-0"
 UNIT = "sglang-qwen"
-SKIP = ("sys/", "var/lib/pvegpu/", "run/", "var/lock/", "etc/pve/priv/")
-"""Not compared as files: sysfs (the kernel's state is compared instead), apply's own
-state, and the lock files Proxmox's tools leave too."""
+SKIP = ("sys/", "dev/", "var/lib/pvegpu/", "run/", "var/lock/", "etc/pve/priv/")
+"""Not compared as files: sysfs (the kernel's state is compared instead), the device
+nodes the nodes unit made (a revert leaves them, as a reboot would), apply's own state,
+and the lock files Proxmox's tools leave too."""
 
 
 @cache

@@ -36,6 +36,8 @@ INSTALLED = {
     ("host", "etc/systemd/system/pvegpu-vfio-split.service"),
     ("host", "etc/modprobe.d/pvegpu-vfio.conf"),
     ("host", "etc/initramfs-tools/hooks/pvegpu-vfio-split"),
+    ("host", "usr/local/sbin/pvegpu-device-nodes"),
+    ("host", "etc/systemd/system/pvegpu-device-nodes.service"),
     ("ct:129", "etc/systemd/system/sglang-qwen.service"),
 }
 
@@ -89,7 +91,7 @@ def test_plan_prints_diffs_and_findings(run: Run) -> None:
     )
     assert "--- /dev/null\n+++ b/usr/local/sbin/pvegpu-vfio-split\n" in out
     assert "--- a/ct:129/etc/systemd/system/sglang-qwen.service\n" in out
-    assert "plan for node kpro6: 7 file(s)\n" in out
+    assert "plan for node kpro6: 9 file(s)\n" in out
     assert "  pool sglang: lxc on nvidia: 01:00.0, 11:00.0, 61:00.0, 71:00.0\n" in out
     assert "  pool vm: vfio on vfio-pci: 81:00.0, 91:00.0, e1:00.0, f1:00.0\n" in out
     for code_ in ("identical-device-ids", "group-members-move", "sev-snp", "serving-p2p"):
@@ -174,7 +176,7 @@ def test_render_writes_every_manifest_file(run: Run, tmp_path: Path) -> None:
     out = tmp_path / "out"
     code, stdout, err = run("render", "--root", KPRO6, "--spec", KPRO6_SPEC, "--out", out)
     assert (code, err) == (0, "")
-    assert stdout.startswith(f"rendered 15 files for node kpro6 into {out}")
+    assert stdout.startswith(f"rendered 17 files for node kpro6 into {out}")
     top = json.loads((out / "MANIFEST.json").read_text())
     assert top["schema"] == "pvegpu.manifest/1" and top["node"] == "kpro6"
     assert top["spec"] == str(KPRO6_SPEC)
@@ -411,5 +413,5 @@ def test_console_script_plan(tmp_path: Path) -> None:
     )
     assert (result.returncode, result.stderr) == (0, "")
     assert f"--- a/{LXC_CONF}\n+++ b/{LXC_CONF}\n" in result.stdout
-    assert "plan for node kpro6: 7 file(s)" in result.stdout
+    assert "plan for node kpro6: 9 file(s)" in result.stdout
     assert list(tmp_path.iterdir()) == []

@@ -28,7 +28,7 @@ from pvegpu.rendering.review.contract import (
     contract_to_json,
 )
 
-EXAMPLES = ["kpro6", "kpro6-raw", "workstation", "mixed"]
+EXAMPLES = ["kpro6", "kpro6-raw", "workstation", "mixed", "driver-upgrade"]
 
 
 def _through_json(doc: dict[str, Any]) -> Any:
@@ -87,6 +87,7 @@ contracts = st.builds(
         ),
         max_size=4,
     ).map(tuple),
+    boot_units=st.lists(st.text(), max_size=2).map(tuple),
 )
 
 
@@ -129,6 +130,10 @@ def _first_step(key: str, value: object) -> Callable[[dict[str, Any]], None]:
             _first_step("actions", [{"kind": "manual", "line": 3}]),
             "apply.steps: manual.line: expected a string",
         ),
+        (
+            _set("boot_units", "pvegpu-device-nodes.service"),
+            "apply.boot_units: expected a list of unit names, got 'pvegpu-device-nodes.service'",
+        ),
     ],
 )
 def test_a_malformed_contract_is_refused_as_bundle_invalid(
@@ -138,3 +143,23 @@ def test_a_malformed_contract_is_refused_as_bundle_invalid(
         bundle_from_files(_spoiled(change))
     (problem,) = err.value.problems
     assert (problem.code, problem.subject, problem.message) == ("bundle-invalid", MANIFEST, message)
+
+
+# --- what a bundle without boot units or the host's userspace reads as ----------------
+
+
+def test_boot_units_and_the_staged_tool_are_in_the_contract_only_where_used() -> None:
+    """A plan with boot units lists them; one without leaves the key out, and a GPU check
+    run from the container's own userspace has no `driver_dir` key: such bundles read as
+    before both existed. With `userspace = "host"` the check runs the staged tool."""
+    upgraded = bundled.example_plan("driver-upgrade")
+    doc = contract_to_json(apply_contract(upgraded, render(upgraded)))
+    assert doc["boot_units"] == ["pvegpu-device-nodes.service", "pvegpu-driver-userspace.service"]
+    checks = [a for s in doc["steps"] for a in s["actions"] if a["kind"] == "check-gpus"]
+    assert [c["driver_dir"] for c in checks] == ["/opt/pvegpu/driver"]
+    workstation = bundled.example_plan("workstation")  # a VM pool only: no container nodes
+    assert "boot_units" not in contract_to_json(apply_contract(workstation, render(workstation)))
+    kpro6 = bundled.example_plan("kpro6")
+    doc = contract_to_json(apply_contract(kpro6, render(kpro6)))
+    checks = [a for s in doc["steps"] for a in s["actions"] if a["kind"] == "check-gpus"]
+    assert checks and all("driver_dir" not in c for c in checks)

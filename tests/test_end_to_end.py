@@ -27,7 +27,14 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 
 from bundled import FIXTURES, REPO, copy_tree, example_spec, spec_path
-from linters import SYSTEM_UNITS, needs_shellcheck, needs_systemd, shellcheck, verify
+from linters import (
+    SYSTEM_UNITS,
+    needs_shellcheck,
+    needs_systemd,
+    shellcheck,
+    verify,
+    verify_files,
+)
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.model.facts import HostFacts
@@ -52,6 +59,13 @@ SPLIT = (
     "etc/initramfs-tools/hooks/pvegpu-vfio-split",
 )
 HOOK = SPLIT[3]
+NODES = ("usr/local/sbin/pvegpu-device-nodes", "etc/systemd/system/pvegpu-device-nodes.service")
+"""The boot unit that makes the containers' device nodes: every NVIDIA or AMD container pool."""
+USERSPACE = (
+    "usr/local/sbin/pvegpu-driver-userspace",
+    "etc/systemd/system/pvegpu-driver-userspace.service",
+)
+"""The boot unit that stages the host's driver userspace: a pool with userspace = "host"."""
 REVIEW_FILES = ("SUMMARY.md", "topology.svg", "MANIFEST.json", "revert/MANIFEST.json")
 SERVING = "ct/129/etc/systemd/system/sglang-qwen.service"
 
@@ -67,6 +81,7 @@ EXAMPLES: dict[str, Example] = {
     "kpro6": Example(
         "kpro6",
         (
+            *NODES,
             "etc/pve/lxc/129.conf",
             "etc/pve/mapping/pci.cfg",
             *SPLIT,
@@ -81,6 +96,7 @@ EXAMPLES: dict[str, Example] = {
     "kpro6-raw": Example(
         "kpro6",
         (
+            *NODES,
             "etc/pve/lxc/129.conf",
             "etc/pve/mapping/pci.cfg",
             "snippets/qemu-server/200.conf",
@@ -96,6 +112,7 @@ EXAMPLES: dict[str, Example] = {
     "kpro6-vllm": Example(
         "kpro6",
         (
+            *NODES,
             "etc/pve/lxc/129.conf",
             "etc/pve/mapping/pci.cfg",
             *SPLIT,
@@ -135,6 +152,7 @@ EXAMPLES: dict[str, Example] = {
     "amd-rocm": Example(
         "amd-rocm",
         (
+            *NODES,
             "etc/pve/lxc/130.conf",
             "revert/etc/pve/lxc/130.conf",
             "revert/revert.sh",
@@ -144,6 +162,7 @@ EXAMPLES: dict[str, Example] = {
     "amd-instinct": Example(
         "amd-instinct",
         (
+            *NODES,
             "etc/pve/lxc/150.conf",
             "etc/pve/mapping/pci.cfg",
             "etc/pve/qemu-server/450.conf",
@@ -158,6 +177,7 @@ EXAMPLES: dict[str, Example] = {
     "nvidia-drm": Example(
         "nvidia-drm",
         (
+            *NODES,
             "etc/pve/lxc/140.conf",
             "etc/pve/lxc/141.conf",
             "etc/pve/mapping/pci.cfg",
@@ -166,6 +186,18 @@ EXAMPLES: dict[str, Example] = {
             "revert/etc/pve/lxc/140.conf",
             "revert/etc/pve/lxc/141.conf",
             "revert/etc/pve/qemu-server/410.conf",
+            "revert/revert.sh",
+            *REVIEW_FILES,
+        ),
+    ),
+    "driver-upgrade": Example(
+        "driver-upgrade",
+        (
+            "etc/pve/lxc/160.conf",
+            *NODES,
+            *USERSPACE,
+            "ct/160/etc/systemd/system/vllm.service",
+            "revert/etc/pve/lxc/160.conf",
             "revert/revert.sh",
             *REVIEW_FILES,
         ),
@@ -454,6 +486,8 @@ SHELL_CASES = [
         (FULL_SCRIPT, SPLIT[0]),
         (FULL_SCRIPT, HOOK),
         *((n, "revert/revert.sh") for n in EXAMPLES),
+        *((n, NODES[0]) for n, e in EXAMPLES.items() if NODES[0] in e.files),
+        *((n, USERSPACE[0]) for n, e in EXAMPLES.items() if USERSPACE[0] in e.files),
     ]
 ]
 
@@ -479,6 +513,35 @@ def test_split_unit_passes_systemd_analyze(name: str, tmp_path: Path) -> None:
     root = install_root(tmp_path, artifacts)
     result = verify(root, root / UNIT_PATH)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+BOOT_UNIT_EXAMPLES = [n for n, e in EXAMPLES.items() if NODES[1] in e.files]
+
+
+@needs_systemd
+@pytest.mark.skipif(SYSTEM_UNITS is None, reason="no systemd units here to verify against")
+@pytest.mark.parametrize("name", BOOT_UNIT_EXAMPLES)
+def test_boot_units_pass_systemd_analyze(name: str, tmp_path: Path) -> None:
+    """The device nodes and driver userspace units verify cleanly among the stock units
+    (they order themselves against multi-user.target and basic.target), scripts installed."""
+    assert SYSTEM_UNITS is not None
+    assert "driver-upgrade" in BOOT_UNIT_EXAMPLES
+    result = rendered(name)
+    root = tmp_path / "root"
+    copy_tree(SYSTEM_UNITS, root / "usr/lib/systemd/system")
+    units = []
+    for script, unit in (NODES, USERSPACE):
+        if script not in result.files:
+            continue
+        for path in (script, unit):
+            artifact = result.artifact(path)
+            target = root / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(artifact.content)
+            target.chmod(artifact.mode)
+        units.append(root / unit)
+    check = verify_files(root, units)
+    assert (check.returncode, check.stdout + check.stderr) == (0, "")
 
 
 @needs_systemd

@@ -276,7 +276,7 @@ def check_runbook(case: Rendered) -> list[str]:
         words = shlex.split(command)
         if "systemctl" in words and words[-1] not in ("daemon-reload",):
             verb = words.index("systemctl") + 1
-            if words[verb] in ("stop", "start", "restart"):
+            if words[verb] in ("stop", "start", "restart") and words[0] == "pct":
                 assert words[verb + 1 :] == [serving.unit], command
         if words[:2] == ["pct", "push"] and words[4].startswith("/etc/systemd/"):
             assert words[4] == unit_path and len(words) == 7, command

@@ -114,16 +114,18 @@ def test_lxc_config_rendered_twice_is_a_stated_no_op() -> None:
 
 
 def test_lxc_dev_style_without_uvm_is_a_finding_not_a_reason() -> None:
-    """devN for /dev/nvidia-uvm fails the start while nvidia-uvm is not loaded: a warning
-    on the container's config, and the artifact's reason only says what changes."""
+    """devN for /dev/nvidia-uvm fails the start while nvidia-uvm is not loaded: said on the
+    container's config, with the nodes unit that loads it before the container starts (in
+    the runbook and at every boot); the artifact's reason only says what changes."""
     facts = kpro6(KPRO6_FILES)
     facts = attrs.evolve(
         facts, char_majors=tuple(c for c in facts.char_majors if c.name != "nvidia-uvm")
     )
     result = kpro6_plan(facts=facts)
     (finding,) = [f for f in result.findings if f.code == "nvidia-uvm-not-loaded"]
-    assert (finding.severity, finding.subject) == (Severity.WARNING, LXC_PATH)
-    assert "before starting the container" in finding.message
+    assert (finding.severity, finding.subject) == (Severity.INFO, LXC_PATH)
+    assert "pvegpu-device-nodes.service loads it" in finding.message
+    assert "nvidia-modprobe -u -c=0" in finding.message
     assert "nvidia-uvm is not loaded" not in only(render_lxc_configs(result)).reason
     assert "nvidia-uvm-not-loaded" not in {f.code for f in kpro6_plan().findings}
 

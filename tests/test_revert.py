@@ -118,6 +118,8 @@ def test_dry_run_under_root_restores_files_and_runs_no_command(
         "usr/local/sbin/pvegpu-vfio-split",
         "etc/systemd/system/pvegpu-vfio-split.service",
         "etc/modprobe.d/pvegpu-vfio.conf",
+        "usr/local/sbin/pvegpu-device-nodes",
+        "etc/systemd/system/pvegpu-device-nodes.service",
     ):
         assert not (root / path).exists(), path
     assert would_run(stdout) == [
@@ -129,6 +131,7 @@ def test_dry_run_under_root_restores_files_and_runs_no_command(
         "pct stop 129",
         "systemctl disable pvegpu-vfio-split.service",
         f"{root}/usr/local/sbin/pvegpu-vfio-split revert",
+        "systemctl disable pvegpu-device-nodes.service",
         "systemctl daemon-reload",
         "update-initramfs -u -k all",
         "pct start 129",

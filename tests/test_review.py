@@ -186,7 +186,9 @@ def test_changed_files_order_and_targets(
         ("/etc/pve/mapping/pci.cfg", ChangeKind.PATCHED),
         ("/etc/initramfs-tools/hooks/pvegpu-vfio-split", ChangeKind.NEW),
         ("/etc/modprobe.d/pvegpu-vfio.conf", ChangeKind.NEW),
+        ("/etc/systemd/system/pvegpu-device-nodes.service", ChangeKind.NEW),
         ("/etc/systemd/system/pvegpu-vfio-split.service", ChangeKind.NEW),
+        ("/usr/local/sbin/pvegpu-device-nodes", ChangeKind.NEW),
         ("/usr/local/sbin/pvegpu-vfio-split", ChangeKind.NEW),
         (f"CT 129:/{UNIT_PATH}", ChangeKind.PATCHED),
     ]
@@ -471,7 +473,7 @@ def test_every_bundle_path_exists_in_the_written_bundle(
         elif words[:2] == ["pct", "push"]:
             sources.append(words[3])
     relative = [s for s in sources if not s.startswith("/")]
-    assert len(relative) == 10
+    assert len(relative) == 12
     assert [s for s in relative if not (out / s).is_file()] == []
     assert (out / "MANIFEST.json").is_file() and (out / SUMMARY).is_file()
 

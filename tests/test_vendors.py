@@ -56,6 +56,7 @@ STILL_NAMING_NVIDIA = {
     "testing/writer.py",
     "testing/partitions.py",  # its MIG capabilities and vGPU manager files too
     "testing/kernels.py",  # and NVIDIA's DKMS builds (module nvidia, nvidia.ko)
+    "testing/userspace.py",  # and its driver userspace in the host root
 }
 """Modules outside vendors/ that still name NVIDIA in code (comments and docstrings do
 not count), each with why. The set only shrinks: a module that stops naming it must
@@ -225,3 +226,20 @@ def test_discovery_records_the_driver_the_vendor_shows(
     blind = attrs.evolve(NVIDIA, driver_version=None)
     monkeypatch.setattr(discovery, "DRIVER_VERSION_VENDORS", (blind,))
     assert discovery.discover(fixture_root("kpro6")).gpu_drivers == ()
+
+
+def test_each_dynamic_node_is_made_by_the_command_its_messages_name() -> None:
+    """The command a message tells the admin to run for a missing dynamic node (nvidia-uvm,
+    kfd) is the one the bundle's nodes unit runs at boot, and each vendor with a node
+    nothing else makes (NVIDIA's) has a maker for every node a container gets."""
+    for vendor in VENDORS:
+        nodes = vendor.nodes
+        if nodes is None or nodes.dynamic is None:
+            continue
+        command = nodes.make_command(nodes.dynamic.node)
+        assert command is not None and " ".join(command) == nodes.dynamic.load, vendor.name
+    nvidia_nodes = NVIDIA.nodes
+    assert nvidia_nodes is not None
+    for path in (nvidia_nodes.path(7), *nvidia_nodes.shared):
+        assert nvidia_nodes.make_command(path) is not None, path
+    assert nvidia_nodes.make_command("/dev/nvidia-caps/nvidia-cap12") is None

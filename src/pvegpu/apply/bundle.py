@@ -79,6 +79,10 @@ class Bundle:
     def split_unit(self) -> str | None:
         return self.contract.split_unit
 
+    @property
+    def boot_units(self) -> tuple[str, ...]:
+        return self.contract.boot_units
+
     def entry(self, target: str, path: str) -> Entry | None:
         return next((e for e in self.entries if e.target == target and e.path == path), None)
 

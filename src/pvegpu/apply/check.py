@@ -4,13 +4,15 @@ Made to run from a timer after upgrades: the reference deployment broke when the
 driver went to 590.48.01 while the container kept 565.57.01, and nothing noticed.
 
 Always, for the host as it is (host_checks.py, by the planner's own functions): each
-container with GPU device nodes against the host's NVIDIA module, P2P left on for a
-multi-GPU server where the plan would turn it off, mappings whose ids, groups or
-subsystem ids no longer match sysfs, and the planner's host findings (`vfio-pci.ids`
-catching identical GPUs). With a bundle (or a spec, rendered in memory), also: every
-planned function on its planned driver (and override), the split unit installed and
-enabled, installed files equal to the bundle's, the server's unit (with its drop-ins)
-running the planned TP, GPUs and P2P setting, and the plan's own findings.
+container with GPU device nodes against the host's NVIDIA module (or, with the host's
+userspace bind-mounted, the staged version against it), every node a container is given
+present, P2P left on for a multi-GPU server where the plan would turn it off, mappings
+whose ids, groups or subsystem ids no longer match sysfs, and the planner's host findings
+(`vfio-pci.ids` catching identical GPUs). With a bundle (or a spec, rendered in memory),
+also: every planned function on its planned driver (and override), the split unit and
+the boot units (device nodes, staged userspace) installed and enabled, installed files
+equal to the bundle's, the server's unit (with its drop-ins) running the planned TP, GPUs
+and P2P setting, and the plan's own findings.
 """
 
 from __future__ import annotations
@@ -111,6 +113,17 @@ def _against_bundle(reader: RootReader, facts: HostFacts, bundle: Bundle) -> Ite
             yield Finding(
                 Severity.ERROR, "split-unit-disabled", "/" + unit,
                 "is not enabled: the split is lost at the next reboot",
+            )  # fmt: skip
+    for name in bundle.boot_units:
+        unit = f"etc/systemd/system/{name}"
+        if not reader.exists(unit):
+            yield Finding(Severity.ERROR, "boot-unit-missing", "/" + unit, "is not installed")
+        elif reader.readlink(f"etc/systemd/system/multi-user.target.wants/{name}") is None:
+            yield Finding(
+                Severity.ERROR, "boot-unit-disabled", "/" + unit,
+                "is not enabled: after the next reboot the containers' GPU nodes or their "
+                f"staged driver userspace are not readied before guests start (systemctl "
+                f"enable {name})",
             )  # fmt: skip
     from pvegpu.rendering.review.changes import container_vmid
 

@@ -32,6 +32,7 @@ from pvegpu.rendering.review.actions import (
     KeepAside,
     MakeContainerDir,
     PushFile,
+    RestartUnit,
     RunSplit,
     SaveCopies,
     StartContainer,
@@ -260,6 +261,11 @@ def enable_unit(at: Applying, action: EnableUnit) -> Note:
     return None
 
 
+def restart_unit(at: Applying, action: RestartUnit) -> Note:
+    checked(at.host, ["systemctl", "restart", action.unit], f"running {action.unit}")
+    return None
+
+
 def run_split(at: Applying, action: RunSplit) -> Note:
     checked(at.host, [SPLIT_SCRIPT, action.mode], f"pvegpu-vfio-split {action.mode}")
     return None
@@ -315,9 +321,8 @@ def check_drivers(at: Applying, action: CheckDrivers) -> Note:
 
 def check_gpus(at: Applying, action: CheckGpus) -> Note:
     tool = CONTAINER_TOOL
-    out = checked(
-        at.host, pct_exec(action.vmid, *tool.query_bus_ids), f"{tool.name} in CT {action.vmid}"
-    ).stdout
+    argv = action.command(tool.query_bus_ids)
+    out = checked(at.host, pct_exec(action.vmid, *argv), f"{tool.name} in CT {action.vmid}").stdout
     seen = tuple(line.strip() for line in out.splitlines() if line.strip())
     want = tuple(f"{i}, {b}" for i, b in enumerate(action.bus_ids))
     if seen != want:

@@ -33,6 +33,7 @@ from pvegpu.rendering.review.actions import (
     Manual,
     PullCopy,
     PushFile,
+    RestartUnit,
     RunSplit,
     SaveCopies,
     StartContainer,
@@ -167,6 +168,11 @@ HANDLERS: Mapping[type[Action], Handlers[Any]] = {
         already=doing.enable_unit_already,
         undo=undoing.disable_unit,
         host_commands=lambda a: ("systemctl",),
+    ),
+    RestartUnit: Handlers(
+        do=doing.restart_unit,
+        undo=undoing.clean_up_unit,
+        host_commands=lambda a: ("systemctl", *a.cleanup[:1]),
     ),
     RunSplit: Handlers(
         do=doing.run_split, undo=undoing.revert_split, host_commands=lambda a: (SPLIT_SCRIPT,)

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
+from pvegpu.apply.boot_checks import absent_node_findings, staged_userspace_findings
 from pvegpu.engines.common.environment import P2P_ENV
 from pvegpu.engines.sglang.dropins import effective_dropins
 from pvegpu.errors import PvegpuError
@@ -52,7 +53,13 @@ from pvegpu.planning.unit_gpus import unit_demand
 from pvegpu.planning.vgpu import check_findings as vgpu_check_findings
 from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.guestconf import ConfLine, parse_lines, split_sections
-from pvegpu.pvefiles.lxcconf import dev_gid, gpu_minor, is_gpu_line, unprivileged
+from pvegpu.pvefiles.lxcconf import (
+    dev_gid,
+    gpu_minor,
+    has_userspace_mount,
+    is_gpu_line,
+    unprivileged,
+)
 from pvegpu.serving.container import container_driver_state
 from pvegpu.serving.next_boot import breaks_at_reboot, next_driver
 from pvegpu.serving.p2p import facts_p2p
@@ -131,14 +138,18 @@ def container_node_findings(reader: RootReader, facts: HostFacts) -> Iterator[Fi
     fails the container's start with a devN entry and hands it nothing with a bind mount.
     """
     families = _node_families(facts)
+    every = [n for v in VENDORS if (n := v.nodes) is not None] + [DRM_NODES]
     for vmid in _containers(reader):
         path = f"etc/pve/lxc/{vmid}.conf"
         text = reader.read(path) or ""
         lines = parse_lines(split_sections(text)[0].text)
+        reported: set[str] = set()
         for nodes, have in families:
             gone = sorted({m for ln in lines if (m := gpu_minor(ln, nodes)) is not None} - have)
             if gone:
-                names = ", ".join(drm_node_path(m) if nodes.drm else nodes.path(m) for m in gone)
+                paths = [drm_node_path(m) if nodes.drm else nodes.path(m) for m in gone]
+                reported.update(paths)
+                names = ", ".join(paths)
                 yield Finding(
                     Severity.ERROR,
                     "container-node-missing",
@@ -147,6 +158,7 @@ def container_node_findings(reader: RootReader, facts: HostFacts) -> Iterator[Fi
                     "numbering changed at boot or the GPU left its driver; the container "
                     "fails to start (devN) or gets no GPU (bind mount). Plan again",
                 )
+        yield from absent_node_findings(reader, vmid, path, lines, every, reported)
         yield from _node_group(reader, vmid, path, text, lines)
 
 
@@ -247,6 +259,11 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
     pending = pending if pending is not None and pending.changes else None
     holders = vendor_containers(facts, pending.vendor) if pending is not None else ()
     for vmid in _gpu_containers(reader):
+        config = f"etc/pve/lxc/{vmid}.conf"
+        text = reader.read(config) or ""
+        # With the host's staged userspace its GPU programs run that, not their own.
+        bypassed = has_userspace_mount(text)
+        yield from staged_userspace_findings(reader, vmid, config, text, host_version)
         rootfs = container_rootfs(reader, vmid)
         if rootfs is None:
             if pending is not None and vmid in holders:
@@ -262,13 +279,14 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
         ]
         state = container_driver_state(libraries, reader.read(f"{rootfs}/{DPKG_STATUS}"))
         versions = sorted({v for _, v in (*state.libraries, *state.packages)})
-        if host_version is not None and versions and versions != [host_version]:
+        if not bypassed and host_version is not None and versions and versions != [host_version]:
             yield Finding(
                 Severity.ERROR,
                 "container-driver-mismatch",
                 f"CT {vmid}",
                 f"NVIDIA userspace {', '.join(versions)} in the container, {host_version} on the "
-                "host: CUDA and NCCL fail or hang; install the host's version in the container",
+                "host: CUDA and NCCL fail or hang; install the host's version in the container, "
+                'or give its pool userspace = "host" (the host\'s own, staged at every boot)',
             )
         elif pending is not None and breaks_at_reboot(state, pending):
             yield breaks_finding(f"CT {vmid}", vmid, Userspace(rootfs, state), pending, None)

@@ -12,7 +12,7 @@ from pvegpu.apply.host import Host
 from pvegpu.apply.preflight import not_this_node, preflight
 from pvegpu.apply.state import LOCK, State
 from pvegpu.errors import ApplyError, Problem
-from pvegpu.rendering.review.actions import StartService, WaitHealthy
+from pvegpu.rendering.review.actions import CheckGpus, StartService, WaitHealthy
 from pvegpu.rendering.review.commands import HEALTH_TIMEOUT_S, SPLIT_SCRIPT
 from pvegpu.vendors import CONTAINER_TOOL
 
@@ -108,8 +108,19 @@ def verify(host: Host, bundle: Bundle, say: Say) -> None:
             continue
         if not container.active(host, vmid, unit):
             problems.append(_problem(f"{where}: {unit}", "is not active"))
-        command = " ".join(CONTAINER_TOOL.list_gpus)
-        listed = checked(host, pct_exec(vmid, *CONTAINER_TOOL.list_gpus), command).stdout
+        # As the runbook's GPU check runs it: from the staged host userspace, if the pool has it.
+        check = next(
+            (
+                a
+                for s in bundle.steps
+                for a in s.actions
+                if isinstance(a, CheckGpus) and a.vmid == vmid
+            ),
+            None,
+        )
+        argv = check.command(CONTAINER_TOOL.list_gpus) if check else CONTAINER_TOOL.list_gpus
+        command = " ".join(argv)
+        listed = checked(host, pct_exec(vmid, *argv), command).stdout
         gpus = [ln for ln in listed.splitlines() if ln.startswith(CONTAINER_TOOL.listed_prefix)]
         if len(gpus) != int(serving["tp_size"]):
             problems.append(

@@ -21,6 +21,7 @@ from pvegpu.rendering.review.actions import (
     InstallFile,
     KeepAside,
     PushFile,
+    RestartUnit,
     RunSplit,
     SaveCopies,
     StartContainer,
@@ -77,6 +78,12 @@ def stop_started_container(at: Applying, action: StartContainer, done: Done) -> 
 
 def disable_unit(at: Applying, action: EnableUnit, done: Done) -> None:
     checked(at.host, ["systemctl", "disable", action.unit], f"disabling {action.unit}")
+
+
+def clean_up_unit(at: Applying, action: RestartUnit, done: Done) -> None:
+    # What the unit made goes while its script is still there (files go back after).
+    if action.cleanup and at.host.read(action.cleanup[0].lstrip("/")) is not None:
+        checked(at.host, list(action.cleanup), " ".join(action.cleanup))
 
 
 def revert_split(at: Applying, action: RunSplit, done: Done) -> None:

@@ -35,6 +35,7 @@ from pvegpu.host.reader import RECAPTURE, RootReader, Trace, fail
 from pvegpu.host.reader import parsed as _parse
 from pvegpu.host.references import read_cgroup, read_references
 from pvegpu.host.serving_files import add_serving_files, read_next_boot_userspace
+from pvegpu.host.userspace import read_driver_userspace
 from pvegpu.model.facts import (
     ConfigFile,
     GpuDriver,
@@ -48,7 +49,7 @@ from pvegpu.model.facts import (
     Sriov,
     VfioIdsSetting,
 )
-from pvegpu.model.paths import DPKG_STATUS, SPLIT_INITRAMFS_HOOK, SPLIT_SCRIPT, SPLIT_UDEV_RULE
+from pvegpu.model.paths import DPKG_STATUS, OWN_SCRIPTS, SPLIT_INITRAMFS_HOOK, SPLIT_UDEV_RULE
 from pvegpu.model.platform import PvePackages
 from pvegpu.model.resources import HostCpu
 from pvegpu.pci import CpuList, PciAddress
@@ -121,6 +122,7 @@ def read_host(reader: RootReader) -> HostFacts:
         sysfs.proc_devices,
     )
     files = _config_files(reader)
+    drivers = _gpu_drivers(reader)
     driverctl = read_driverctl(reader)
     mig_caps = read_mig(reader)
     cgroup = read_cgroup(reader, cmdline)
@@ -159,6 +161,7 @@ def read_host(reader: RootReader) -> HostFacts:
         pve=_pve_packages(reader),
         cgroup=cgroup,
         references=references,
+        driver_userspace=read_driver_userspace(reader, drivers),
     )
     # With a driver upgrade pending, the userspace of every GPU container (next_boot.py).
     return add_serving_files(facts, read_next_boot_userspace(reader, facts))
@@ -513,9 +516,9 @@ def _config_files(reader: RootReader) -> tuple[ConfigFile, ...]:
     units = [f"etc/systemd/system/{n}" for n in reader.listdir("etc/systemd/system", _is_unit)]
     # A masked unit (`systemctl mask`) is a link to /dev/null: no unit, nothing to read.
     paths += [u for u in units if reader.readlink(u) != "/dev/null"]
-    # pvegpu's installed split script and initramfs hook: read so a re-render patches,
-    # not replaces, them.
-    paths += [p for p in (SPLIT_SCRIPT, SPLIT_INITRAMFS_HOOK, SPLIT_UDEV_RULE) if reader.exists(p)]
+    # pvegpu's installed scripts (the split's, the boot units') and initramfs hook: read
+    # so a re-render patches, not replaces, them.
+    paths += [p for p in (*OWN_SCRIPTS, SPLIT_INITRAMFS_HOOK, SPLIT_UDEV_RULE) if reader.exists(p)]
     return tuple(ConfigFile(p, reader.need(p, "a readable file")) for p in sorted(paths))
 
 

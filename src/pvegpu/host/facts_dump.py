@@ -31,6 +31,7 @@ from pvegpu.model.facts import (
 from pvegpu.model.kernels import Kernels
 from pvegpu.model.platform import PvePackages
 from pvegpu.model.references import CgroupVersion, GpuReference
+from pvegpu.model.userspace import UserspaceFile
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import DRIVER_VERSION_VENDORS
 
@@ -77,6 +78,13 @@ def _value(value: Any) -> Any:
             name: _value(item)
             for name, default in _reference_defaults()
             if (item := getattr(value, name)) != default
+        }
+    if kind is UserspaceFile:
+        # A link has its text; a library or tool only its path.
+        return {
+            name: item
+            for name in _names(kind)
+            if (item := getattr(value, name)) is not None or name == "path"
         }
     if attrs.has(kind):
         return {name: _value(getattr(value, name)) for name in _names(kind)}
@@ -204,6 +212,7 @@ def _fields(facts: HostFacts) -> Iterator[tuple[str, Any]]:
 _OMITTED_WHILE_EMPTY = frozenset({"acs_ports", "driverctl"})
 _OMITTED_WHILE_EMPTY |= {"mdev_types", "mdev_instances", "mig_caps"}  # no vGPU, no MIG
 _OMITTED_WHILE_EMPTY |= {"references"}  # no guest or host file that reaches a GPU
+_OMITTED_WHILE_EMPTY |= {"driver_userspace"}  # no driver loaded, or its files not installed
 """Fields left out of the document while empty (no ACS override, no driverctl), so the
 documents of hosts without them read as before they existed (facts_json likewise)."""
 

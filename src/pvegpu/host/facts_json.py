@@ -38,6 +38,7 @@ from pvegpu.jsontext import load_json
 from pvegpu.model.bootconfig import BootConfig
 from pvegpu.model.facts import GPU, HostFacts, NumaNode, PciFunction, moves_with
 from pvegpu.model.references import GpuReference
+from pvegpu.model.userspace import UserspaceFile
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.vendors import DRIVER_VERSION_VENDORS
 
@@ -113,6 +114,11 @@ def _make_converter() -> cattrs.Converter:
         BootConfig,
         make_dict_unstructure_fn(BootConfig, conv, kernels=override(omit_if_default=True)),
     )
+    # A link has its text; a library or tool only its path.
+    conv.register_unstructure_hook(
+        UserspaceFile,
+        make_dict_unstructure_fn(UserspaceFile, conv, link=absent),
+    )
     # `boot` is left out while it is empty (no boot files read, as on every bundled
     # fixture), so documents of hosts without them read as before it existed.
     facts_fields = make_dict_unstructure_fn(
@@ -130,6 +136,7 @@ def _make_converter() -> cattrs.Converter:
         pve=override(omit_if_default=True),
         cgroup=override(omit_if_default=True),
         references=override(omit_if_default=True),
+        driver_userspace=override(omit_if_default=True),
     )
 
     def unstructure(facts: HostFacts) -> dict[str, Any]:

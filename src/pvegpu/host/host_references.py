@@ -24,7 +24,7 @@ from pvegpu.host.script_scan import (
     scan_script,
 )
 from pvegpu.model.facts import DriverctlOverride, PciFunction, vfio_id_claims
-from pvegpu.model.paths import SPLIT_MODPROBE, SPLIT_UDEV_RULE, SPLIT_UNIT
+from pvegpu.model.paths import OWN_UNITS, SPLIT_MODPROBE, SPLIT_UDEV_RULE
 from pvegpu.model.references import GpuReference, Holder, NodeRef, ReferenceKind
 from pvegpu.pci import PciAddress
 from pvegpu.vendors import VENDORS, vendor_of
@@ -216,8 +216,8 @@ def unit_references(
     `scripts(path)`: an absolute path on the host, read (or why it cannot be)."""
     found: list[GpuReference] = []
     for path, text in files:
-        if path == SPLIT_UNIT:
-            continue
+        if path in OWN_UNITS:
+            continue  # pvegpu's own: the split's, and the nodes and userspace boot units
         refs: list[GpuReference] = []
         first_operation: tuple[int, str, ScriptUse] | None = None
         unread: tuple[int, str, str] | None = None

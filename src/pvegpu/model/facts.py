@@ -13,6 +13,7 @@ from pvegpu.model.platform import PvePackages
 from pvegpu.model.ports import PortAcs
 from pvegpu.model.references import CgroupVersion, GpuReference
 from pvegpu.model.resources import Bar, HostCpu
+from pvegpu.model.userspace import UserspaceFile
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.values import value_class, value_repr
 from pvegpu.vendors import DRIVER_VERSION_VENDORS, Vendor, vendor_of
@@ -488,6 +489,9 @@ class HostFacts:
     references: tuple[GpuReference, ...] = ()
     """Every place on the host that reaches a GPU, in every guest and on the host itself,
     with the GPUs each reaches now or why that is unknown (`model/references.py`)."""
+    driver_userspace: tuple[UserspaceFile, ...] = ()
+    """The loaded GPU driver's userspace files in the host root, of the module's exact
+    version (`host/userspace.py`), in path order; empty when no such driver is loaded."""
 
     _index: _FactsIndex | None = attrs.field(default=None, init=False, eq=False, repr=False)
     """Lookups by key, built on first use (see `_lookups`); not a fact, never compared."""

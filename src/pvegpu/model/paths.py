@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import posixpath
 
+from pvegpu.pvefiles.lxcconf import DRIVER_MOUNT_POINT, STAGED_USERSPACE
+
 # pvegpu's own files on the host.
 SPLIT_SCRIPT = "usr/local/sbin/pvegpu-vfio-split"
 SPLIT_UNIT_NAME = "pvegpu-vfio-split.service"
@@ -17,6 +19,25 @@ SPLIT_INITRAMFS_HOOK = "etc/initramfs-tools/hooks/pvegpu-vfio-split"
 """Copies the split script into the initramfs, where the modprobe.d hook needs it."""
 SPLIT_UDEV_RULE = "etc/udev/rules.d/70-pvegpu-vfio-split.rules"
 """Runs the split script for each SR-IOV VF the kernel creates (only with VFs to pin)."""
+
+# The boot units that ready the containers' GPUs before guests start (docs/upgrades.md).
+NODES_SCRIPT = "usr/local/sbin/pvegpu-device-nodes"
+NODES_UNIT_NAME = "pvegpu-device-nodes.service"
+NODES_UNIT = f"etc/systemd/system/{NODES_UNIT_NAME}"
+"""Makes the device nodes the plan's containers are given (nvidia-modprobe, ...)."""
+USERSPACE_SCRIPT = "usr/local/sbin/pvegpu-driver-userspace"
+USERSPACE_UNIT_NAME = "pvegpu-driver-userspace.service"
+USERSPACE_UNIT = f"etc/systemd/system/{USERSPACE_UNIT_NAME}"
+"""Stages the host's driver userspace of the loaded module's version for the containers."""
+USERSPACE_DIR = STAGED_USERSPACE.lstrip("/").removesuffix("/current")
+"""Where it stages each version (`<version>/lib`, `<version>/bin`) and the `current` link."""
+USERSPACE_CURRENT = STAGED_USERSPACE.lstrip("/")
+CONTAINER_DRIVER_DIR = DRIVER_MOUNT_POINT
+"""Where a container sees `current` (read-only): its server's unit finds `lib/`, `bin/`."""
+OWN_SCRIPTS = (SPLIT_SCRIPT, NODES_SCRIPT, USERSPACE_SCRIPT)
+"""pvegpu's scripts on the host: discovery reads them, so a render patches them."""
+OWN_UNITS = (SPLIT_UNIT, NODES_UNIT, USERSPACE_UNIT)
+"""pvegpu's own host units: they name the pools' GPUs by design, never as a reference."""
 
 # pmxcfs (/etc/pve): every file there reads back as 0640 root:www-data, whatever mode was
 # written, so the guest configs and pci.cfg are rendered with it.

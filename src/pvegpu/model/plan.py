@@ -9,7 +9,7 @@ import attrs
 from pvegpu.model.decision import SglangServing
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts, NumaNode, PciFunction
 from pvegpu.model.released import ContainerGpusRemoved, MapLinesMoved
-from pvegpu.model.schema import CpusetPolicy, DeviceStyle, Spec
+from pvegpu.model.schema import CpusetPolicy, DeviceStyle, Spec, UserspacePolicy
 from pvegpu.pvefiles.lxcconf import PLAIN, GpuLines, NodeNaming
 from pvegpu.pvefiles.pcicfg import PciMap as PciMap
 from pvegpu.pvefiles.pcicfg import PciMapping as PciMapping
@@ -87,10 +87,18 @@ class LxcContainer:
     naming: NodeNaming = PLAIN
     """How this host's lines name GPU nodes (its cgroup key, by-path names): the old
     lines the patch replaces are recognised by it, and raw lines use its key."""
+    userspace: UserspacePolicy = UserspacePolicy.CONTAINER
+    """The spec's `lxc.userspace`: HOST adds the bind mount of the staged host userspace
+    to `gpu_lines`, and the boot unit that stages it to the bundle."""
 
     @property
     def config_path(self) -> str:
         return f"etc/pve/lxc/{self.vmid}.conf"
+
+    @property
+    def host_userspace(self) -> bool:
+        """Its GPU programs run the host's driver userspace (`userspace = "host"`)."""
+        return self.userspace is UserspacePolicy.HOST
 
     @property
     def node_gid(self) -> int:

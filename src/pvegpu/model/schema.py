@@ -22,6 +22,18 @@ class CpusetPolicy(StrEnum):
     """Never written: the container keeps whatever cpuset line it has (or none)."""
 
 
+class UserspacePolicy(StrEnum):
+    """Whose GPU driver userspace (libcuda, NVML, nvidia-smi) a container's server runs."""
+
+    CONTAINER = "container"
+    """The container's own, installed in it (packages or a runfile): it must be the
+    host module's version exactly, and a driver upgrade on the host means one in it."""
+    HOST = "host"
+    """The host's own, of the loaded module's version: staged at every boot under
+    /var/lib/pvegpu/userspace and bind-mounted read-only into the container, where the
+    server's unit finds it first. The container's own packages are left alone."""
+
+
 class P2PSetting(StrEnum):
     AUTO = "auto"
     """Decide from facts: off when the IOMMU translates DMA or SEV-SNP is on."""
@@ -99,6 +111,8 @@ class LxcSpec:
     display: bool = False
     """Also the GPUs' DRM card nodes (display, modesetting); the render node is enough
     for compute and video."""
+    userspace: UserspacePolicy = UserspacePolicy.CONTAINER
+    """Whose driver userspace the container's GPU programs run (`UserspacePolicy`)."""
 
 
 @value_class

@@ -15,6 +15,7 @@ import attrs
 
 from pvegpu.errors import Problem
 from pvegpu.model.facts import GPU, HostFacts
+from pvegpu.model.paths import NODES_UNIT_NAME
 from pvegpu.model.plan import Finding, LxcContainer, Plan, Pool, Severity, VmGuest
 from pvegpu.model.schema import CpusetPolicy, DeviceStyle, PoolSpec
 from pvegpu.planning.claims import node_naming
@@ -22,6 +23,7 @@ from pvegpu.planning.container_groups import render_gid
 from pvegpu.planning.mapping_moves import old_mappings
 from pvegpu.planning.mig import mig_lines
 from pvegpu.planning.numbering import Renumbering
+from pvegpu.planning.userspace import host_userspace_problems
 from pvegpu.pvefiles import hostpci, lxcconf, qemuconf
 from pvegpu.pvefiles.pcicfg import PciMapping
 from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
@@ -58,6 +60,7 @@ def lxc_container(
         facts.file(f"etc/pve/lxc/{vmid}.conf"),
         cpuset_policy=spec.lxc.cpuset,
         naming=naming,
+        userspace=spec.lxc.userspace,
     )
     path = container.config_path
     own: list[Problem] = []
@@ -89,6 +92,9 @@ def lxc_container(
                 "remove display = true, or pass the GPU to a VM for a desktop",
             )
         )
+    vendor = gpus[0].vendor if gpus else None
+    if container.host_userspace and vendor is not None:
+        own.extend(host_userspace_problems(facts, vendor, where))
     dynamic_major = _dynamic_node(facts, nodes, container, own, findings)
     gid = container.gid
     if gid is None and nodes.drm and container.config is not None:
@@ -109,6 +115,9 @@ def lxc_container(
     )
     # The capability nodes of its MIG instances stay with it (planning/mig.py).
     lines = mig_lines(facts, attrs.evolve(container, gid=gid), gpus, lines, problems, findings)
+    if container.host_userspace:
+        # The staged host userspace is one of its GPU lines: replaced and removed with them.
+        lines = attrs.evolve(lines, raw=(*lines.raw, lxcconf.userspace_mount()))
     problems.extend(lxcconf.dev_slot_problems(container.config.content, nodes, lines, naming))
     majors = gpu_majors(facts, nodes)
     group_gid = gid if container.gid is None else None
@@ -186,8 +195,21 @@ def _dynamic_node(
                     f'load it ({dynamic.load}) and discover again, or use devices = "dev"',
                 )
             )
+        elif nodes.make_command(dynamic.node) is not None:
+            # Proxmox stats each devN node at start; a missing node fails it. The bundle's
+            # nodes unit makes it, in the runbook and at every boot (rendering/boot_units).
+            findings.append(
+                Finding(
+                    Severity.INFO,
+                    f"{module}-not-loaded",
+                    path,
+                    f"{module} is not loaded, and the container's devN entry for "
+                    f"{dynamic.node} fails its start without it: {NODES_UNIT_NAME} loads "
+                    f"it and makes the node ({dynamic.load}) before the container starts, in "
+                    "the runbook and at every boot",
+                )
+            )
         else:
-            # Proxmox stats each devN node at start; a missing node fails it.
             findings.append(
                 Finding(
                     Severity.WARNING,

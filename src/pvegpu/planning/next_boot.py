@@ -35,7 +35,11 @@ from pvegpu.model.paths import CONTAINER_LIBDIRS, DPKG_STATUS
 from pvegpu.model.plan import Finding, Pool, Severity
 from pvegpu.planning.numbering import Renumbering
 from pvegpu.pvefiles.lxcconf import DeviceStyle, raw_uvm_majors
-from pvegpu.serving.container import container_driver_problems, container_driver_state
+from pvegpu.serving.container import (
+    container_driver_install,
+    container_driver_problems,
+    container_driver_state,
+)
 from pvegpu.serving.next_boot import (
     HOST_USERSPACE,
     NextDriver,
@@ -284,8 +288,9 @@ def next_install(state: ContainerDriver, pending: NextDriver, rootfs: str, vmid:
     """The command that puts the next boot's version into the container: the fix
     `container_driver_problems` gives for that version."""
     assert pending.next_version is not None
-    problems = container_driver_problems(state, pending.next_version, rootfs=rootfs, vmid=vmid)
-    return problems[0].fix if problems else ""
+    if not container_driver_problems(state, pending.next_version, rootfs=rootfs, vmid=vmid):
+        return ""
+    return container_driver_install(state, pending.next_version, vmid)
 
 
 def dynamic_major_findings(

@@ -45,6 +45,12 @@ CGROUP_ALLOW = "lxc.cgroup2.devices.allow"
 MOUNT_ENTRY = "lxc.mount.entry"
 CPUSET = "lxc.cgroup2.cpuset.cpus"
 """Pins the container's CPU set; without it pvestatd picks `cores` CPUs and moves them."""
+STAGED_USERSPACE = "/var/lib/pvegpu/userspace/current"
+"""pvegpu's copy of the host's GPU driver userspace of the loaded module's version, made
+at every boot (`userspace = "host"`, docs/upgrades.md): a container's bind mount of it is
+one of its GPU lines, written, replaced and removed with them."""
+DRIVER_MOUNT_POINT = "opt/pvegpu/driver"
+"""Where the container sees it, relative to its root."""
 CGROUP1_ALLOW = "lxc.cgroup.devices.allow"
 CPUSET_V1 = "lxc.cgroup.cpuset.cpus"
 """The legacy hierarchy's keys: live only on a host booted with cgroup v1's devices and
@@ -224,8 +230,29 @@ def is_gpu_line(
         return rule is not None and int(rule[1]) in majors
     if line.key == MOUNT_ENTRY:
         source = line.value.split(maxsplit=1)
-        return bool(source) and bool(nodes.any_node.match(source[0]))
+        return bool(source) and (
+            bool(nodes.any_node.match(source[0])) or source[0] == STAGED_USERSPACE
+        )
     return False
+
+
+def userspace_mount() -> tuple[str, str]:
+    """The container's read-only bind mount of the staged host userspace (`create=dir`
+    makes its mount point). Not `optional`: a host that staged nothing (its driver's
+    files missing at boot) fails the start, rather than leave the server on whatever
+    userspace the container has."""
+    return (MOUNT_ENTRY, f"{STAGED_USERSPACE} {DRIVER_MOUNT_POINT} none bind,ro,create=dir")
+
+
+def has_userspace_mount(text: str) -> bool:
+    """Does the main section bind-mount the staged host userspace?"""
+    main = split_sections(text)[0]
+    return any(
+        line.kind is LineKind.RAW
+        and line.key == MOUNT_ENTRY
+        and line.value.split(maxsplit=1)[:1] == [STAGED_USERSPACE]
+        for line in parse_lines(main.text)
+    )
 
 
 def unprivileged(text: str) -> bool:
@@ -299,6 +326,11 @@ def _node_source(line: ConfLine, allow_key: str = CGROUP_ALLOW) -> str | None:
     if line.kind is LineKind.RAW and line.key == allow_key:
         return allow_path(line.value)
     return None
+
+
+def node_source(line: ConfLine) -> str | None:
+    """The host path a `devN` entry or `lxc.mount.entry` hands over; None for other lines."""
+    return _node_source(line)
 
 
 def grants_every_gpu(line: ConfLine, nodes: DeviceNodes, naming: NodeNaming = PLAIN) -> bool:

@@ -131,5 +131,10 @@ def _container_config(facts: HostFacts, pool: Pool, container: LxcContainer) -> 
                 f"; {lxcconf.CPUSET}: {numa.cpus} pins the container to NUMA node "
                 f"{numa.id}, the serving unit's CPUAffinity"
             )
+        if container.host_userspace:
+            reason += (
+                f"; the host's staged driver userspace bind-mounted read-only at "
+                f"/{lxcconf.DRIVER_MOUNT_POINT}"
+            )
         reason += "; other lines and snapshots kept"
     return Artifact(container.config_path, content, reason, PVE_MODE, base=container.config)

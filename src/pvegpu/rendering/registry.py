@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pvegpu.errors import Problem, RenderError
 from pvegpu.model.artifact import Artifact
 from pvegpu.model.plan import Plan
+from pvegpu.rendering.boot_units import render_boot_units
 from pvegpu.rendering.lxc import render_lxc_configs
 from pvegpu.rendering.pci_cfg import render_pci_cfg
 from pvegpu.rendering.revert import render_revert
@@ -26,6 +27,7 @@ RENDERERS: tuple[Renderer, ...] = (
     render_pci_cfg,
     render_vm_configs,
     render_split,
+    render_boot_units,
     render_serving,
 )
 """Renderers of the files that get installed, in the order the summary lists them."""

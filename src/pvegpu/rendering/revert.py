@@ -15,7 +15,15 @@ import attrs
 from pvegpu.formats.templating import render_template
 from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact, container_target
 from pvegpu.model.facts import ConfigFile
-from pvegpu.model.paths import SPLIT_SCRIPT, SPLIT_UDEV_RULE, SPLIT_UNIT_NAME
+from pvegpu.model.paths import (
+    NODES_SCRIPT,
+    NODES_UNIT_NAME,
+    SPLIT_SCRIPT,
+    SPLIT_UDEV_RULE,
+    SPLIT_UNIT_NAME,
+    USERSPACE_SCRIPT,
+    USERSPACE_UNIT_NAME,
+)
 from pvegpu.model.plan import Plan
 from pvegpu.redact import holds_secret, redact_text
 from pvegpu.rendering.bundle import bundle_path
@@ -154,6 +162,19 @@ def render_revert(plan: Plan, applied: Sequence[Artifact]) -> tuple[Artifact, ..
         ],
         has_split=any(a.path == SPLIT_SCRIPT for a in installed),
         has_udev_rule=any(a.path == SPLIT_UDEV_RULE for a in installed),
+        boot_units=[
+            unit
+            for script, unit in (
+                (NODES_SCRIPT, NODES_UNIT_NAME),
+                (USERSPACE_SCRIPT, USERSPACE_UNIT_NAME),
+            )
+            if any(a.path == script and a.target == HOST for a in installed)
+        ],
+        userspace_script=(
+            "/" + USERSPACE_SCRIPT
+            if any(a.path == USERSPACE_SCRIPT and a.target == HOST for a in installed)
+            else ""
+        ),
         split_script="/" + SPLIT_SCRIPT,
         split_unit=SPLIT_UNIT,
         host_restores=[a for a in restores if a.target == HOST and not a.delete],

@@ -23,6 +23,7 @@ from pvegpu.model.paths import (
     SYSTEM_UNIT_PATH,
 )
 from pvegpu.model.plan import Severity
+from pvegpu.pvefiles.lxcconf import DRIVER_MOUNT_POINT
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.next_boot import userspace_target
 from pvegpu.values import value_class
@@ -57,6 +58,14 @@ def container_driver_state(
     return ContainerDriver(tuple(libraries), tuple(sorted(packages)))
 
 
+HOST_USERSPACE_WAY = (
+    'or set userspace = "host" in [pools.lxc]: its server then runs the host\'s own '
+    "userspace of the loaded module, staged at every boot, and follows driver upgrades "
+    "with nothing to install in the container (docs/upgrades.md)"
+)
+"""The other way out of a container userspace that is not the host module's."""
+
+
 def container_driver_problems(
     state: ContainerDriver, host_version: str, *, rootfs: str, vmid: int, module: str = ""
 ) -> tuple[Problem, ...]:
@@ -79,32 +88,7 @@ def container_driver_problems(
         return ()
     found = ", ".join(f"{n} ({v})" for n, v in (*state.libraries, *state.packages))
     against = module or f"the host's kernel module is {host_version}"
-    major = host_version.split(".")[0]
-    installs, removes = [], []
-    for name, version in state.packages:
-        if version == host_version:
-            continue
-        m = _MAJOR_SUFFIX.match(name)
-        if m:
-            installs.append(f"{m.group('base')}-{major}={host_version}-*")
-            removes.append(name)
-        else:
-            installs.append(f"{name}={host_version}-*")
-    stale = [n for n, v in state.libraries if v != host_version]
-    if installs:
-        cmd = f"apt install {' '.join(dict.fromkeys(installs))}"
-        if removes:
-            cmd += f" && apt remove {' '.join(removes)}"
-        fix = f"pct exec {vmid} -- sh -c '{cmd}'"
-    elif stale and any(v == host_version for _, v in state.packages):
-        # The packages are right; the old libraries are leftovers (e.g. of a runfile).
-        libdir = f"/{CONTAINER_LIBDIRS[0]}"
-        fix = f"pct exec {vmid} -- rm " + " ".join(f"{libdir}/{n}" for n in stale)
-    else:
-        fix = (
-            f"install the {host_version} userspace in container {vmid} "
-            f"(NVIDIA-Linux-x86_64-{host_version}.run --no-kernel-modules)"
-        )
+    fix = container_driver_install(state, host_version, vmid)
     return (
         Problem(
             "container-driver-mismatch",
@@ -112,8 +96,39 @@ def container_driver_problems(
             f"container {vmid} has NVIDIA userspace {', '.join(wrong)} but {against}; a "
             "mismatch hangs NCCL or fails CUDA init "
             f"(found: {found})",
-            fix,
+            fix + f"; {HOST_USERSPACE_WAY}",
         ),
+    )
+
+
+def container_driver_install(state: ContainerDriver, version: str, vmid: int) -> str:
+    """The command that puts driver userspace `version` into the container: its driver
+    packages moved to that version (their branch suffix too), leftover libraries of a
+    runfile removed, or the runfile named when it has no packages."""
+    major = version.split(".")[0]
+    installs, removes = [], []
+    for name, have in state.packages:
+        if have == version:
+            continue
+        m = _MAJOR_SUFFIX.match(name)
+        if m:
+            installs.append(f"{m.group('base')}-{major}={version}-*")
+            removes.append(name)
+        else:
+            installs.append(f"{name}={version}-*")
+    stale = [n for n, v in state.libraries if v != version]
+    if installs:
+        cmd = f"apt install {' '.join(dict.fromkeys(installs))}"
+        if removes:
+            cmd += f" && apt remove {' '.join(removes)}"
+        return f"pct exec {vmid} -- sh -c '{cmd}'"
+    if stale and any(v == version for _, v in state.packages):
+        # The packages are right; the old libraries are leftovers (e.g. of a runfile).
+        libdir = f"/{CONTAINER_LIBDIRS[0]}"
+        return f"pct exec {vmid} -- rm " + " ".join(f"{libdir}/{n}" for n in stale)
+    return (
+        f"install the {version} userspace in container {vmid} "
+        f"(NVIDIA-Linux-x86_64-{version}.run --no-kernel-modules)"
     )
 
 
@@ -303,6 +318,10 @@ def container_driver(
             f"({', '.join(sorted(state.versions)) or 'none'}) was not compared with it",
         )
         return state
+    lxc = checks.pool.lxc
+    if lxc is not None and lxc.host_userspace:
+        _bypassed(checks, state, host.version, vmid)
+        return state
     # Against the module it will meet: the next boot's when the runbook reboots first.
     target = userspace_target(checks.facts, checks.after_reboot)
     version, module = target if target is not None else (host.version, "")
@@ -310,3 +329,21 @@ def container_driver(
         container_driver_problems(state, version, rootfs=path, vmid=vmid, module=module)
     )
     return state
+
+
+def _bypassed(checks: Checks, state: ContainerDriver, host_version: str, vmid: int) -> None:
+    """With `userspace = "host"` the server runs the host's userspace, whatever the
+    container has: its own is said, not refused (it is what other programs there load)."""
+    wrong = sorted(v for v in state.versions if v != host_version)
+    if not wrong:
+        return
+    found = ", ".join(f"{n} ({v})" for n, v in (*state.libraries, *state.packages))
+    checks.finding(
+        Severity.INFO,
+        "container-driver-bypassed",
+        f"CT {vmid} has NVIDIA userspace {', '.join(wrong)} of its own (found: {found}); "
+        f"its server runs the host's {host_version} from /{DRIVER_MOUNT_POINT} "
+        '(userspace = "host"), so the two need not match. Other programs in the container '
+        "still load its own, which the host's module refuses (NVML: driver/library version "
+        f"mismatch): run them with LD_LIBRARY_PATH=/{DRIVER_MOUNT_POINT}/lib",
+    )

@@ -26,7 +26,14 @@ from cattrs.errors import (
 )
 
 from pvegpu.errors import Problem, SpecError
-from pvegpu.model.schema import CpusetPolicy, DeviceStyle, P2PSetting, PoolSpec, Spec
+from pvegpu.model.schema import (
+    CpusetPolicy,
+    DeviceStyle,
+    P2PSetting,
+    PoolSpec,
+    Spec,
+    UserspacePolicy,
+)
 from pvegpu.pci import PciAddress
 from pvegpu.spec.lines import locate
 from pvegpu.spec.nodes import node_problems
@@ -97,7 +104,7 @@ def _converter() -> cattrs.Converter:
     conv.register_structure_hook(float, _structure_float)
     # Each enum explicitly: StrEnums are str subclasses and would otherwise be taken
     # by the plain-string hook above and stay unvalidated strings.
-    for enum_type in (DeviceStyle, P2PSetting, CpusetPolicy):
+    for enum_type in (DeviceStyle, P2PSetting, CpusetPolicy, UserspacePolicy):
         conv.register_structure_hook(enum_type, _structure_enum)
     conv.register_structure_hook_func(lambda t: t == _ENV_TYPE, _structure_env)
     return conv

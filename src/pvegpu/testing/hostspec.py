@@ -229,7 +229,9 @@ class NvidiaModule:
     """Open kernel module (required by Blackwell) or the proprietary one."""
     build: str | None = None
     """Text after the version on the NVRM line; a plausible build stamp when None."""
-    uvm_major: int = 509
+    uvm_major: int | None = 509
+    """nvidia-uvm's major in /proc/devices; None: not loaded (after a boot, until something
+    loads it: nvidia-modprobe -u, or a CUDA program run as root)."""
     caps_major: int | None = 510
 
 
@@ -268,6 +270,11 @@ class HostSpec:
     kernels: KernelsSpec | None = None
     """The running and installed kernels, their DKMS builds and the boot loader's pick of
     the next (`pvegpu.testing.kernels`); None: none of those files."""
+    driver_userspace: str | None = None
+    """The NVIDIA driver userspace version installed in the host root (libraries with
+    their soname links in usr/lib/x86_64-linux-gnu, the tools in usr/bin, as the .run
+    installer lays them out: `pvegpu.testing.userspace`); None: none. `files` and
+    `symlinks` are written after it, so a test can replace one of them."""
 
 
 class HostSpecError(ValueError):

@@ -28,6 +28,7 @@ from pvegpu.testing.hostspec import (
 from pvegpu.testing.kernels import write_kernels
 from pvegpu.testing.partitions import write_device_partitions, write_host_partitions
 from pvegpu.testing.resources import BarPlacer, cpuinfo_text, meminfo_text
+from pvegpu.testing.userspace import nvidia_userspace
 
 FILE_MODE = 0o644
 DRM_MAJOR = 226
@@ -341,7 +342,9 @@ class _Writer:
         char = list(BASE_CHAR_DEVICES) + list(self.desc.char_devices)
         nv = self.desc.nvidia
         if nv is not None:
-            char += [(195, "nvidia"), (nv.uvm_major, "nvidia-uvm")]
+            char.append((195, "nvidia"))
+            if nv.uvm_major is not None:
+                char.append((nv.uvm_major, "nvidia-uvm"))
             if nv.caps_major is not None:
                 char.append((nv.caps_major, "nvidia-caps"))
         # The kernel lists majors in ascending order, registration order within one.
@@ -395,7 +398,11 @@ class _Writer:
                 self.dir(f"etc/pve/{node_dir}/{sub}")
                 self.link(f"etc/pve/{sub}", f"{node_dir}/{sub}")
             self.link("etc/pve/local", node_dir)
-        for rel, target in sorted(self.desc.symlinks.items()):
+        files: dict[str, str] = {}
+        links: dict[str, str] = {}
+        if self.desc.driver_userspace is not None:
+            files, links = nvidia_userspace(self.desc.driver_userspace)
+        for rel, target in sorted((links | dict(self.desc.symlinks)).items()):
             self.link(rel, target)
-        for rel, content in sorted(self.desc.files.items()):
+        for rel, content in sorted((files | dict(self.desc.files)).items()):
             self.file(rel, content)

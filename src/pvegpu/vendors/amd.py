@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from pvegpu.vendors.drm import drm_nodes
-from pvegpu.vendors.vendor import ComputeRuntime, DynamicNode, Vendor
+from pvegpu.vendors.vendor import ComputeRuntime, DynamicNode, NodeMaker, Vendor
 
 PCI_VENDOR = 0x1002
 
@@ -34,7 +36,13 @@ AMD = Vendor(
     driver_modules=frozenset({"amdgpu", "radeon"}),
     # radeon binds the GCN 1/2 cards amdgpu leaves to it by default.
     drivers=("amdgpu", "radeon"),
-    nodes=drm_nodes(shared=(KFD.node,), dynamic=KFD),
+    # amdgpu makes its render nodes as it binds each GPU, and /dev/kfd as it loads: loading
+    # it (if udev has not yet) is all a container's nodes need before guests start.
+    nodes=drm_nodes(
+        shared=(KFD.node,),
+        dynamic=KFD,
+        makers=(NodeMaker(re.compile(re.escape(KFD.node)), ("modprobe", KFD.loaded_by)),),
+    ),
     compute=ROCM,
     # Instinct MI300 split into DPX..CPX partitions: partition 0 keeps the PCI device's
     # render node, the others get render nodes of `amdgpu_xcp.N` platform devices, which

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from pvegpu.vendors.vendor import DeviceNodes, DynamicNode
+from pvegpu.vendors.vendor import DeviceNodes, DynamicNode, NodeMaker
 
 DRM_MAJOR = 226
 RENDER_PATH = "/dev/dri/renderD{minor}"
@@ -20,9 +20,14 @@ _GPU_NODE = r"/dev/dri/(?:renderD|card)([0-9]+)"
 _ANY_DRM = r"/dev/dri(?:/(?:card[0-9]+|renderD[0-9]+|by-path(?:/.*)?))?"
 
 
-def drm_nodes(shared: tuple[str, ...] = (), dynamic: DynamicNode | None = None) -> DeviceNodes:
+def drm_nodes(
+    shared: tuple[str, ...] = (),
+    dynamic: DynamicNode | None = None,
+    makers: tuple[NodeMaker, ...] = (),
+) -> DeviceNodes:
     """A vendor's container nodes when its GPUs are reached through DRM: each GPU's render
-    node (and its card node for display), plus the vendor's own shared nodes."""
+    node (and its card node for display), plus the vendor's own shared nodes. The DRM
+    nodes appear as the driver binds a GPU (devtmpfs); `makers` make the shared ones."""
     extra = "".join(f"|{re.escape(path)}" for path in shared)
     return DeviceNodes(
         gpu_path=RENDER_PATH,
@@ -36,6 +41,7 @@ def drm_nodes(shared: tuple[str, ...] = (), dynamic: DynamicNode | None = None) 
         stack_prefix=dynamic.module if dynamic is not None else None,
         drm=True,
         display_path=CARD_PATH,
+        makers=makers,
     )
 
 

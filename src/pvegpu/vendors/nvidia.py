@@ -16,7 +16,9 @@ from pvegpu.vendors.vendor import (
     GpuInformation,
     GpuNodeSource,
     GpuTool,
+    HostUserspace,
     ModuleFiles,
+    NodeMaker,
     Userspace,
     Vendor,
 )
@@ -39,6 +41,15 @@ NODES = DeviceNodes(
     # is uvm, 1 uvm-tools.
     dynamic=DynamicNode("nvidia-uvm", "/dev/nvidia-uvm", (0, 1), "nvidia-modprobe -u -c=0", "CUDA"),
     stack_prefix="nvidia",
+    # The driver registers its majors but makes no node: nvidia-modprobe does (the setuid
+    # helper a CUDA program calls, here run as root at boot). `-c=N` loads nvidia and makes
+    # /dev/nvidiaN, minor 255 being /dev/nvidiactl; `-u -c=0` loads nvidia-uvm and makes
+    # /dev/nvidia-uvm and /dev/nvidia-uvm-tools (its minors 0 and 1).
+    makers=(
+        NodeMaker(re.compile(r"/dev/nvidia([0-9]+)"), ("nvidia-modprobe", "-c={0}")),
+        NodeMaker(re.compile(r"/dev/nvidiactl"), ("nvidia-modprobe", "-c=255")),
+        NodeMaker(re.compile(r"/dev/nvidia-uvm(?:-tools)?"), ("nvidia-modprobe", "-u", "-c=0")),
+    ),
 )
 
 
@@ -149,6 +160,41 @@ USERSPACE = Userspace(
     driver_package=lambda name: "nvidia" in name or name.startswith("libcuda"),
 )
 
+# What libnvidia-container (src/nvc_info.c) mounts into a container for the `utility` and
+# `compute` capabilities, of the driver's exact version: the libraries a CUDA process and
+# NVML open. libcuda loads the PTX JIT (libnvidia-ptxjitcompiler) itself, so the three
+# required ones are what CUDA and nvidia-smi cannot start without; the others are staged
+# when the version ships them. The host's daemons (nvidia-persistenced, nv-fabricmanager)
+# stay out: run in a container, they would fight the host's.
+HOST_USERSPACE = HostUserspace(
+    libdir="usr/lib/x86_64-linux-gnu",
+    libraries=(
+        "libnvidia-ml",
+        "libnvidia-cfg",
+        "libnvidia-nscq",
+        "libcuda",
+        "libcudadebugger",
+        "libnvidia-opencl",
+        "libnvidia-gpucomp",
+        "libnvidia-ptxjitcompiler",
+        "libnvidia-fatbinaryloader",
+        "libnvidia-allocator",
+        "libnvidia-compiler",
+        "libnvidia-pkcs11",
+        "libnvidia-pkcs11-openssl3",
+        "libnvidia-nvvm",
+        "libnvidia-tileiras",
+    ),
+    required_libraries=("libcuda", "libnvidia-ml", "libnvidia-ptxjitcompiler"),
+    bindir="usr/bin",
+    tools=("nvidia-smi", "nvidia-debugdump", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
+    required_tools=("nvidia-smi",),
+    install=(
+        "sh NVIDIA-Linux-x86_64-{version}.run --no-kernel-modules (the userspace of the "
+        "loaded module), or the distribution's packages of exactly {version}"
+    ),
+)
+
 SMI = GpuTool(
     list_gpus=("nvidia-smi", "-L"),
     listed_prefix="GPU ",
@@ -246,6 +292,7 @@ NVIDIA = Vendor(
     driver_loaders=("nvidia-persistenced",),
     nodes=NODES,
     userspace=USERSPACE,
+    host_userspace=HOST_USERSPACE,
     tool=SMI,
     gpu_information=GPU_INFORMATION,
     driver_version=DRIVER_VERSION,

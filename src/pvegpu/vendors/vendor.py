@@ -41,6 +41,28 @@ class DynamicNode:
 
 @value_class
 @attrs.frozen(eq=False, repr=False)
+class NodeMaker:
+    """A command that makes device nodes a container is given, for nodes the driver does not
+    make as it binds a GPU (NVIDIA's /dev/nvidiaN, nvidiactl and nvidia-uvm exist only once
+    nvidia-modprobe, or a CUDA program run as root, made them), or that loads the module
+    whose loading makes them (AMD's /dev/kfd). Run at every boot before guests start: a
+    container's `devN` for a missing node fails its start."""
+
+    node: re.Pattern[str]
+    """The node paths it makes (`fullmatch`); the match's groups fill `command`."""
+    command: tuple[str, ...]
+    """Its argv, each word `str.format`ted with the groups (`-c={0}`: the minor)."""
+
+    def argv(self, path: str) -> tuple[str, ...] | None:
+        """The command that makes `path`, or None when this maker does not make it."""
+        match = self.node.fullmatch(path)
+        if match is None:
+            return None
+        return tuple(word.format(*match.groups()) for word in self.command)
+
+
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class DeviceNodes:
     """The /dev nodes a vendor's driver creates for its GPUs, as a container config names them.
 
@@ -72,9 +94,16 @@ class DeviceNodes:
     display_path: str | None = None
     """`str.format` pattern of a GPU's display node by its minor (`/dev/dri/card{minor}`),
     handed over only when the spec asks for display; None: the vendor has no such node."""
+    makers: tuple[NodeMaker, ...] = ()
+    """What makes the nodes the driver does not make as it binds; a node none of them
+    makes appears by itself (devtmpfs) once its driver holds the GPU."""
 
     def path(self, minor: int) -> str:
         return self.gpu_path.format(minor=minor)
+
+    def make_command(self, path: str) -> tuple[str, ...] | None:
+        """The command that makes node `path`, or None: it appears by itself."""
+        return next((argv for m in self.makers if (argv := m.argv(path)) is not None), None)
 
     def majors(self, proc_devices: Iterable[tuple[int, str]]) -> frozenset[int]:
         """The fixed major plus every major of the stack in /proc/devices (major, name)."""
@@ -202,6 +231,43 @@ class Userspace:
 
 @value_class
 @attrs.frozen(eq=False, repr=False)
+class HostUserspace:
+    """The driver's userspace as the host has it installed, of the loaded module's version:
+    what a container pool with `userspace = "host"` gets bind-mounted instead of its own.
+
+    The files are found by name, `<library>.so.<version>` in `libdir` and the tools in
+    `bindir`, with the host's own soname links to them (`libcuda.so.1`), as
+    libnvidia-container selects a driver's libraries for a container.
+    """
+
+    libdir: str
+    """The multiarch library directory, relative to the root."""
+    libraries: tuple[str, ...]
+    """Each library's name before `.so`: staged when the host has it for the version."""
+    required_libraries: tuple[str, ...]
+    """The ones without which the runtime cannot start: their absence is refused."""
+    bindir: str
+    tools: tuple[str, ...]
+    """Command-line tools staged with them (never the host's daemons)."""
+    required_tools: tuple[str, ...]
+    install: str
+    """How an admin installs a version's userspace on the host without touching the
+    loaded module, `str.format`ted with `version`: the fix when its files are missing."""
+
+    def library(self, name: str, version: str) -> str:
+        """A library's file name for a driver version: `libcuda.so.590.48.01`."""
+        return f"{name}.so.{version}"
+
+    def required_paths(self, version: str) -> tuple[str, ...]:
+        """Root-relative paths of the files a version must have on the host."""
+        return (
+            *(f"{self.libdir}/{self.library(n, version)}" for n in self.required_libraries),
+            *(f"{self.bindir}/{t}" for t in self.required_tools),
+        )
+
+
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class ComputeRuntime:
     """The vendor's compute runtime an inference engine's build runs on: how a server is
     told which of the container's GPUs are its own, and the collective library of TP."""
@@ -246,6 +312,9 @@ class Vendor:
     """Its device nodes, when pvegpu can hand its GPUs to a container."""
     userspace: Userspace | None = None
     """Its userspace in a container, when pvegpu can check it against the host's module."""
+    host_userspace: HostUserspace | None = None
+    """Its userspace on the host, when pvegpu can hand it to a container
+    (`userspace = "host"`); needs `driver_version` for the loaded module's version."""
     tool: GpuTool | None = None
     """Its GPU listing tool, when it has one pvegpu can read."""
     gpu_information: GpuNodeSource | None = None

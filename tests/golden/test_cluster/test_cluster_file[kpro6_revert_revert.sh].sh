@@ -79,6 +79,8 @@ unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" f7edd14bd9e09cb2a2ca890bf6584
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" ab9fac5ddca9581fc4a5f0d90b0b8a73cc0af093250eb1ced505493b980f3117
 unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" 585ee42227ec0700049f4b439c77de4b2b3886bba6c3840432bac1ce1015e3b9
 unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" 8f2cd71da81f189f363d859c68a6b748f729d42dfc27dcd0279b333acbefd1f6
+unchanged "$ROOT/usr/local/sbin/pvegpu-device-nodes" 58b15ec59588d297cb455e8bba8ab3c4ba07332fb19efbf3054f6d7b773c82cc
+unchanged "$ROOT/etc/systemd/system/pvegpu-device-nodes.service" 6880a2a978e210aa3a2ba10e8a19e05a8e9c3c7fb42df0e9b0b58b73c13e3ff6
 if [ "$changed" -ne 0 ]; then
     echo "revert.sh: nothing done; merge those files by hand (the bundle holds the old copies)" >&2
     exit 3
@@ -97,7 +99,10 @@ echo "2. return the vfio-pci functions to the drivers they had before"
 run systemctl disable pvegpu-vfio-split.service
 run "$ROOT/usr/local/sbin/pvegpu-vfio-split" revert
 
-echo "3. restore the host's files"
+echo "3. stop readying the containers' GPUs at boot"
+run systemctl disable pvegpu-device-nodes.service
+
+echo "4. restore the host's files"
 # restore etc/pve/lxc/129.conf as it was before (sha256 23162c027f91)
 cp "$bundle/etc/pve/lxc/129.conf" "$ROOT/etc/pve/lxc/129.conf"
 # restore etc/pve/mapping/pci.cfg as it was before (sha256 623ab1c6e375)
@@ -110,13 +115,17 @@ rm -f "$ROOT/etc/systemd/system/pvegpu-vfio-split.service"
 rm -f "$ROOT/etc/modprobe.d/pvegpu-vfio.conf"
 # remove etc/initramfs-tools/hooks/pvegpu-vfio-split: pvegpu created it
 rm -f "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split"
+# remove usr/local/sbin/pvegpu-device-nodes: pvegpu created it
+rm -f "$ROOT/usr/local/sbin/pvegpu-device-nodes"
+# remove etc/systemd/system/pvegpu-device-nodes.service: pvegpu created it
+rm -f "$ROOT/etc/systemd/system/pvegpu-device-nodes.service"
 run systemctl daemon-reload
 # The modprobe.d hook may have been copied into the initramfs.
 if [ -n "$ROOT" ] || command -v update-initramfs >/dev/null 2>&1; then
     run update-initramfs -u -k all
 fi
 
-echo "4. start the containers with their previous GPUs"
+echo "5. start the containers with their previous GPUs"
 run pct start 129
 
 echo "revert of node kpro6 done"

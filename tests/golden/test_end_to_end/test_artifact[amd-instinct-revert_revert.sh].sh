@@ -80,6 +80,8 @@ unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" 28b9675ef79dab94d39a813372620
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" 8a19de7f7812eeb5b29b2b3e9247aeb1e1ad7d0d9b38e9d4f90767ffe86cbc28
 unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" 5effb424fe934cfde1e0022f4781bfb354469aa5e9d02cacbe68b43c83b69813
 unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" aa846cbaba0b53eafaa43a5264556faad1dcf1e30e31f27fb11373e1027fc138
+unchanged "$ROOT/usr/local/sbin/pvegpu-device-nodes" 2b71c5cafbda0dd5fb8cb6edc0d620c6d392869d1e99b75de7d1f398d8ffd65e
+unchanged "$ROOT/etc/systemd/system/pvegpu-device-nodes.service" d1761285274ee9e04d9ffa7b8ade89fba6110b08d2bfbf57d1bb9f308fa237df
 if [ "$changed" -ne 0 ]; then
     echo "revert.sh: nothing done; merge those files by hand (the bundle holds the old copies)" >&2
     exit 3
@@ -112,7 +114,10 @@ echo "3. return the vfio-pci functions to the drivers they had before"
 run systemctl disable pvegpu-vfio-split.service
 run "$ROOT/usr/local/sbin/pvegpu-vfio-split" revert
 
-echo "4. restore the host's files"
+echo "4. stop readying the containers' GPUs at boot"
+run systemctl disable pvegpu-device-nodes.service
+
+echo "5. restore the host's files"
 # restore etc/pve/lxc/150.conf as it was before (sha256 600dbd7fe27b)
 cp "$bundle/etc/pve/lxc/150.conf" "$ROOT/etc/pve/lxc/150.conf"
 # restore etc/pve/qemu-server/450.conf as it was before (sha256 153ad0dc9158)
@@ -127,13 +132,17 @@ rm -f "$ROOT/etc/systemd/system/pvegpu-vfio-split.service"
 rm -f "$ROOT/etc/modprobe.d/pvegpu-vfio.conf"
 # remove etc/initramfs-tools/hooks/pvegpu-vfio-split: pvegpu created it
 rm -f "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split"
+# remove usr/local/sbin/pvegpu-device-nodes: pvegpu created it
+rm -f "$ROOT/usr/local/sbin/pvegpu-device-nodes"
+# remove etc/systemd/system/pvegpu-device-nodes.service: pvegpu created it
+rm -f "$ROOT/etc/systemd/system/pvegpu-device-nodes.service"
 run systemctl daemon-reload
 # The modprobe.d hook may have been copied into the initramfs.
 if [ -n "$ROOT" ] || command -v update-initramfs >/dev/null 2>&1; then
     run update-initramfs -u -k all
 fi
 
-echo "5. start the containers with their previous GPUs and servers"
+echo "6. start the containers with their previous GPUs and servers"
 run pct start 150
 # Started with the container if it is enabled; a unit that was not is started here.
 run pct exec 150 -- systemctl start sglang-qwen.service

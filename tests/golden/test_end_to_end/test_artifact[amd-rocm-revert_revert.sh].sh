@@ -74,6 +74,8 @@ unchanged() {
     fi
 }
 unchanged "$ROOT/etc/pve/lxc/130.conf" 2d4f33b83394f0c27bc0d88baa3205db5e60a2e108ecbf9effd9dc6b13ab3e5b
+unchanged "$ROOT/usr/local/sbin/pvegpu-device-nodes" b30702dfda5f404d47877da1053c17c378f0a6569d110c5e09f824cc07298d8b
+unchanged "$ROOT/etc/systemd/system/pvegpu-device-nodes.service" de2d6b6b080b95b4ca5e8998fbc0d576d41c14047674a47da2d13c4f560801d8
 if [ "$changed" -ne 0 ]; then
     echo "revert.sh: nothing done; merge those files by hand (the bundle holds the old copies)" >&2
     exit 3
@@ -87,12 +89,19 @@ if running pct 130; then
     run pct stop 130
 fi
 
-echo "2. restore the host's files"
+echo "2. stop readying the containers' GPUs at boot"
+run systemctl disable pvegpu-device-nodes.service
+
+echo "3. restore the host's files"
 # restore etc/pve/lxc/130.conf as it was before (sha256 929966169dd8)
 cp "$bundle/etc/pve/lxc/130.conf" "$ROOT/etc/pve/lxc/130.conf"
+# remove usr/local/sbin/pvegpu-device-nodes: pvegpu created it
+rm -f "$ROOT/usr/local/sbin/pvegpu-device-nodes"
+# remove etc/systemd/system/pvegpu-device-nodes.service: pvegpu created it
+rm -f "$ROOT/etc/systemd/system/pvegpu-device-nodes.service"
 run systemctl daemon-reload
 
-echo "3. start the containers with their previous GPUs"
+echo "4. start the containers with their previous GPUs"
 run pct start 130
 
 echo "revert of node pve-rocm done"

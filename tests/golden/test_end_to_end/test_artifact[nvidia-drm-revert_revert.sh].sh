@@ -81,6 +81,8 @@ unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" a8227ab5adc4e3c965ddce5731342
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" 01035457d81ee5286fcb6de4feb5a142ba0d6e90c8f19bc365f263dd1f2ab957
 unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" c1930bbf7fb10843a3080b2496baacfc071b2f731bf311e16f82ea93446aede6
 unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" 643b698e4d952fbf399b779c4b16bf4ef6e02645bacb59c391cf0bc174c22416
+unchanged "$ROOT/usr/local/sbin/pvegpu-device-nodes" 6dc27da91428741230bc46097c7f30a97e422f92cf8ce45482860403255f5606
+unchanged "$ROOT/etc/systemd/system/pvegpu-device-nodes.service" f510d177a5ce969f477dc5f09ccff44ef81df117a6afbb885607e0062c546ac4
 if [ "$changed" -ne 0 ]; then
     echo "revert.sh: nothing done; merge those files by hand (the bundle holds the old copies)" >&2
     exit 3
@@ -104,7 +106,10 @@ echo "3. return the vfio-pci functions to the drivers they had before"
 run systemctl disable pvegpu-vfio-split.service
 run "$ROOT/usr/local/sbin/pvegpu-vfio-split" revert
 
-echo "4. restore the host's files"
+echo "4. stop readying the containers' GPUs at boot"
+run systemctl disable pvegpu-device-nodes.service
+
+echo "5. restore the host's files"
 # restore etc/pve/lxc/140.conf as it was before (sha256 6d4f846d5e3f)
 cp "$bundle/etc/pve/lxc/140.conf" "$ROOT/etc/pve/lxc/140.conf"
 # restore etc/pve/lxc/141.conf as it was before (sha256 fd64eb21ca37)
@@ -121,13 +126,17 @@ rm -f "$ROOT/etc/systemd/system/pvegpu-vfio-split.service"
 rm -f "$ROOT/etc/modprobe.d/pvegpu-vfio.conf"
 # remove etc/initramfs-tools/hooks/pvegpu-vfio-split: pvegpu created it
 rm -f "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split"
+# remove usr/local/sbin/pvegpu-device-nodes: pvegpu created it
+rm -f "$ROOT/usr/local/sbin/pvegpu-device-nodes"
+# remove etc/systemd/system/pvegpu-device-nodes.service: pvegpu created it
+rm -f "$ROOT/etc/systemd/system/pvegpu-device-nodes.service"
 run systemctl daemon-reload
 # The modprobe.d hook may have been copied into the initramfs.
 if [ -n "$ROOT" ] || command -v update-initramfs >/dev/null 2>&1; then
     run update-initramfs -u -k all
 fi
 
-echo "5. start the containers with their previous GPUs"
+echo "6. start the containers with their previous GPUs"
 run pct start 140
 
 echo "revert of node pve-stream done"

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 from pvegpu.model.decision import P2PDecision
 from pvegpu.model.plan import Severity
+from pvegpu.pvefiles.lxcconf import DRIVER_MOUNT_POINT
 from pvegpu.serving.checks import Checks
 from pvegpu.spec.rules import ENV_NAME
 from pvegpu.vendors import ComputeRuntime
@@ -50,6 +51,10 @@ def service_environment(
     if not p2p.enabled:
         env.append((P2P_ENV, "1"))
     env.extend(derived)
+    lxc = checks.pool.lxc
+    driver = host_driver_environment() if lxc is not None and lxc.host_userspace else {}
+    spec_names = {name for name, _ in spec.environment}
+    env.extend((name, value) for name, value in driver.items() if name not in spec_names)
     ours = dict(env)
     for name, value in spec.environment:
         where = f"{checks.where}.environment.{name}"
@@ -91,6 +96,10 @@ def service_environment(
         finding = retired(name)
         if finding is not None:
             checks.finding(Severity.WARNING, *finding)
+        if name in driver:
+            # The staged host userspace first, then the spec's own directories.
+            env.append((name, f"{driver[name].split(':')[0]}:{value}"))
+            continue
         if name in ours:
             if ours[name] != value:
                 checks.problem(
@@ -103,6 +112,19 @@ def service_environment(
             continue
         env.append((name, value))
     return tuple(env)
+
+
+SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""The PATH systemd gives a system service that sets none."""
+
+
+def host_driver_environment() -> dict[str, str]:
+    """What makes a server run the host's staged driver userspace (`userspace = "host"`):
+    its libraries before the container's own (LD_LIBRARY_PATH is searched before the
+    ld.so cache) and its tools (nvidia-smi) first on PATH. A spec that sets either keeps
+    its directories, after these."""
+    staged = f"/{DRIVER_MOUNT_POINT}"
+    return {"LD_LIBRARY_PATH": f"{staged}/lib", "PATH": f"{staged}/bin:{SYSTEMD_PATH}"}
 
 
 def retired_variable(name: str) -> str | None:

@@ -26,6 +26,10 @@ from pvegpu.rendering.review.commands import SPLIT_SCRIPT, driver_check
 from pvegpu.values import value_class
 from pvegpu.vendors import CONTAINER_TOOL
 
+OMIT_DEFAULT = "pvegpu.omit-default"
+"""Field metadata: MANIFEST.json leaves the field out while it has its default, so the
+actions of bundles that do not use it read as before it existed."""
+
 
 def _sha_line(target: str, path: str, sha256: str) -> str:
     line = f"{sha256}  /{path}"
@@ -264,6 +268,21 @@ class EnableUnit:
 
 @value_class
 @attrs.frozen(eq=False, repr=False)
+class RestartUnit:
+    """A boot unit run now as it runs at every boot (`systemctl restart`), so that what it
+    makes is there before the containers start. `cleanup`: the command that takes back
+    what it made (the staged userspace), run by the revert while its script is installed."""
+
+    kind: ClassVar[str] = "restart-unit"
+    unit: str
+    cleanup: tuple[str, ...] = ()
+
+    def lines(self) -> tuple[str, ...]:
+        return (f"systemctl restart {sh(self.unit)}",)
+
+
+@value_class
+@attrs.frozen(eq=False, repr=False)
 class RunSplit:
     """The rendered split script, the same code the boot unit runs."""
 
@@ -298,11 +317,21 @@ class CheckGpus:
     kind: ClassVar[str] = "check-gpus"
     vmid: int
     bus_ids: tuple[str, ...]
+    driver_dir: str = attrs.field(default="", metadata={OMIT_DEFAULT: True})
+    """The staged host userspace as the container sees it (`userspace = "host"`): the tool
+    is run from there, on its libraries, as the server runs them; empty: the container's."""
+
+    def command(self, argv: tuple[str, ...]) -> tuple[str, ...]:
+        """The tool's `argv` as the container runs it for the server."""
+        if not self.driver_dir:
+            return argv
+        staged = self.driver_dir
+        return ("env", f"LD_LIBRARY_PATH={staged}/lib", f"{staged}/bin/{argv[0]}", *argv[1:])
 
     def lines(self) -> tuple[str, ...]:
         return tuple(
-            f"pct exec {self.vmid} -- {' '.join(command)}"
-            for command in (CONTAINER_TOOL.list_gpus, CONTAINER_TOOL.query_bus_ids)
+            f"pct exec {self.vmid} -- {' '.join(self.command(argv))}"
+            for argv in (CONTAINER_TOOL.list_gpus, CONTAINER_TOOL.query_bus_ids)
         )
 
 
@@ -385,6 +414,7 @@ Action = (
     | WritePveFile
     | HostCommand
     | EnableUnit
+    | RestartUnit
     | RunSplit
     | CheckDrivers
     | CheckGpus

@@ -6,6 +6,8 @@ bundle carries:
 - `facts`: each PCI function the plan rests on, as discovery saw it (ids, group,
   driver) with the driver the plan puts it on, and a digest of the lot;
 - `serving`: what each planned server must run with (TP, the GPUs, P2P);
+- `boot_units`: the units that ready the containers' GPUs at every boot, which `check`
+  finds installed and enabled (left out while none);
 - `steps`: the runbook, step by step, as typed actions (rendering/review/actions.py),
   the same values SUMMARY.md prints.
 This module decides the contract's values (`apply_contract`); `contract.py` writes and
@@ -25,6 +27,7 @@ from pvegpu.model.facts import PciFunction
 from pvegpu.model.paths import SPLIT_UNIT_NAME
 from pvegpu.model.plan import Plan
 from pvegpu.rendering.review.apply_steps import Step, runbook
+from pvegpu.rendering.review.boot_steps import installed_boot_units
 from pvegpu.rendering.review.contract import ApplyContract, ContractStep, contract_to_json
 from pvegpu.rendering.review.gpu_layout import driver_after, pools_by_gpu
 
@@ -95,6 +98,7 @@ def apply_contract(plan: Plan, artifacts: Sequence[Artifact]) -> ApplyContract:
         digest=facts_digest(functions),
         functions=tuple(functions),
         split_unit=SPLIT_UNIT_NAME if plan.split_pools else None,
+        boot_units=installed_boot_units(artifacts),
         serving=tuple(serving),
         findings=tuple(f.document() for f in plan.findings),
         steps=tuple(contract_step(s) for s in runbook(plan, artifacts)),

@@ -18,7 +18,7 @@ from pvegpu.formats.shell import word as sh
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.artifact import HOST, Artifact
 from pvegpu.model.facts import GPU, PciFunction
-from pvegpu.model.paths import SPLIT_UDEV_RULE
+from pvegpu.model.paths import CONTAINER_DRIVER_DIR, SPLIT_UDEV_RULE
 from pvegpu.model.plan import Finding, Plan, Pool
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pci import PciAddress
@@ -56,6 +56,7 @@ from pvegpu.rendering.review.actions import (
     WritePveFile,
     lines_of,
 )
+from pvegpu.rendering.review.boot_steps import boot_units_step
 from pvegpu.rendering.review.changes import (
     BACKUP_DIR,
     PVE_DIR,
@@ -192,7 +193,7 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
     writes = _Writes.of(files)
     yield from _preparation(plan, writes)
     yield from _container_files(plan, writes.containers)
-    yield from _host_changes(plan, writes)
+    yield from _host_changes(plan, writes, tuple(f.artifact for f in files))
     reboot_for = [f for f in plan.findings if f.reboot_first]
     if reboot_for:
         # What the findings say holds only after a reboot: nothing past this point is
@@ -269,8 +270,9 @@ def _container_files(plan: Plan, ct_files: list[Artifact]) -> Iterator[Step]:
         )
 
 
-def _host_changes(plan: Plan, writes: _Writes) -> Iterator[Step]:
-    """With the containers stopped: the host's files, the split, the Proxmox config."""
+def _host_changes(plan: Plan, writes: _Writes, installed: tuple[Artifact, ...]) -> Iterator[Step]:
+    """With the containers stopped: the host's files, the split, the boot units that ready
+    the containers' GPUs, the Proxmox config."""
     system_files = writes.system
     pve_files = writes.pve
     for pool in container_pools(plan):
@@ -347,6 +349,10 @@ def _host_changes(plan: Plan, writes: _Writes) -> Iterator[Step]:
 
     yield from _vgpu_check(plan)
 
+    readying = boot_units_step(plan, installed)
+    if readying is not None:
+        yield Step.of(readying.title, readying.actions, readying.expect, readying.output)
+
     if pve_files:
         yield Step.of(
             "Write the Proxmox configuration",
@@ -394,9 +400,11 @@ def _gpu_check(plan: Plan, pool: Pool, vmid: int) -> Step:
     vendor = pool.gpus[0].vendor if pool.gpus else None
     if vendor is None or vendor.tool is CONTAINER_TOOL:
         tool = CONTAINER_TOOL
+        # With the host's userspace staged, its tool and libraries are what the server runs.
+        staged = f"/{CONTAINER_DRIVER_DIR}" if pool.lxc and pool.lxc.host_userspace else ""
         return Step.of(
             f"Check the GPUs CT {vmid} sees",
-            (CheckGpus(vmid, tuple(tool.bus_id(g.address) for g in pool.gpus)),),
+            (CheckGpus(vmid, tuple(tool.bus_id(g.address) for g in pool.gpus), staged),),
             f"`{' '.join(tool.list_gpus)}` lists exactly {plural(pool.size, 'GPU')} "
             f"(GPU 0 .. GPU {pool.size - 1}); the query prints exactly:",
             tuple(f"{i}, {tool.bus_id(g.address)}" for i, g in enumerate(pool.gpus)),

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from pvegpu.rendering.review.actions import ACTIONS, Action
+from pvegpu.rendering.review.actions import ACTIONS, OMIT_DEFAULT, Action
 from pvegpu.values import value_class
 
 APPLY_SCHEMA = "pvegpu.apply/1"
@@ -54,6 +54,10 @@ class ApplyContract:
     findings: tuple[dict[str, Any], ...]
     """The plan's findings (severity, code, subject, message): `pvegpu check` repeats them."""
     steps: tuple[ContractStep, ...]
+    boot_units: tuple[str, ...] = ()
+    """The boot units that ready the containers' GPUs (device nodes, the host's staged
+    userspace): `check` finds each installed and enabled. Left out of the JSON while
+    empty, so bundles without them read as before."""
 
 
 # --- actions ----------------------------------------------------------------
@@ -61,6 +65,9 @@ class ApplyContract:
 
 def action_to_json(action: Action) -> dict[str, Any]:
     fields = {f.name: getattr(action, f.name) for f in attrs.fields(type(action))}
+    for field in attrs.fields(type(action)):
+        if field.metadata.get(OMIT_DEFAULT) and fields[field.name] == field.default:
+            del fields[field.name]
     return {
         "kind": action.kind,
         **{k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()},
@@ -117,6 +124,7 @@ def contract_to_json(contract: ApplyContract) -> dict[str, Any]:
         "schema": APPLY_SCHEMA,
         "facts": {"digest": contract.digest, "functions": list(contract.functions)},
         "split_unit": contract.split_unit,
+        **({"boot_units": list(contract.boot_units)} if contract.boot_units else {}),
         "serving": list(contract.serving),
         "findings": list(contract.findings),
         "steps": [step_to_json(s) for s in contract.steps],
@@ -145,6 +153,9 @@ def contract_from_json(doc: object) -> ApplyContract:
     except (KeyError, TypeError, ValueError) as err:
         raise ContractError(f"apply.steps: {err}") from err
     facts = doc.get("facts", {})
+    boot_units = doc.get("boot_units", [])
+    if not isinstance(boot_units, list) or not all(isinstance(u, str) for u in boot_units):
+        raise ContractError(f"apply.boot_units: expected a list of unit names, got {boot_units!r}")
     return ApplyContract(
         digest=str(facts.get("digest", "")),
         functions=tuple(facts.get("functions", ())),
@@ -152,4 +163,5 @@ def contract_from_json(doc: object) -> ApplyContract:
         serving=tuple(doc.get("serving", ())),
         findings=tuple(doc.get("findings", ())),
         steps=steps,
+        boot_units=tuple(boot_units),
     )

@@ -12,7 +12,9 @@ from pvegpu.model.paths import SPLIT_UDEV_RULE
 from pvegpu.model.plan import Plan
 from pvegpu.planning.driverctl import boot_driver
 from pvegpu.rendering.revert import ABSENT_SUFFIX, KEPT_SUFFIX, kept_in_container, pulled_copy
+from pvegpu.rendering.review.actions import lines_of
 from pvegpu.rendering.review.apply_steps import Step, container_pools, vfio_functions
+from pvegpu.rendering.review.boot_steps import boot_units_revert
 from pvegpu.rendering.review.changes import (
     BACKUP_DIR,
     ChangedFile,
@@ -144,6 +146,10 @@ def _revert(
             + " The last command prints exactly what discovery saw before the change:",
             tuple(f"{f.address} {driver_now(f)}" for f in functions),
         )
+
+    boot = boot_units_revert([f.artifact for f in files])
+    if boot is not None:
+        yield Step(boot.title, lines_of(boot.actions), boot.expect)
 
     restores = [(f, _restore(entries, f)) for f in host]
     commands = [c for _, c in restores if c is not None]

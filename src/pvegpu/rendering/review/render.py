@@ -14,6 +14,7 @@ from pvegpu.formats.templating import render_template
 from pvegpu.model.artifact import REVIEW, Artifact
 from pvegpu.model.plan import Plan, Pool, PoolKind, Severity
 from pvegpu.model.schema import DeviceStyle
+from pvegpu.pvefiles.lxcconf import DRIVER_MOUNT_POINT
 from pvegpu.rendering.review import (
     SEVERITY_ORDER,
     ChangeKind,
@@ -110,6 +111,12 @@ def _pool_line(pool: Pool) -> str:
         line += (
             f" The container's CPU set is pinned to NUMA node {numa.id} (CPUs {numa.cpus}), "
             'where its server runs (`lxc.cpuset = "numa"`, the default; `"keep"` leaves it alone).'
+        )
+    if pool.lxc is not None and pool.lxc.host_userspace:
+        line += (
+            " Its GPU programs run the host's own driver userspace of the loaded module "
+            '(`userspace = "host"`), staged at every boot and bind-mounted read-only at '
+            f"/{DRIVER_MOUNT_POINT}: a driver upgrade on the host needs nothing in the container."
         )
     return line
 
