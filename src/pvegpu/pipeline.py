@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pvegpu.engines import installed_files
 from pvegpu.host.container_units import read_container_units
@@ -21,6 +21,7 @@ from pvegpu.rendering.registry import render
 if TYPE_CHECKING:
     from pvegpu.planning.cluster import ClusterPlan
     from pvegpu.rendering.cluster import NodeArtifacts
+    from pvegpu.rendering.review.reconcile import Reconciliation
 
 
 def discover_for(spec: Spec, root: Path = Path("/")) -> HostFacts:
@@ -54,6 +55,33 @@ def render_bundle(
 
     planned, artifacts = plan_and_render(facts, spec)
     return planned, bundle_files(artifacts, **manifest_header(planned, artifacts, source))
+
+
+def reconcile_host(
+    spec: Spec, root: Path, applied: Sequence[dict[str, Any]]
+) -> tuple[Plan, tuple[Artifact, ...], Reconciliation]:
+    """The applied spec planned on the host as it is now, and what of it `pvegpu apply
+    --reconcile` writes against the applied bundle's functions (`applied`)."""
+    from pvegpu.rendering.review.reconcile import reconcile
+
+    planned, artifacts = plan_and_render(discover_for(spec, root), spec)
+    return planned, artifacts, reconcile(planned, artifacts, applied)
+
+
+def reconcile_bundle(
+    planned: Plan, artifacts: Sequence[Artifact], found: Reconciliation, source: str
+) -> dict[str, tuple[str, int]]:
+    """The files of a reconcile's bundle (path -> content, mode): the files it writes and
+    a MANIFEST.json whose steps are the reconcile's."""
+    from pvegpu.rendering.bundle import bundle_files
+    from pvegpu.rendering.review.reconcile import reconcile_document
+
+    return bundle_files(
+        found.writes,
+        node=planned.facts.node,
+        spec=source,
+        apply=reconcile_document(planned, artifacts, found),
+    )
 
 
 def discover_cluster(spec: Spec, roots: Mapping[str, Path]) -> dict[str, HostFacts]:

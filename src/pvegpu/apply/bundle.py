@@ -83,6 +83,12 @@ class Bundle:
     def boot_units(self) -> tuple[str, ...]:
         return self.contract.boot_units
 
+    @property
+    def spec(self) -> str | None:
+        """The spec MANIFEST.json names (as `render --spec` was given it), if any."""
+        value = json.loads(self.manifest).get("spec")
+        return value if isinstance(value, str) and value else None
+
     def entry(self, target: str, path: str) -> Entry | None:
         return next((e for e in self.entries if e.target == target and e.path == path), None)
 

@@ -197,9 +197,14 @@ def _apply(a: argparse.ArgumentParser) -> None:
         "under /var/lib/pvegpu/apply so that a rerun resumes and `pvegpu revert` undoes it; "
         "verify the split, the container, its GPUs and the server's health at the end."
     )
-    source = a.add_mutually_exclusive_group(required=True)
-    source.add_argument("--bundle", type=Path, help="directory written by pvegpu render --out")
-    source.add_argument("--spec", type=Path, help="render this spec in memory, show the diffs")
+    a.add_argument("--bundle", type=Path, help="directory written by pvegpu render --out")
+    a.add_argument("--spec", type=Path, help="render this spec in memory, show the diffs")
+    a.add_argument(
+        "--reconcile",
+        action="store_true",
+        help="after an upgrade: plan the applied spec (--bundle's, or --spec) on the host as "
+        "it is now and write only what moves no GPU and changes no guest's GPUs",
+    )
     a.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
     a.add_argument("--dry-run", action="store_true", help="print every step; change nothing")
     a.add_argument("--yes", action="store_true", help="do not ask before changing the host")
@@ -221,9 +226,13 @@ def _check(c: argparse.ArgumentParser) -> None:
         "server's TP, GPUs and P2P, the plan's findings. Reads only."
     )
     c.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
-    plan = c.add_mutually_exclusive_group()
-    plan.add_argument("--bundle", type=Path, help="directory written by pvegpu render --out")
-    plan.add_argument("--spec", type=Path, help="split spec (TOML), planned in memory")
+    c.add_argument("--bundle", type=Path, help="directory written by pvegpu render --out")
+    c.add_argument(
+        "--spec",
+        type=Path,
+        help="split spec (TOML), planned in memory; with --bundle: the applied spec, planned "
+        "again to find what an upgrade changed (default: the one MANIFEST.json names)",
+    )
     c.add_argument("--json", action="store_true", help="findings as JSON (stable codes)")
     c.add_argument("--prometheus", type=Path, help="write node_exporter textfile metrics here")
     c.set_defaults(run="pvegpu.cli.check:run_check")

@@ -40,6 +40,58 @@ def _spec_bundle(args: argparse.Namespace) -> tuple[Bundle | None, tuple[Finding
     return bundle_from_files(bundle_files(artifacts, **header)), ()
 
 
+def drift(args: argparse.Namespace, bundle: Bundle) -> tuple[Finding, ...]:
+    """What an upgrade changed: the applied spec (`--spec`, or the one MANIFEST.json
+    names) planned on the host as it is now, against the host's files, each with the
+    command that reconciles it (`pvegpu apply --reconcile`) or the render to review."""
+    from pvegpu.pipeline import reconcile_host
+    from pvegpu.spec.load import load_spec
+
+    source = str(args.spec) if args.spec is not None else bundle.spec
+    if source is None or not Path(source).is_file():
+        return (
+            Finding(
+                Severity.INFO,
+                "drift-unchecked",
+                f"{args.bundle}/MANIFEST.json",
+                f"the applied spec ({source or 'none named'}) is not readable here, so what an "
+                "upgrade changed in the plan was not looked for: pass it with --spec",
+            ),
+        )
+    try:
+        planned, _, found = reconcile_host(load_spec(Path(source)), args.root, bundle.functions)
+    except (PlanError, SpecError) as err:
+        return tuple(
+            Finding(Severity.ERROR, p.code, p.subject, f"the applied spec {source}: {p.message}")
+            for p in err.problems
+        )
+    reconcile = f"pvegpu apply --reconcile --bundle {args.bundle}" + (
+        f" --spec {args.spec}" if args.spec is not None else ""
+    )
+    findings = [
+        Finding(
+            Severity.WARNING,
+            "drift-reconcilable",
+            f"/{a.path}",
+            f"the applied spec, planned on {planned.facts.node} as it is now, writes it "
+            f"otherwise ({a.reason}); it moves no GPU and changes no guest's GPUs: `{reconcile}`",
+        )
+        for a in found.writes
+    ]
+    findings += [
+        Finding(
+            Severity.WARNING,
+            "drift-needs-render",
+            f"/{left.artifact.path}",
+            f"the applied spec, planned on {planned.facts.node} as it is now, writes it "
+            f"otherwise, and {left.why}: render and review it (`pvegpu render --spec {source} "
+            "--out <new dir>`, then `pvegpu apply --bundle <new dir>`)",
+        )
+        for left in found.left
+    ]
+    return tuple(findings)
+
+
 def prometheus_text(report: CheckReport) -> str:
     lines = [
         "# HELP pvegpu_check_findings Findings of the last pvegpu check, by severity.",
@@ -81,6 +133,7 @@ def run_check(args: argparse.Namespace) -> int:
         from pvegpu.apply.bundle import read_bundle_dir
 
         bundle = read_bundle_dir(args.bundle)
+        refused = drift(args, bundle)
     elif args.spec:
         bundle, refused = _spec_bundle(args)
     report = check(args.root, bundle, refused)

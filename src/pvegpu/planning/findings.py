@@ -121,8 +121,10 @@ def _stale_dynamic_majors(facts: HostFacts, rewritten: frozenset[int]) -> Iterat
                     file.path,
                     f"CT {vmid} bind-mounts {dynamic.node} but allows no `c {major}:` rule: "
                     f"{dynamic.module}'s major is {major} now (/proc/devices), so "
-                    f"{dynamic.user} fails in the container; render and apply again (or use "
-                    'devices = "dev")',
+                    f"{dynamic.user} fails in the container. If CT {vmid} is a pool's, "
+                    "`pvegpu apply --reconcile --bundle <the applied bundle>` rewrites its "
+                    "rules (it moves no GPU); else replace the old major's rules with "
+                    f"`c {major}:...` ones, or use devN entries, which need no major",
                 )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 import attrs
 
 from pvegpu.errors import Problem
-from pvegpu.model.facts import GPU, HostFacts
+from pvegpu.model.facts import GPU, ConfigFile, HostFacts
 from pvegpu.model.paths import NODES_UNIT_NAME
 from pvegpu.model.plan import Finding, LxcContainer, Plan, Pool, Severity, VmGuest
 from pvegpu.model.schema import CpusetPolicy, DeviceStyle, PoolSpec
@@ -27,6 +27,20 @@ from pvegpu.planning.userspace import host_userspace_problems
 from pvegpu.pvefiles import hostpci, lxcconf, qemuconf
 from pvegpu.pvefiles.pcicfg import PciMapping
 from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
+
+
+def stale_dynamic_majors(
+    facts: HostFacts, config: ConfigFile | None, nodes: DeviceNodes
+) -> frozenset[int]:
+    """The majors of a raw-style container's rules for its dynamic node (nvidia-uvm, kfd)
+    that no device has any more (/proc/devices lists none): an earlier boot's, which a
+    kernel or driver update handed out anew. Its own GPU lines, so the patch replaces
+    them; a major now listed for another device is not taken for one."""
+    if config is None:
+        return frozenset()
+    allowed = lxcconf.raw_uvm_majors(config.content, nodes) or ()
+    listed = {c.major for c in facts.char_majors}
+    return frozenset(m for m in allowed if m not in listed)
 
 
 def gpu_majors(facts: HostFacts, nodes: DeviceNodes) -> frozenset[int]:
@@ -119,7 +133,7 @@ def lxc_container(
         # The staged host userspace is one of its GPU lines: replaced and removed with them.
         lines = attrs.evolve(lines, raw=(*lines.raw, lxcconf.userspace_mount()))
     problems.extend(lxcconf.dev_slot_problems(container.config.content, nodes, lines, naming))
-    majors = gpu_majors(facts, nodes)
+    majors = gpu_majors(facts, nodes) | stale_dynamic_majors(facts, container.config, nodes)
     group_gid = gid if container.gid is None else None
     return attrs.evolve(
         container, gpu_lines=lines, gpu_majors=majors, nodes=nodes, group_gid=group_gid
