@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import lzma
 import shutil
 import subprocess
 import tarfile
@@ -69,6 +70,40 @@ def test_newest_image_package_from_apt_cache_show() -> None:
     assert kernel.newest_image_package(shown) == "linux-image-6.1.0-57-amd64"
     with pytest.raises(LookupError):
         kernel.newest_image_package("Package: linux-image-amd64\nVersion: 1\n")
+
+
+ELF = b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 64
+
+
+def _bzimage(tmp_path: Path, stream: bytes) -> Path:
+    """A stand-in bzImage: setup code, the compressed kernel, the bytes after it."""
+    image = tmp_path / "vmlinuz"
+    image.write_bytes(b"MZ" + bytes(4000) + stream + b"\x00trailer" * 100)
+    return image
+
+
+def test_unpack_image_xz(tmp_path: Path) -> None:
+    """Debian 12's kernels are xz-compressed."""
+    image = _bzimage(tmp_path, lzma.compress(ELF, format=lzma.FORMAT_XZ))
+    kernel.unpack_image(image, tmp_path / "vmlinux")
+    assert (tmp_path / "vmlinux").read_bytes() == ELF
+
+
+@pytest.mark.skipif(shutil.which("zstd") is None, reason="zstd is not installed")
+def test_unpack_image_zstd(tmp_path: Path) -> None:
+    """Debian 13's kernels are zstd-compressed; the bytes after the frame are no error."""
+    stream = subprocess.run(["zstd", "-cq"], input=ELF, capture_output=True, check=True).stdout
+    kernel.unpack_image(_bzimage(tmp_path, stream), tmp_path / "vmlinux")
+    assert (tmp_path / "vmlinux").read_bytes() == ELF
+
+
+def test_unpack_image_refuses_what_is_no_kernel(tmp_path: Path) -> None:
+    with pytest.raises(LookupError, match="no xz or zstd"):
+        kernel.unpack_image(_bzimage(tmp_path, b"plain"), tmp_path / "vmlinux")
+    not_elf = lzma.compress(b"text, not ELF", format=lzma.FORMAT_XZ)
+    with pytest.raises(LookupError, match="not an ELF"):
+        kernel.unpack_image(_bzimage(tmp_path, not_elf), tmp_path / "vmlinux")
+    assert not (tmp_path / "vmlinux").exists()
 
 
 def test_exec_start_of_the_rendered_unit(kpro6_plan: Plan) -> None:

@@ -8,16 +8,26 @@ then drivers load by modalias as udev's coldplug loads them. After every step th
 of every PCI function's driver and driver_override is compared with what should be:
 the planned functions moved and nothing else did.
 
-Slow (nine boots of 10-30 s, two at a time: about 3 minutes on two cores) and needs
-apt packages plus a Debian kernel
-package, downloaded once into PVEGPU_KERNEL_CACHE (default ~/.cache/pvegpu-kernel).
-Opt-in: `make test-kernel`, or pytest -m slow tests/test_split_qemu.py. Under CI=true
-a missing tool or kernel fails instead of skipping.
+The kernel upgrade (tests/qemu/upgrade.py): a Debian 13 system with the same kernel (A)
+and the rendered files, the initramfs-tools hook included, is upgraded by apt to Debian
+13's kernel (B), whose package builds B's initramfs with the system's hooks; both
+kernels boot their own initramfs (Debian's /init and udev) and mount the system as root,
+and the same table is checked, from the first moment on the root.
+
+Slow (nine boots of 10-30 s, two at a time: about 3 minutes on two cores; the upgrade
+about 2.5 minutes more, 2 more the first time) and needs apt packages plus a Debian
+kernel package, downloaded once into PVEGPU_KERNEL_CACHE (default
+~/.cache/pvegpu-kernel); the upgrade also root and a Debian 13 chroot (debootstrap).
+Opt-in: `make test-kernel`, or pytest -m slow tests/test_split_qemu.py (-k upgrade for
+that scenario alone). Under CI=true a missing tool, kernel or chroot fails instead of
+skipping.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,9 +44,9 @@ from pvegpu.model.artifact import APPLY_BUNDLE, HOST
 from pvegpu.model.facts import HostFacts
 from pvegpu.planning.planner import plan
 from pvegpu.rendering.registry import render
-from pvegpu.rendering.split import MODPROBE_PATH, SCRIPT_PATH, UNIT_PATH
+from pvegpu.rendering.split import INITRAMFS_HOOK_PATH, MODPROBE_PATH, SCRIPT_PATH, UNIT_PATH
 from pvegpu.spec.load import parse_spec
-from qemu import guest, initramfs, kernel, scenarios
+from qemu import guest, initramfs, kernel, scenarios, upgrade
 from qemu.guest import Run, Table
 from qemu.machine import Change, Iommu, Machine, boot
 
@@ -99,7 +109,7 @@ class Bed:
 def render_from(root: Path) -> dict[str, tuple[str, int]]:
     """discover -> plan -> render, as `pvegpu render --root` does: the split's files."""
     artifacts = render(plan(discover(root), parse_spec(SPEC)))
-    split = (SCRIPT_PATH, UNIT_PATH, MODPROBE_PATH)
+    split = (SCRIPT_PATH, UNIT_PATH, MODPROBE_PATH, INITRAMFS_HOOK_PATH)
     return {
         a.path: (a.content, a.mode)
         for a in artifacts
@@ -294,3 +304,121 @@ def test_changed_host_is_refused(
         assert plan_refusal in {p.code for p in refused.value.problems}
     else:
         assert render_from(root)[SCRIPT_PATH] != testbed.files[SCRIPT_PATH]
+
+
+# The kernel upgrade (tests/qemu/upgrade.py): a Debian 13 system with kernel A and the
+# rendered files, upgraded to Debian 13's kernel B by apt; both boot Debian's initramfs.
+BOARD_DRIVERS = {"0000:00:1f.0": "lpc_ich", "0000:00:1f.2": "ahci", "0000:00:1f.3": "i801_smbus"}
+"""q35's own functions, which the testbed's few modules leave driverless and a Debian
+system's full module set binds (the AHCI holds the system's root disk)."""
+VFIO_MODULES = ("vfio-pci", "vfio_iommu_type1")
+BY_HOOKS = (SCRIPT_PATH, MODPROBE_PATH)
+"""In an initramfs byte for byte: the script by pvegpu's hook, modprobe.d by initramfs-tools."""
+
+
+@attrs.frozen
+class Upgrade:
+    kernels: dict[str, upgrade.Installed]
+    """"old" (A, the testbed's kernel) and "new" (B, what the upgrade installed)."""
+    apt: str
+    """What `apt-get install linux-image-amd64` printed."""
+    initramfs: dict[str, upgrade.Initramfs]
+    runs: dict[str, Run]
+
+
+@pytest.fixture(scope="module")
+def upgraded(testbed: Bed) -> Upgrade:
+    if os.getuid() != 0:
+        unavailable("the kernel upgrade needs root: its Debian system is a chroot")
+    missing = [tool for tool in upgrade.TOOLS if shutil.which(tool) is None]
+    if missing:
+        unavailable(f"the kernel upgrade needs {', '.join(missing)}: {upgrade.APT}")
+    deb = testbed.kernel.root.with_name(testbed.kernel.root.name + ".deb")
+    try:
+        base = upgrade.base(deb)
+    except upgrade.UnavailableError as err:
+        unavailable(f"no Debian 13 system to upgrade: {err}")
+    wanted = (*BY_HOOKS, "usr/bin/tr")
+    with upgrade.fresh_system(base) as (system, work):
+        driver_hook = (upgrade.DRIVER_HOOK_TEXT, 0o755)
+        system.install({**testbed.files, upgrade.DRIVER_HOOK: driver_hook})
+        system.run("update-initramfs", "-u", "-k", "all")  # the runbook's install step
+        apt = system.upgrade()
+        installed = system.kernels(work)
+        assert testbed.kernel.version in installed, installed
+        if len(installed) != 2:
+            # A Debian 13 host's apt gives the testbed Debian 13's kernel: nothing newer.
+            unavailable(f"the upgrade installed no second kernel beside {installed}: {apt}")
+        (new,) = (k for k in installed.values() if k.version != testbed.kernel.version)
+        kernels = {"old": installed[testbed.kernel.version], "new": new}
+        images = {which: system.initramfs(k.version, wanted) for which, k in kernels.items()}
+        system.install(scenarios.system_files(testbed.files))
+        image = system.image(work / "root.img")
+
+        def run(which: str) -> Run:
+            log = upgrade.boot(Machine(), kernels[which], image, scenario="upgrade")
+            (testbed.work / f"upgrade-{which}.log").write_text(log)
+            return guest.read_run(log)
+
+        with ThreadPoolExecutor(BOOTS_AT_ONCE) as pool:
+            runs = dict(zip(kernels, pool.map(run, kernels), strict=True))
+    return Upgrade(kernels, apt, images, runs)
+
+
+def system_table(bed: Bed) -> Table:
+    """After the Debian system's boot: the split, q35's own functions on their drivers."""
+    return {
+        a: attrs.evolve(f, driver=BOARD_DRIVERS[a]) if a in BOARD_DRIVERS else f
+        for a, f in split_table(bed).items()
+    }
+
+
+def test_upgrade_installs_a_newer_kernel(upgraded: Upgrade) -> None:
+    """B came as an upgrade brings it: apt, a newer version, its postinst's initramfs."""
+    old, new = upgraded.kernels["old"], upgraded.kernels["new"]
+    assert kernel.compare_versions(new.package_version, old.package_version) == 1
+    assert f"update-initramfs: Generating /boot/initrd.img-{new.version}" in upgraded.apt
+
+
+@pytest.mark.parametrize("which", ["old", "new"])
+def test_upgrade_initramfs_holds_the_split(testbed: Bed, upgraded: Upgrade, which: str) -> None:
+    """Built by Debian's mkinitramfs with the system's hooks: pvegpu's hook put the script
+    where modprobe.d's install line runs it; initramfs-tools copied the modprobe.d file,
+    and with the host driver the stand-in package hook added, its softdep's vfio-pci."""
+    image, version = upgraded.initramfs[which], upgraded.kernels[which].version
+    found = {path: image.files.get(path, b"").decode(errors="replace") for path in BY_HOOKS}
+    assert found == {path: testbed.files[path][0] for path in BY_HOOKS}
+    modes = image.modes
+    assert (modes[SCRIPT_PATH] & 0o111, modes["usr/bin/tr"] & 0o111) == (0o111, 0o111), modes
+    modules = {
+        re.sub(r"\.ko(\.\w+)?$", "", name.rsplit("/", 1)[1])
+        for name in image.names
+        if name.startswith(f"usr/lib/modules/{version}/") and ".ko" in name
+    }
+    assert {"snd-hda-intel", *VFIO_MODULES} <= modules
+    assert "bochs" not in modules
+
+
+@pytest.mark.parametrize("which", ["old", "new"])
+def test_upgrade_boot_holds_the_split(testbed: Bed, upgraded: Upgrade, which: str) -> None:
+    """Each kernel boots its Debian initramfs: the split is in place when the root's PID 1
+    starts, the unit finds nothing to do, coldplug's drivers take only the rest."""
+    run = upgraded.runs[which]
+    states, rcs, outs = run.states, run.rcs, run.outs
+    assert outs["kernel"] == upgraded.kernels[which].version, run.text
+    # In the initramfs, udev loaded snd_hda_intel; its softdep loaded vfio-pci, whose
+    # install line wrote the overrides first: the VM functions are on vfio-pci, the other
+    # audio on snd_hda_intel, the host GPUs still without a driver (bochs is on the root).
+    expected = system_table(testbed)
+    host_gpus = {
+        a for a, f in testbed.probe.items() if a not in testbed.vm and f.driver == "bochs-drm"
+    }
+    assert states["initramfs"] == {
+        a: attrs.evolve(f, driver=None) if a in host_gpus else f for a, f in expected.items()
+    }, run.text
+    assert (rcs["unit"], "nothing to do" in outs["unit"]) == (0, True), run.text
+    assert states["unit"] == states["initramfs"], run.text
+    assert states["coldplug"] == expected, run.text
+    assert rcs["status"] == 0, run.text
+    groups = {str(f.iommu_group) for f in testbed.facts.functions if str(f.address) in testbed.vm}
+    assert set(outs["vfio-nodes"].split("|")) == {"vfio", *groups}, run.text

@@ -132,19 +132,26 @@ def fetch(cache: Path) -> Kernel:
         subprocess.run(["depmod", "-b", root, version], check=True)
     vmlinux = root / f"boot/vmlinux-{version}"
     if not vmlinux.exists():
-        _unpack_image(root / f"boot/vmlinuz-{version}", vmlinux)
+        unpack_image(root / f"boot/vmlinuz-{version}", vmlinux)
     return Kernel(vmlinux, root, version)
 
 
-def _unpack_image(vmlinuz: Path, vmlinux: Path) -> None:
-    """The ELF inside a bzImage, as the kernel's scripts/extract-vmlinux finds it."""
+def unpack_image(vmlinuz: Path, vmlinux: Path) -> None:
+    """The ELF inside a bzImage, as the kernel's scripts/extract-vmlinux finds it.
+
+    Debian 12 builds with CONFIG_KERNEL_XZ, Debian 13 with CONFIG_KERNEL_ZSTD; Python
+    3.11 has no zstd module, so that stream goes through the zstd tool, which writes the
+    frame out and then complains about the bzImage's bytes after it (exit status 1)."""
     data = vmlinuz.read_bytes()
-    start = data.find(b"\xfd7zXZ\x00")  # Debian builds with CONFIG_KERNEL_XZ
-    if start < 0:
-        raise LookupError(f"{vmlinuz}: no xz stream in the image")
-    elf = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(data[start:])
+    xz, zstd = data.find(b"\xfd7zXZ\x00"), data.find(b"\x28\xb5\x2f\xfd")
+    if xz >= 0:
+        elf = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(data[xz:])
+    elif zstd >= 0:
+        elf = subprocess.run(["zstd", "-dcq"], input=data[zstd:], capture_output=True).stdout
+    else:
+        raise LookupError(f"{vmlinuz}: no xz or zstd stream in the image")
     if not elf.startswith(b"\x7fELF"):
-        raise LookupError(f"{vmlinuz}: the xz stream is not an ELF image")
+        raise LookupError(f"{vmlinuz}: the compressed stream is not an ELF image")
     tmp = vmlinux.with_name(vmlinux.name + ".tmp")
     tmp.write_bytes(elf)
     tmp.rename(vmlinux)

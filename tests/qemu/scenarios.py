@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pvegpu.rendering.split import UNIT_PATH
 from qemu.guest import HOSTNAME, INIT, exec_start, lib
+from qemu.upgrade import ROOT_INIT, ROOT_INIT_PATH
 
 ALL_SLOTS = ("0000:21:00.", "0000:22:00.", "0000:63:00.", "0000:65:01.")
 """The GPU slots: NUMA 0 below the first expander, NUMA 1 below the second."""
@@ -64,6 +65,22 @@ state bind
 capture
 """
 
+# A boot of the upgraded Debian system (kernel A or B, tests/qemu/upgrade.py). Its
+# initramfs ran udev, which loaded snd_hda_intel there (the stand-in package hook put it
+# in): its softdep loaded vfio-pci, whose install line ran the script pvegpu's hook
+# copied in. PID 1 on the root looks first, then runs the unit as at sysinit, then
+# coldplug loads what the initramfs did not have (bochs), as udev does on the root.
+UPGRADE = """
+say kernel uname -r
+state initramfs
+say unit run_unit; rc unit $?
+state unit
+coldplug
+state coldplug
+$SPLIT status; rc status $?
+say vfio-nodes ls /dev/vfio
+"""
+
 SAY = r"""
 # say NAME COMMAND...: its output on one line (OUT NAME text | text), status kept.
 say() {
@@ -95,3 +112,13 @@ def split_files(rendered: dict[str, tuple[str, int]]) -> dict[str, tuple[str, in
     for name, steps in (("unit", UNIT), ("hook", HOOK), ("refused", REFUSED)):
         files[f"lib/pvegpu-scenario-{name}.sh"] = (steps, 0o644)
     return files
+
+
+def system_files(rendered: dict[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
+    """The testbed's PID 1 and the upgrade scenario, added to the Debian system's root
+    after its initramfs images are built (so no hook sees them)."""
+    return {
+        ROOT_INIT_PATH: (ROOT_INIT, 0o755),
+        "usr/lib/pvegpu-testbed.sh": (lib(exec_start(rendered[UNIT_PATH][0])) + SAY, 0o644),
+        "usr/lib/pvegpu-scenario-upgrade.sh": (UPGRADE, 0o644),
+    }

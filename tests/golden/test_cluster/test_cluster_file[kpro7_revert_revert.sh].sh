@@ -74,7 +74,7 @@ unchanged() {
 unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" 5b947bf60a4478345aa327416163fd1ee49d7b98121c5767ff60614de78499f1
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" 1fdd06759fe678985a876a89c652399e5fa969abcc4fcb978e0e717e9b590ce3
 unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" 718df815712afe5549814882e94ddd03d01eb7c3cd2aed59cec0f61d9c1f5485
-unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" ee73438e33e8e991642ad5fa09040044e6c67e48f996deb38a1d3493857a4e3f
+unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" f976d4719554b6475a20deafac0fa4e663825c492e22c8ccee16f12b93dc45e9
 if [ "$changed" -ne 0 ]; then
     echo "revert.sh: nothing done; merge those files by hand (the bundle holds the old copies)" >&2
     exit 3

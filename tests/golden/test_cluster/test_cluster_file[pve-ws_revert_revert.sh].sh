@@ -77,7 +77,7 @@ unchanged "$ROOT/etc/pve/qemu-server/110.conf" 05e8a9095a3f4224794644a53f311c3eb
 unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" adc7faa4f8157423f1effbbad11fc4aeeb44c296379660c879c6a33d576e35a6
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" 228efab0c23510e7cda87d7b494735752e4a378daf89eb2e92e362677b1a6f3c
 unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" 18954602453ceb71da969a1a9b686d9003dc0725f0e757f33b0fb9ace051af06
-unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" 24d6317702f4340ddfe5b14be1055d4977074561534015bf24f4f95f49f2b63f
+unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" 5c0286e5ce6e574ebe73731c2907f94f69aa06bcd3c07d183ae17804470cfe7c
 if [ "$changed" -ne 0 ]; then
     echo "revert.sh: nothing done; merge those files by hand (the bundle holds the old copies)" >&2
     exit 3

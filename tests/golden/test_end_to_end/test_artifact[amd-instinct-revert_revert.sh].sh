@@ -79,7 +79,7 @@ unchanged "$ROOT/etc/pve/mapping/pci.cfg" 8680e235a21879114d298b6f3525de6a5b68ff
 unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" 28b9675ef79dab94d39a813372620bb2d29c7c531926dd3f9b0c248a1f937881
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" 8a19de7f7812eeb5b29b2b3e9247aeb1e1ad7d0d9b38e9d4f90767ffe86cbc28
 unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" 5effb424fe934cfde1e0022f4781bfb354469aa5e9d02cacbe68b43c83b69813
-unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" aa846cbaba0b53eafaa43a5264556faad1dcf1e30e31f27fb11373e1027fc138
+unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" c6f721c2c618d6b18fe14c1fa45278430f0213bad8397cc7d56c1a69b48fb464
 unchanged "$ROOT/usr/local/sbin/pvegpu-device-nodes" 2b71c5cafbda0dd5fb8cb6edc0d620c6d392869d1e99b75de7d1f398d8ffd65e
 unchanged "$ROOT/etc/systemd/system/pvegpu-device-nodes.service" d1761285274ee9e04d9ffa7b8ade89fba6110b08d2bfbf57d1bb9f308fa237df
 if [ "$changed" -ne 0 ]; then

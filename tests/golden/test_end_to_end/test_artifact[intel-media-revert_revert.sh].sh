@@ -80,7 +80,7 @@ unchanged "$ROOT/etc/pve/mapping/pci.cfg" 42ed7612aaf13e537650737984d999f3c5c2e3
 unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" 5f148fff2cff08143be02c64021c08cd4fdeb59f893d65225705e2e652f57ecc
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" ab8a950db15723a3b6047d4e6ffe8a6322108a698a7ba79bcce78bae88cf65ea
 unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" b789bc51588a203422528454d886fa8b0f659837269a63f3ad9492d30d42c08e
-unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" e1df0cf9c87a595e699ed68efc0b0d67e46ba65d7793952c421dd7716f32f1ea
+unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" f51a95afc4e02fd6072f45969d832211e7943ee387737718e66166db058350c8
 if [ "$changed" -ne 0 ]; then
     echo "revert.sh: nothing done; merge those files by hand (the bundle holds the old copies)" >&2
     exit 3

@@ -20,5 +20,8 @@ prereqs)
 esac
 # shellcheck source=/dev/null
 . /usr/share/initramfs-tools/hook-functions
-copy_exec /usr/local/sbin/pvegpu-vfio-split /usr/local/sbin
-copy_exec /usr/bin/tr /usr/bin
+# Each file to its own path: a second argument to copy_exec counts as a directory only
+# where the initramfs already has one, and it has no /usr/local/sbin (the script
+# would become a file named /usr/local/sbin).
+copy_exec /usr/local/sbin/pvegpu-vfio-split
+copy_exec /usr/bin/tr

@@ -78,7 +78,7 @@ unchanged "$ROOT/etc/pve/mapping/pci.cfg" dd315b7cdfdaac1b5e72aea094a3f9a6596a47
 unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" e879e6d0a318b31ecca6c7a8817410029b440b30185750966195caff3fbefb80
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" ab9fac5ddca9581fc4a5f0d90b0b8a73cc0af093250eb1ced505493b980f3117
 unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" 585ee42227ec0700049f4b439c77de4b2b3886bba6c3840432bac1ce1015e3b9
-unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" 8f2cd71da81f189f363d859c68a6b748f729d42dfc27dcd0279b333acbefd1f6
+unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" 89810df9978474406e1f72d5d25f29a37aa30a9fd0f6bef26b5425545a91fa96
 unchanged "$ROOT/usr/local/sbin/pvegpu-device-nodes" 58b15ec59588d297cb455e8bba8ab3c4ba07332fb19efbf3054f6d7b773c82cc
 unchanged "$ROOT/etc/systemd/system/pvegpu-device-nodes.service" 6880a2a978e210aa3a2ba10e8a19e05a8e9c3c7fb42df0e9b0b58b73c13e3ff6
 if [ "$changed" -ne 0 ]; then

@@ -75,7 +75,7 @@ unchanged "$ROOT/etc/pve/mapping/pci.cfg" 7c09c9ef4e6cab9d7738b323a4a8e8ab6526b9
 unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" a333889e230075fbe676f7089f526b5f575ce2ea860d6ecf52c9a116e56a310e
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" 4004740452d7d7c1aeb7d61f6e400eb16dac4aa731fd936648c3e4c57de5bee0
 unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" 302ebdc82de42fae1f7b48f429997dac7fa6ba68b5317330ef55944f5bc93be5
-unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" 69c35fce3cfac54f9ced1a119197f13b9d6c502303f5ab6a325b15bd21c85e7f
+unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" 33ee097cf4ff649290a7cd07a0e08f9d7e7e7bc5c8af1b3122dcdb06b7586a17
 if [ "$changed" -ne 0 ]; then
     echo "revert.sh: nothing done; merge those files by hand (the bundle holds the old copies)" >&2
     exit 3

@@ -80,7 +80,7 @@ unchanged "$ROOT/etc/pve/mapping/pci.cfg" 4e30eaa4044a98e0ca2b19a1e69771066fae84
 unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" a8227ab5adc4e3c965ddce57313423c6a0804098b2a2404c787e0065494c699d
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" 01035457d81ee5286fcb6de4feb5a142ba0d6e90c8f19bc365f263dd1f2ab957
 unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" c1930bbf7fb10843a3080b2496baacfc071b2f731bf311e16f82ea93446aede6
-unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" 643b698e4d952fbf399b779c4b16bf4ef6e02645bacb59c391cf0bc174c22416
+unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" b8c853aaef69ee6925c808d8f3c89051fa497dc90e6aad70056181b40a5eadcd
 unchanged "$ROOT/usr/local/sbin/pvegpu-device-nodes" 6dc27da91428741230bc46097c7f30a97e422f92cf8ce45482860403255f5606
 unchanged "$ROOT/etc/systemd/system/pvegpu-device-nodes.service" f510d177a5ce969f477dc5f09ccff44ef81df117a6afbb885607e0062c546ac4
 if [ "$changed" -ne 0 ]; then

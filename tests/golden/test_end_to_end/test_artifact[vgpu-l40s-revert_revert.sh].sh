@@ -79,7 +79,7 @@ unchanged "$ROOT/etc/pve/mapping/pci.cfg" 42cd86a680c819fbc5e2bcefe0fb1555e07dc5
 unchanged "$ROOT/usr/local/sbin/pvegpu-vfio-split" e3fc43304d1c14506505cf681aad41b43259500a70c479f0cd19c095e0414c0d
 unchanged "$ROOT/etc/systemd/system/pvegpu-vfio-split.service" 266d4e69a4653bb387c9a0189ce99a92edfb4ebd565e5d1fd5cafce0c69ee7c0
 unchanged "$ROOT/etc/modprobe.d/pvegpu-vfio.conf" deeb45c10b422b9f22bcd5be27031de844b4cc47b0ef278a9bfa1c7b5612ac7e
-unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" 5ad582c217854021a021cce0eb86fbbed65558dc1d734651e000cb0a07e42b71
+unchanged "$ROOT/etc/initramfs-tools/hooks/pvegpu-vfio-split" e453c67523831ab020c3ac04d6729ea17ea85403b55d83fd343418039770e5f2
 if [ "$changed" -ne 0 ]; then
     echo "revert.sh: nothing done; merge those files by hand (the bundle holds the old copies)" >&2
     exit 3
