@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 from json.encoder import encode_basestring_ascii as _string
@@ -38,6 +39,7 @@ FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
 DEVICES = "sys/bus/pci/devices"
 GROUPS = "sys/kernel/iommu_groups"
 HEX = frozenset("0123456789ABCDEF")
+_UUID = re.compile(r"GPU-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
 
 
 class RefusedError(Exception):
@@ -253,17 +255,20 @@ def function_text(fn: dict[str, object]) -> str:
     )
 
 
-def gpu_information(tree: Tree, address: str) -> tuple[int | None, str | None]:
+def gpu_information(tree: Tree, address: str) -> tuple[int | None, str | None, str | None]:
     path = f"proc/driver/nvidia/gpus/{address}/information"
     if not tree.is_file(path):
-        return None, None
+        return None, None, None
     fields = {}
     for line in tree.read(path).splitlines():
         key, _, value = line.partition(":")
         fields[key.strip()] = value.strip()
     if fields.get("Bus Location", address) != address:
         raise RefusedError(f"{path}: another GPU's file")
-    return int(fields["Device Minor"]), fields.get("Model")
+    uuid = fields.get("GPU UUID")
+    if uuid is not None and not _UUID.fullmatch(uuid):
+        raise RefusedError(f"{path}: {uuid!r} is not a GPU UUID")
+    return int(fields["Device Minor"]), fields.get("Model"), uuid
 
 
 def char_majors(text: str) -> list[dict[str, object]]:
@@ -359,10 +364,9 @@ def document(root: str) -> str:
             and o["ids"][4] >> 8 != 0x0604  # type: ignore[index]
             and o["physfn"] is None
         ]
-        minor, model = gpu_information(tree, address)
-        gpus.append(
-            {"address": address, "companions": companions, "nvidia_minor": minor, "model": model}
-        )
+        minor, model, uuid = gpu_information(tree, address)
+        gpu = {"address": address, "companions": companions, "nvidia_minor": minor, "model": model}
+        gpus.append(gpu if uuid is None else gpu | {"uuid": uuid})
     units = sorted(os.listdir(tree.prefix + "sys/class/iommu"))
     cmdline = tree.read("proc/cmdline")
     if "vfio" in cmdline:

@@ -25,6 +25,7 @@ from pvegpu.planning.mig import mig_lines
 from pvegpu.planning.numbering import Renumbering
 from pvegpu.planning.userspace import host_userspace_problems
 from pvegpu.pvefiles import hostpci, lxcconf, qemuconf
+from pvegpu.pvefiles.lxcconf import NodeNaming
 from pvegpu.pvefiles.pcicfg import PciMapping
 from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
 
@@ -57,6 +58,7 @@ def lxc_container(
     findings: list[Finding],
     where: str,
     numbers: Renumbering | None = None,
+    naming: NodeNaming | None = None,
 ) -> LxcContainer | None:
     """The container of an LXC pool with the GPU lines its config gets; `where`: the
     pool's spec path, for problems about its own keys. `numbers`: the nodes the next boot
@@ -65,7 +67,8 @@ def lxc_container(
     if spec.lxc is None:
         return None
     vmid = spec.lxc.vmid
-    naming = node_naming(facts)
+    # The host's naming, once per plan when the planner hands it in (it reads every GPU).
+    naming = naming if naming is not None else node_naming(facts)
     container = LxcContainer(
         vmid,
         spec.lxc.devices,

@@ -51,17 +51,32 @@ class Renumbering:
     """Every GPU node of the host whose number the next boot with the split changes."""
 
     changes: tuple[NodeChange, ...] = ()
+    # Lookups by node and by GPU, built once: a plan asks per pool and per GPU, and a scan
+    # of every change each time made it quadratic on a host of many GPUs.
+    _by_node: dict[tuple[int, int], NodeChange] = attrs.field(
+        init=False, eq=False, repr=False, factory=dict
+    )
+    _by_gpu: dict[PciAddress, tuple[NodeChange, ...]] = attrs.field(
+        init=False, eq=False, repr=False, factory=dict
+    )
+
+    def __attrs_post_init__(self) -> None:
+        by_gpu: dict[PciAddress, list[NodeChange]] = defaultdict(list)
+        for change in self.changes:
+            self._by_node[(change.major, change.before)] = change
+            by_gpu[change.gpu].append(change)
+        self._by_gpu.update((gpu, tuple(found)) for gpu, found in by_gpu.items())
 
     @property
     def by_node(self) -> dict[tuple[int, int], NodeChange]:
-        return {(c.major, c.before): c for c in self.changes}
+        return self._by_node
 
     def minors(self, major: int) -> dict[int, int]:
         """Minor now -> minor after the boot, for the nodes on `major` that change."""
         return {c.before: c.after for c in self.changes if c.major == major}
 
     def of(self, gpu: PciAddress) -> tuple[NodeChange, ...]:
-        return tuple(c for c in self.changes if c.gpu == gpu)
+        return self._by_gpu.get(gpu, ())
 
     def __bool__(self) -> bool:
         return bool(self.changes)

@@ -19,6 +19,7 @@ from pvegpu.model.schema import PoolSpec, Spec
 from pvegpu.pci import PciAddress
 from pvegpu.planning.acs import acs_problems
 from pvegpu.planning.boot import boot_findings, boot_problems, vfio_ids_settings
+from pvegpu.planning.claims import node_naming
 from pvegpu.planning.decide import decided_servings
 from pvegpu.planning.driverctl import driverctl_problems
 from pvegpu.planning.fabric import (
@@ -42,6 +43,7 @@ from pvegpu.planning.sriov import sriov_findings, sriov_problems, vf_device
 from pvegpu.planning.vgpu import is_vgpu_vf, vgpu_problems
 from pvegpu.planning.vm_numa import vm_numa_findings, vm_numa_problems
 from pvegpu.planning.vm_start import vm_start_findings, vm_start_problems
+from pvegpu.pvefiles.lxcconf import NodeNaming
 from pvegpu.vendors.nvswitch import is_switch
 
 
@@ -76,6 +78,7 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
         (g.address for p, gpus in chosen if p.vfio is not None for g in gpus),
         (g.address for p, gpus in chosen if p.lxc is not None for g in gpus),
     )
+    naming = node_naming(facts)
     pools: list[Pool] = []
     guest_findings: list[Finding] = []
     # Every pool's mapping id: a VM line on one is that pool's, never a renamed mapping's.
@@ -84,7 +87,9 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
         if gpus:
             where = f"pools[{index}]"
             pools.append(
-                _build_pool(facts, pool_spec, where, gpus, problems, guest_findings, ids, numbers)
+                _build_pool(
+                    facts, pool_spec, where, gpus, problems, guest_findings, ids, numbers, naming
+                )
             )
     problems.extend(pci_cfg_problems(facts, pools))
     problems.extend(split_problems(facts, pools))
@@ -334,6 +339,7 @@ def _build_pool(
     findings: list[Finding],
     mapping_ids: frozenset[str] = frozenset(),
     numbers: Renumbering | None = None,
+    naming: NodeNaming | None = None,
 ) -> Pool:
     """The pool with every decision made; its refusals go to `problems`."""
     kind = PoolKind.VFIO if spec.vfio is not None else PoolKind.LXC
@@ -368,7 +374,7 @@ def _build_pool(
         functions = tuple(sorted(f for g in gpus for f in g.functions))
         drivers = {host_driver(g.function) for g in gpus}
         driver = ", ".join(sorted(d or "?" for d in drivers))
-    lxc = lxc_container(facts, spec, gpus, problems, findings, where, numbers)
+    lxc = lxc_container(facts, spec, gpus, problems, findings, where, numbers, naming)
     mapping = None
     moves = kind is PoolKind.VFIO and vgpu_type is None
     if spec.mapping is not None and wants_mapping and not groupless:

@@ -286,6 +286,7 @@ def parse(text: str, path: str = PATH) -> tuple[PciCfgSection, ...]:
     return tuple(sections)
 
 
+@lru_cache(maxsize=8)  # as parse: every node of a cluster asks for the one file's mappings
 def parse_mappings(text: str, path: str = PATH) -> tuple[PciMapping, ...]:
     return tuple(section.mapping for section in parse(text, path))
 
