@@ -327,7 +327,12 @@ class Upgrade:
 
 
 @pytest.fixture(scope="module")
-def upgraded(testbed: Bed) -> Upgrade:
+def upgraded(testbed: Bed, runs: dict[str, Future[Run]]) -> Upgrade:
+    # The scenario boots run BOOTS_AT_ONCE at a time in the background: the upgrade's
+    # chroot work and its two Debian boots wait for them, or four QEMUs share two cores
+    # and the scenarios' boots run past their timeout.
+    for started in runs.values():
+        started.exception()
     if os.getuid() != 0:
         unavailable("the kernel upgrade needs root: its Debian system is a chroot")
     missing = [tool for tool in upgrade.TOOLS if shutil.which(tool) is None]
@@ -361,8 +366,8 @@ def upgraded(testbed: Bed) -> Upgrade:
             return guest.read_run(log)
 
         with ThreadPoolExecutor(BOOTS_AT_ONCE) as pool:
-            runs = dict(zip(kernels, pool.map(run, kernels), strict=True))
-    return Upgrade(kernels, apt, images, runs)
+            booted = dict(zip(kernels, pool.map(run, kernels), strict=True))
+    return Upgrade(kernels, apt, images, booted)
 
 
 def system_table(bed: Bed) -> Table:

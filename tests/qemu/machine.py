@@ -109,7 +109,7 @@ class Machine:
 
 
 def boot(
-    machine: Machine, vmlinux: Path, initrd: Path, *, scenario: str, timeout: float = 180
+    machine: Machine, vmlinux: Path, initrd: Path, *, scenario: str, timeout: float = 300
 ) -> str:
     """Boot, let /init run the scenario and power off; the serial console log."""
     result = subprocess.run(
