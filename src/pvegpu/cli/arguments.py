@@ -128,6 +128,13 @@ def _discover(d: argparse.ArgumentParser) -> None:
     )
     d.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
     d.add_argument("--json", action="store_true", help="the facts document (docs/facts-schema.md)")
+    d.add_argument(
+        "--svg",
+        type=Path,
+        metavar="FILE",
+        help="also draw the topology into FILE (NUMA nodes, PCIe switches, GPUs, who uses "
+        "each), as the bundle's topology.svg looks; the table or --json still goes to stdout",
+    )
     d.set_defaults(run="pvegpu.cli.discover:run_discover")
 
 

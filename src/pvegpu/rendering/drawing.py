@@ -42,6 +42,9 @@ def quoteattr(value: str) -> str:
     return '"' + value.translate(_XML_ATTR) + '"'
 
 
+UNBOUND = "unbound"
+"""How a drawing names the driver of a function no driver holds."""
+
 # (fill, stroke) per driver: pale fills keep black text readable, the stroke carries
 # the colour into edges and the legend. NVIDIA green for nvidia, blue for vfio-pci.
 DRIVER_COLOURS: dict[str, tuple[str, str]] = {
@@ -51,7 +54,7 @@ DRIVER_COLOURS: dict[str, tuple[str, str]] = {
     "i915": ("#e6e0fa", "#5a44a8"),
     "xe": ("#e6e0fa", "#5a44a8"),
     "nouveau": ("#f3e3c3", "#8a5a00"),
-    "unbound": ("#eeeeee", "#777777"),
+    UNBOUND: ("#eeeeee", "#777777"),
 }
 OTHER_DRIVER = ("#fff3cd", "#8a6d00")
 NEUTRAL = ("#f6f6f6", "#555555")
