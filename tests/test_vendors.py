@@ -46,9 +46,11 @@ STILL_NAMING_NVIDIA = {
     # goldens; they move into the vendor as message parts in a later step.
     "cli/arguments.py",
     "planning/findings.py",
-    "rendering/review/picture.py",
     "apply/host_checks.py",
     "serving/container.py",
+    # The drawings' colour per driver name (NVIDIA green for nvidia, shared by topology.svg
+    # and discover --svg).
+    "rendering/drawing.py",
     # The fake host builder writes an NVIDIA host's /proc and /sys (tests' fixtures).
     "testing/__init__.py",
     "testing/hostspec.py",

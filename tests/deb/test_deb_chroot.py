@@ -154,6 +154,11 @@ def test_the_man_page_and_completion_are_the_generated_ones(deb: Path) -> None:
     assert page == cli_docs.man_page(build_parser())
     completion = _member_bytes(deb, "usr/share/bash-completion/completions/pvegpu").decode()
     assert completion == cli_docs.bash_completion(build_parser())
+    # zsh and fish read their vendor directories, where Debian's packages install theirs.
+    zsh = _member_bytes(deb, "usr/share/zsh/vendor-completions/_pvegpu").decode()
+    assert zsh == cli_docs.zsh_completion(build_parser())
+    fish = _member_bytes(deb, "usr/share/fish/vendor_completions.d/pvegpu.fish").decode()
+    assert fish == cli_docs.fish_completion(build_parser())
     # The docs the page's SEE ALSO points to, and every other one, at their checkout paths.
     members = _members(deb)
     named = re.findall(r"(README\.md|docs/[a-z-]+\.md)", page.split(".SH SEE ALSO", 1)[1])

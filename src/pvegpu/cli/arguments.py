@@ -128,6 +128,13 @@ def _discover(d: argparse.ArgumentParser) -> None:
     )
     d.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
     d.add_argument("--json", action="store_true", help="the facts document (docs/facts-schema.md)")
+    d.add_argument(
+        "--svg",
+        type=Path,
+        metavar="FILE",
+        help="also draw the topology into FILE (NUMA nodes, PCIe switches, GPUs, who uses "
+        "each), as the bundle's topology.svg looks; the table or --json still goes to stdout",
+    )
     d.set_defaults(run="pvegpu.cli.discover:run_discover")
 
 
@@ -238,6 +245,29 @@ def _check(c: argparse.ArgumentParser) -> None:
     c.set_defaults(run="pvegpu.cli.check:run_check")
 
 
+SHELLS = ("bash", "zsh", "fish")
+"""The shells `pvegpu completion` writes a script for (cli/completion.py)."""
+
+
+def _completion(c: argparse.ArgumentParser) -> None:
+    c.description = (
+        "Print the shell completion script for SHELL, generated from these argument "
+        "definitions: the Debian package installs all three; after a pip install, save "
+        "it where the shell looks (docs/install.md), e.g. `pvegpu completion bash > "
+        "~/.local/share/bash-completion/completions/pvegpu`."
+    )
+    c.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish")
+    c.set_defaults(run="pvegpu.cli.completion:run_completion")
+
+
+def _man(m: argparse.ArgumentParser) -> None:
+    m.description = (
+        "Print the manual page (roff), generated from these argument definitions: "
+        "`pvegpu man | man -l -` reads it; the Debian package installs it as pvegpu(1)."
+    )
+    m.set_defaults(run="pvegpu.cli.docs:run_man")
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "discover": ("show the host's GPUs, NUMA nodes, IOMMU groups and drivers", _discover),
     "snapshot": ("archive exactly what discover reads into a .tar.gz", _snapshot),
@@ -253,5 +283,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
         "--bundle or --spec cannot be used)",
         _check,
     ),
+    "completion": ("print the shell completion script (bash, zsh, fish)", _completion),
+    "man": ("print the manual page (roff): pvegpu man | man -l -", _man),
 }
 """Each subcommand: its help line in `pvegpu --help`, and what builds its arguments."""

@@ -1,14 +1,20 @@
-"""`pvegpu discover`: what the host has, as a table or the facts JSON.
+"""`pvegpu discover`: what the host has, as a table or the facts JSON, and with --svg
+a drawing of it.
 
 Its arguments are in cli/arguments.py; this module is imported only to run it, and
-imports nothing of planning, rendering or serving.
+imports nothing of planning, rendering or serving: the drawing (rendering/host_svg.py,
+which needs neither jinja2 nor the planner) is imported only when --svg asks for it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
+from pathlib import Path
 
+from pvegpu.errors import Problem, RenderError
 from pvegpu.host.discover import discover
 from pvegpu.host.facts_dump import facts_to_json
 from pvegpu.model.facts import HostFacts
@@ -18,9 +24,59 @@ from pvegpu.vendors import Vendor
 
 
 def run_discover(args: argparse.Namespace) -> int:
+    if args.svg is not None:
+        _check_svg_target(args.svg)  # before reading the host: a typo fails at once
     facts = discover(args.root)
     sys.stdout.write(facts_to_json(facts) if args.json else format_table(facts))
+    if args.svg is not None:
+        from pvegpu.rendering.host_svg import host_svg  # only for --svg
+
+        _write_svg(args.svg, host_svg(facts))
+        print(f"pvegpu discover: drew {facts.node}'s GPUs into {args.svg}", file=sys.stderr)
     return 0
+
+
+def _svg_problem(path: Path, message: str, fix: str) -> RenderError:
+    return RenderError([Problem("output-unwritable", str(path), message, fix)])
+
+
+def _check_svg_target(path: Path) -> None:
+    """`--svg FILE`: its directory must exist (nothing is created), and FILE must not be
+    a directory; an existing file is replaced."""
+    parent = path.parent
+    if not parent.is_dir():
+        raise _svg_problem(
+            path,
+            f"cannot write: the directory {str(parent)!r} does not exist (or is not a "
+            "directory); pvegpu creates no directories",
+            f"create it first (mkdir -p {parent}), or give --svg a path in an existing directory",
+        )
+    if path.is_dir():
+        raise _svg_problem(
+            path, "cannot write: it is a directory", "give --svg a file name, e.g. DIR/host.svg"
+        )
+
+
+def _write_svg(path: Path, text: str) -> None:
+    """Write beside FILE, then rename over it: a reader never sees half a drawing, and a
+    failed write leaves the previous file as it was."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as err:
+        raise _svg_problem(
+            path, f"cannot write: {err.strerror or err}", "choose a writable --svg directory"
+        ) from err
+    temporary = Path(name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        temporary.chmod(0o644)
+        temporary.replace(path)
+    except OSError as err:
+        temporary.unlink(missing_ok=True)
+        raise _svg_problem(
+            path, f"cannot write: {err.strerror or err}", "choose a writable --svg path"
+        ) from err
 
 
 def _dash(value: object) -> str:

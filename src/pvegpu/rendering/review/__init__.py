@@ -19,6 +19,8 @@ first surprise and use the revert steps instead of improvising.
 from __future__ import annotations
 
 from pvegpu.model.plan import Severity
+from pvegpu.rendering.drawing import UNBOUND
+from pvegpu.rendering.host_picture import host_facts_line
 from pvegpu.rendering.review.apply_steps import Step, runbook
 from pvegpu.rendering.review.changes import (
     BACKUP_DIR,
@@ -43,13 +45,11 @@ from pvegpu.rendering.review.commands import (
     qm_set_command,
 )
 from pvegpu.rendering.review.gpu_layout import (
-    UNBOUND,
     LayoutRow,
     MovingFunction,
     driver_after,
     driver_now,
     gpus_in_pci_order,
-    host_facts_line,
     layout,
     moving_functions,
     pools_by_gpu,

@@ -1,7 +1,8 @@
 """The layout table: every GPU of the host, the pool it joins and the driver it ends on.
 
 Also the functions that leave the host with a VM pool's GPUs, and the one line of host
-facts (IOMMU, SEV-SNP, NVIDIA driver) printed above the table.
+facts (IOMMU, SEV-SNP, NVIDIA driver) printed above the table (rendering/host_picture.py,
+shared with `pvegpu discover --svg`).
 """
 
 from __future__ import annotations
@@ -10,14 +11,10 @@ import attrs
 
 from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
-from pvegpu.model.kernels import ModuleOrigin
 from pvegpu.model.plan import Plan, Pool, PoolKind
 from pvegpu.pci import PciAddress
+from pvegpu.rendering.drawing import UNBOUND
 from pvegpu.values import value_class
-from pvegpu.vendors import Vendor
-from pvegpu.wording import plural
-
-UNBOUND = "unbound"
 
 
 @value_class
@@ -149,34 +146,4 @@ def moving_nvswitches(plan: Plan) -> tuple[MovingFunction, ...]:
         MovingFunction(pool, switch, driver_now(switch))
         for pool in plan.vfio_pools
         for switch in pool.nvswitches
-    )
-
-
-def _driver(facts: HostFacts, vendor: Vendor) -> str:
-    loaded = facts.gpu_driver(vendor.host_driver)
-    if loaded is None:
-        return "not loaded"
-    text = f"{loaded.version} ({loaded.flavor} kernel module)"
-    # An upgrade installed and not yet running (planning/next_boot.py).
-    kernel = facts.boot.kernels.next_boot
-    module = facts.boot.kernels.module(vendor.host_driver)
-    if module is not None and module.version not in (None, loaded.version):
-        text += f", {module.version} after the next boot (kernel {kernel})"
-    elif module is not None and module.origin is ModuleOrigin.NONE:
-        text += f", none after the next boot (kernel {kernel} has no module)"
-    return text
-
-
-def host_facts_line(facts: HostFacts) -> str:
-    """IOMMU mode, SEV-SNP and driver version: the three facts the split depends on."""
-    unit = {"amd": "AMD-Vi", "intel": "VT-d"}.get(facts.iommu.vendor or "", "")
-    types = sorted({str(g.type) for g in facts.iommu_groups if g.type is not None})
-    detail = ", ".join(x for x in (unit, f"groups {'/'.join(types)}" if types else "") if x)
-    iommu = f"{facts.iommu_mode}" + (f" ({detail})" if detail else "")
-    drivers = "".join(f"{v.name} driver: {_driver(facts, v)} · " for v in facts.reported_drivers())
-    nodes = sorted({g.numa_node for g in facts.gpus if g.numa_node is not None})
-    return (
-        f"IOMMU: {iommu} · SEV-SNP: {'on' if facts.sev_snp else 'off'} · "
-        f"{drivers}{plural(len(facts.gpus), 'GPU')} on "
-        f"{plural(len(nodes), 'NUMA node')}"
     )

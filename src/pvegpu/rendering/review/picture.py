@@ -2,7 +2,8 @@
 
 NUMA nodes hold GPUs; pools take GPUs; consumers (container, PCI mapping, VM) use pools.
 Every box has an id safe for SVG and Mermaid, its lines of text and its colours, all
-from PCI order, so the same plan always gives the same picture. topology.py draws it.
+from PCI order, so the same plan always gives the same picture. topology.py draws it;
+the boxes and colours are rendering/drawing.py's, which discover's picture shares.
 """
 
 from __future__ import annotations
@@ -13,51 +14,10 @@ import attrs
 
 from pvegpu.model.facts import GPU
 from pvegpu.model.plan import Plan, Pool, PoolKind
+from pvegpu.rendering.drawing import DRIVER_COLOURS, Box
 from pvegpu.rendering.review import LayoutRow, host_facts_line, layout
 from pvegpu.values import value_class
 from pvegpu.wording import plural
-
-# (fill, stroke) per driver: pale fills keep black text readable, the stroke carries
-# the colour into edges and the legend. NVIDIA green for nvidia, blue for vfio-pci.
-DRIVER_COLOURS: dict[str, tuple[str, str]] = {
-    "nvidia": ("#e3f1cc", "#4e7d00"),
-    "vfio-pci": ("#dbe6fb", "#2957a4"),
-    "amdgpu": ("#fbdcd9", "#a3342b"),
-    "i915": ("#e6e0fa", "#5a44a8"),
-    "xe": ("#e6e0fa", "#5a44a8"),
-    "nouveau": ("#f3e3c3", "#8a5a00"),
-    "unbound": ("#eeeeee", "#777777"),
-}
-OTHER_DRIVER = ("#fff3cd", "#8a6d00")
-NEUTRAL = ("#f6f6f6", "#555555")
-"""Pools and consumers that have no single driver colour."""
-
-
-def driver_colours(driver: str) -> tuple[str, str]:
-    return DRIVER_COLOURS.get(driver, OTHER_DRIVER)
-
-
-@value_class
-@attrs.frozen(eq=False, repr=False)
-class Box:
-    """A labelled node of the picture: an id safe for SVG and Mermaid, and its lines."""
-
-    id: str
-    lines: tuple[str, ...]
-    driver: str = ""
-    """Colours the box by this driver; empty for boxes that are not on one driver."""
-    dashed: bool = False
-    tooltip: str = ""
-
-    @property
-    def colours(self) -> tuple[str, str]:
-        return driver_colours(self.driver) if self.driver else NEUTRAL
-
-    @property
-    def style(self) -> str:
-        """Mermaid class name: the driver (`vfio_pci`), `_moved` when it changes."""
-        name = "".join(c if c.isalnum() else "_" for c in self.driver) or "neutral"
-        return f"{name}_moved" if self.dashed else name
 
 
 @value_class
