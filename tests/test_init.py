@@ -33,7 +33,7 @@ from pvegpu.model.paths import (
 )
 from pvegpu.model.references import Holder
 from pvegpu.pipeline import discover_for, plan_and_render
-from pvegpu.planning.current import current_split, poolable
+from pvegpu.planning.current import CurrentSplit, current_split, poolable
 from pvegpu.spec.load import load_spec
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
@@ -60,7 +60,13 @@ def test_every_fixture_host_has_been_listed() -> None:
 
 @pytest.mark.parametrize("host", HOSTS)
 def test_round_trip(host: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    root = FIXTURES / host
+    _round_trip(FIXTURES / host, tmp_path, capsys)
+
+
+def _round_trip(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[CurrentSplit, str]:
+    """init, then plan what it wrote on the same root; the split and the spec's text."""
     facts = discover(root)
     split = current_split(facts)
     text, err = _init(root, tmp_path / "spec.toml", capsys)
@@ -86,7 +92,7 @@ def test_round_trip(host: str, tmp_path: Path, capsys: pytest.CaptureFixture[str
         with pytest.raises(SpecError) as refused:
             load_spec(spec_path)
         assert [p.code for p in refused.value.problems] == ["spec-no-pools"]
-        return
+        return split, text
 
     spec = load_spec(spec_path)
     plan, artifacts = plan_and_render(discover_for(spec, root), spec)
@@ -108,6 +114,7 @@ def test_round_trip(host: str, tmp_path: Path, capsys: pytest.CaptureFixture[str
             # The same lines (a container's devN entries sorted): no guest gains or loses.
             assert artifact.path.startswith("etc/pve/lxc/"), where
             assert Counter(before.splitlines()) == Counter(artifact.content.splitlines()), where
+    return split, text
 
 
 @pytest.mark.parametrize("host", ["kpro6", "workstation", "intel-arc", "nvidia-drm"])
@@ -138,8 +145,7 @@ def _write_init(root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 def test_vm_by_mapping_is_a_vfio_pool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A VM holding a vfio-pci GPU by a mapping of exactly that GPU: a vfio pool with that
     mapping and VM, which plans to no change of pci.cfg or the VM's config."""
-    root = tmp_path / "root"
-    shutil.copytree(FIXTURES / "workstation", root, symlinks=True)
+    root = _copy("workstation", tmp_path)
     vm = root / "etc/pve/qemu-server/110.conf"
     vm.write_text(
         vm.read_text().replace("hostpci0: 0000:39:00,", "hostpci0: mapping=a4000,"),
@@ -151,15 +157,12 @@ def test_vm_by_mapping_is_a_vfio_pool(tmp_path: Path, capsys: pytest.CaptureFixt
         'subsystem-id=10de:14ad\n\tdescription CAD "A4000" GPU\n\n',
         encoding="utf-8",
     )
-    spec = load_spec(_write_init(root, tmp_path, capsys))
+    _round_trip(root, tmp_path, capsys)  # pci.cfg and 110.conf unchanged among the rest
+    spec = load_spec(tmp_path / "spec.toml")
     (pool,) = spec.pools
     assert pool.vfio is not None and pool.vfio.vm is not None and pool.vfio.vm.vmid == 110
     assert pool.mapping is not None and pool.mapping.id == "a4000"
     assert pool.mapping.description == 'CAD "A4000" GPU'  # quoted as TOML reads it back
-    _, artifacts = plan_and_render(discover_for(spec, root), spec)
-    for artifact in artifacts:
-        if artifact.path in ("etc/pve/mapping/pci.cfg", "etc/pve/qemu-server/110.conf"):
-            assert current(root, artifact) == artifact.content, artifact.path
 
 
 def test_out_exists_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -226,3 +229,40 @@ def test_json_pools(capsys: pytest.CaptureFixture[str]) -> None:
         },
     ]
     assert doc["not_expressed"] == []
+
+
+def _copy(host: str, tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURES / host, root, symlinks=True)
+    return root
+
+
+def test_gpu_of_two_containers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A GPU two containers hold is left out, and so is every other GPU of both: a pool
+    of CT 129's other three would take 01:00.0 away from it."""
+    root = _copy("kpro6-split", tmp_path)
+    (root / "etc/pve/lxc/130.conf").write_text(
+        "arch: amd64\ndev0: /dev/nvidia0,mode=0666\nhostname: other\nostype: debian\n",
+        encoding="utf-8",
+    )
+    split, text = _round_trip(root, tmp_path, capsys)
+    assert [p.name for p in split.pools] == ["pro6000-vm"]
+    why = {n.subject: n.message for n in split.unexpressed}
+    assert why["0000:01:00.0"].startswith("held by CT 129 and CT 130")
+    assert why["0000:11:00.0"].startswith("CT 129 also holds 01:00.0, which is not expressed")
+    assert "# CT 129 holds" not in text
+
+
+def test_gpu_by_args_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A VM given a GPU by its `args:` line: a pool writes hostpci lines, so it is left out."""
+    root = _copy("workstation", tmp_path)
+    vm = root / "etc/pve/qemu-server/110.conf"
+    vm.write_text(
+        vm.read_text().replace(
+            "hostpci0: 0000:39:00,pcie=1,x-vga=1", "args: -device vfio-pci,host=0000:39:00.0"
+        ),
+        encoding="utf-8",
+    )
+    split, _ = _round_trip(root, tmp_path, capsys)
+    (note,) = [n for n in split.unexpressed if n.subject == "0000:39:00.0"]
+    assert note.message.startswith("VM 110 holds it by args")

@@ -236,7 +236,43 @@ def current_split(facts: HostFacts) -> CurrentSplit:
         *_vm_pools(facts, vms, mappings, notes),
         *_idle_pools(facts, idle, mappings, notes),
     ]
-    return CurrentSplit(facts.node, tuple(pools), tuple(free), tuple(notes))
+    return CurrentSplit(facts.node, _whole_guests(facts, pools, notes), tuple(free), tuple(notes))
+
+
+def _whole_guests(
+    facts: HostFacts, pools: list[CurrentPool], notes: list[CurrentNote]
+) -> tuple[CurrentPool, ...]:
+    """The pools whose guest holds no GPU left out. A pool gives its guest exactly its
+    GPUs: planning a pool of the GPUs a container holds but one would take that one away.
+    Dropping a pool leaves its GPUs out too, so this runs until nothing more drops."""
+    while True:
+        left = {n.gpu for n in notes if not n.expressed}
+        touched: dict[tuple[Holder, int | None], GpuReference] = {
+            (r.holder, r.vmid): r
+            for r in facts.references
+            if r.holder is not Holder.HOST and not r.section and set(r.gpus) & left
+        }
+        kept = []
+        for pool in pools:
+            holder = Holder.CONTAINER if pool.kind is PoolKind.LXC else Holder.VM
+            other = touched.get((holder, pool.vmid))
+            if pool.vmid is None or other is None:
+                kept.append(pool)
+                continue
+            gone = ", ".join(a.short for a in sorted(set(other.gpus) & left))
+            notes.extend(
+                CurrentNote(
+                    str(a),
+                    f"{other.guest} also holds {gone}, which is not expressed: a pool of "
+                    "its other GPUs would take that away",
+                    a,
+                    expressed=False,
+                )
+                for a in pool.gpus
+            )
+        if len(kept) == len(pools):
+            return tuple(kept)
+        pools = kept
 
 
 def _host_notes(facts: HostFacts, gpu: GPU, notes: list[CurrentNote]) -> None:
