@@ -32,7 +32,7 @@ from pvegpu.model.paths import (
     SPLIT_UDEV_RULE,
 )
 from pvegpu.model.references import Holder
-from pvegpu.pipeline import discover_for, plan_and_render
+from pvegpu.pipeline import discover_for, init_host, plan_and_render
 from pvegpu.planning.current import CurrentSplit, current_split, poolable
 from pvegpu.spec.load import load_spec
 
@@ -117,7 +117,7 @@ def _round_trip(
     return split, text
 
 
-@pytest.mark.parametrize("host", ["kpro6", "workstation", "intel-arc", "nvidia-drm"])
+@pytest.mark.parametrize("host", ["kpro6", "kpro6-split", "workstation", "intel-arc", "nvidia-drm"])
 def test_golden(
     host: str,
     tmp_path: Path,
@@ -266,3 +266,13 @@ def test_gpu_by_args_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     split, _ = _round_trip(root, tmp_path, capsys)
     (note,) = [n for n in split.unexpressed if n.subject == "0000:39:00.0"]
     assert note.message.startswith("VM 110 holds it by args")
+
+
+def test_server_in_the_container_is_named() -> None:
+    """kpro6-split's CT 129 still has the unit of the unsplit host: SGLang with `--tp 8`,
+    on the 4 GPUs it holds now. init names it, with what it needs, and writes no serving."""
+    split, text = init_host(FIXTURES / "kpro6-split")
+    (server,) = split.pools[0].servers
+    assert (server.unit, server.server, server.gpus) == ("sglang-qwen.service", "SGLang", 8)
+    assert "It opens 8 GPUs and the container has 4" in _unwrapped(text)
+    assert "[pools.lxc.serving]\n" not in text

@@ -37,6 +37,8 @@ class CurrentServer:
     size: str
     """The options that set its parallel size, as written."""
     enabled: bool
+    gpus: int | None = None
+    """The GPUs it opens (its parallel size), None when unknown."""
 
 
 def container_servers(facts: HostFacts, vmid: int) -> tuple[CurrentServer, ...]:
@@ -65,5 +67,6 @@ def container_servers(facts: HostFacts, vmid: int) -> tuple[CurrentServer, ...]:
                     server.server,
                     server.shown,
                     bool(parent) or (old is not None and old.enabled),
+                    server.gpus,
                 )
     return tuple(found[n] for n in sorted(found))

@@ -39,11 +39,22 @@ def _c(text: str = "", indent: str = "") -> str:
     return "\n".join(f"# {line}".rstrip() for line in wrapped) or "#"
 
 
-def _gpu_summary(gpu: GPU) -> str:
+def _place(gpu: GPU) -> str:
+    """`NUMA 0, group 12`: where the GPU sits, what a split is drawn by."""
     numa = "no NUMA node" if gpu.numa_node is None else f"NUMA {gpu.numa_node}"
     group = "no IOMMU group" if gpu.iommu_group is None else f"group {gpu.iommu_group}"
-    model = gpu.model or gpu.vendor_device
-    return f"{model}, {numa}, {group}, {gpu.driver or 'no driver'}"
+    return f"{numa}, {group}"
+
+
+def _models(facts: HostFacts) -> list[str]:
+    """One line per vendor:device id: its model and how many GPUs are one."""
+    count: dict[str, int] = defaultdict(int)
+    name: dict[str, str] = {}
+    for gpu in facts.gpus:
+        if poolable(gpu):
+            count[gpu.vendor_device] += 1
+            name.setdefault(gpu.vendor_device, gpu.model or "model not known")
+    return [_c(f"  {vd}  {name[vd]} ({n})", "    ") for vd, n in sorted(count.items())]
 
 
 def _users(facts: HostFacts, gpu: GPU) -> str:
@@ -74,7 +85,9 @@ def _header(
             f"IOMMU {iommu.value}, SEV-SNP {'on' if facts.sev_snp else 'off'}"
             + (f", {drivers}" if drivers else "")
         ),
-        _c("GPUs (model, NUMA node, IOMMU group, driver: held by):"),
+        _c("Models (vendor:device, how many):"),
+        *_models(facts),
+        _c("GPUs (id, NUMA node, IOMMU group, driver: held by):"),
     ]
     for gpu in sorted(facts.gpus, key=lambda g: g.address):
         if gpu.function.is_virtual_function:
@@ -82,7 +95,14 @@ def _header(
         if gpu.bmc_display:
             lines.append(_c(f"  {gpu.address}  BMC display ({gpu.driver}): never pooled"))
             continue
-        lines.append(_c(f"  {gpu.address}  {_gpu_summary(gpu)}: {_users(facts, gpu)}"))
+        driver = gpu.driver or "no driver"
+        lines.append(
+            _c(
+                f"  {gpu.address}  {gpu.vendor_device}, {_place(gpu)}, {driver}: "
+                f"{_users(facts, gpu)}",
+                "    ",
+            )
+        )
         for note in notes.get(gpu.address, ()):
             mark = "not expressed" if not note.expressed else "note"
             lines.append(_c(f"      {mark}: {note.message}", "  "))
@@ -122,8 +142,8 @@ def _pool(facts: HostFacts, pool: CurrentPool) -> list[str]:
     lines.append("gpus = [")
     for address in pool.gpus:
         gpu = facts.gpu(address)
-        summary = _gpu_summary(gpu) if gpu is not None else ""
-        lines.append(f"  {basic_string(str(address))},  {_c(summary)}")
+        place = f"  {_c(_place(gpu))}" if gpu is not None else ""
+        lines.append(f"  {basic_string(str(address))},{place}")
     lines.append("]")
     if pool.mapping is not None:
         parts = [f"id = {basic_string(pool.mapping)}"]
@@ -136,7 +156,8 @@ def _pool(facts: HostFacts, pool: CurrentPool) -> list[str]:
         lines.append(
             _c(
                 f"The container has {server.unit} ({enabled}, {server.path}): {server.server}, "
-                f"{server.size}. pvegpu leaves that unit alone until [pools.lxc.serving] "
+                f"{server.size}.{_short(server.gpus, len(pool.gpus))} pvegpu leaves that "
+                "unit alone until [pools.lxc.serving] "
                 "is added (docs/serving.md); then it renders the unit anew."
             )
         )
@@ -151,6 +172,12 @@ def _pool(facts: HostFacts, pool: CurrentPool) -> list[str]:
         if pool.vmid is not None:
             lines += ["", "[pools.vfio.vm]", f"vmid = {pool.vmid}"]
     return lines
+
+
+def _short(needs: int | None, has: int) -> str:
+    if needs is None or needs <= has:
+        return ""
+    return f" It opens {needs} GPUs and the container has {has}: it fails when started."
 
 
 def _places(wheres: Iterable[str]) -> str:
