@@ -276,3 +276,12 @@ def test_server_in_the_container_is_named() -> None:
     assert (server.unit, server.server, server.gpus) == ("sglang-qwen.service", "SGLang", 8)
     assert "It opens 8 GPUs and the container has 4" in _unwrapped(text)
     assert "[pools.lxc.serving]\n" not in text
+
+
+def test_out_with_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--out with --json: the file holds exactly the document's spec, and says where."""
+    out = tmp_path / "kpro6.toml"
+    assert main(["init", "--root", str(FIXTURES / "kpro6"), "--out", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["out"] == str(out) and out.read_text(encoding="utf-8") == doc["spec"]
+    assert [p["name"] for p in doc["pools"]] == ["ct129"]
