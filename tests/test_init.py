@@ -285,3 +285,29 @@ def test_out_with_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     doc = json.loads(capsys.readouterr().out)
     assert doc["out"] == str(out) and out.read_text(encoding="utf-8") == doc["spec"]
     assert [p["name"] for p in doc["pools"]] == ["ct129"]
+
+
+@pytest.mark.parametrize(
+    ("options", "mode", "gid"), [(",gid=44,mode=0660", "0660", 44), (",mode=0666", "0666", None)]
+)
+def test_dev_lines_keep_their_mode_and_gid(
+    options: str, mode: str, gid: int | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pool says the mode and gid CT 160's devN lines set, so planning rewrites none."""
+    root = _copy("driver-upgrade", tmp_path)
+    config = root / "etc/pve/lxc/160.conf"
+    config.write_text(config.read_text().replace(",mode=0666", options), encoding="utf-8")
+    _round_trip(root, tmp_path, capsys)
+    (pool,) = load_spec(tmp_path / "spec.toml").pools
+    assert pool.lxc is not None and (pool.lxc.mode, pool.lxc.gid) == (mode, gid)
+
+
+def test_dev_lines_without_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """devN lines with no mode=: a pool would add one, so they are left out, and said."""
+    root = _copy("driver-upgrade", tmp_path)
+    config = root / "etc/pve/lxc/160.conf"
+    config.write_text(config.read_text().replace(",mode=0666", ""), encoding="utf-8")
+    split, _ = _round_trip(root, tmp_path, capsys)
+    assert not split.pools
+    assert all("sets no mode=" in n.message for n in split.unexpressed)
+    assert len(split.unexpressed) == 2

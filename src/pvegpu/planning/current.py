@@ -76,6 +76,10 @@ class CurrentPool:
     uses yet."""
     devices: str | None = None
     """`dev` or `raw`: how the container's config gives the nodes (lxc pools)."""
+    mode: str | None = None
+    """The nodes' `mode=` its `devN` lines set (`dev` pools)."""
+    gid: int | None = None
+    """The nodes' `gid=` its `devN` lines set, if any (`dev` pools)."""
     mapping: str | None = None
     mapping_description: str | None = None
     held_by: tuple[str, ...] = ()
@@ -399,6 +403,27 @@ def _container_pools(
                     )
                 )
             continue
+        style = styles.pop()
+        access = (
+            {_dev_access(r.text) for _, refs in held for r in refs} if style == "dev" else set()
+        )
+        mode, gid = next(iter(access)) if len(access) == 1 else (None, None)
+        if style == "dev" and (len(access) != 1 or mode is None):
+            why = (
+                "sets no mode=, and a pool writes one (0666 unless `mode` says)"
+                if len(access) == 1
+                else "gives them with different mode= or gid= options, and a pool gives one"
+            )
+            notes.extend(
+                CurrentNote(
+                    str(gpu.address),
+                    f"CT {vmid}'s devN lines ({refs[0].where}) {why}",
+                    gpu.address,
+                    expressed=False,
+                )
+                for gpu, refs in held
+            )
+            continue
         gpus = tuple(g.address for g, _ in held)
         mapping = _exact_mapping(facts, gpus, mappings)
         pools.append(
@@ -407,7 +432,9 @@ def _container_pools(
                 kind=PoolKind.LXC,
                 gpus=gpus,
                 vmid=vmid,
-                devices=styles.pop(),
+                devices=style,
+                mode=mode,
+                gid=gid,
                 mapping=None if mapping is None else mapping.id,
                 mapping_description=None if mapping is None else mapping.description,
                 held_by=_wheres(r for _, refs in held for r in refs),
@@ -415,6 +442,16 @@ def _container_pools(
             )
         )
     return pools
+
+
+def _dev_access(text: str) -> tuple[str | None, int | None]:
+    """The `mode=` and `gid=` of a `devN: PATH,gid=44,mode=0660` line as written (its value
+    after the key); None where it sets none. A gid that is not a number is kept as None
+    and its line then differs from what a pool writes: the round trip shows it."""
+    value = text.partition(":")[2].strip()
+    options = dict(o.partition("=")[::2] for o in value.split(",")[1:])
+    gid = options.get("gid", "")
+    return options.get("mode"), int(gid) if gid.isascii() and gid.isdigit() else None
 
 
 def _vm_pools(

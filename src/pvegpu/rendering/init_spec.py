@@ -167,6 +167,10 @@ def _pool(facts: HostFacts, pool: CurrentPool) -> list[str]:
             f"vmid = {pool.vmid}",
             f"devices = {basic_string(pool.devices or 'dev')}",
         ]
+        if pool.mode is not None and pool.mode != "0666":  # 0666: the spec's default
+            lines.append(f"mode = {basic_string(pool.mode)}")
+        if pool.gid is not None:
+            lines.append(f"gid = {pool.gid}")
     else:
         lines += ["[pools.vfio]"]
         if pool.vmid is not None:
