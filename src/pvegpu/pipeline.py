@@ -20,6 +20,7 @@ from pvegpu.rendering.registry import render
 
 if TYPE_CHECKING:
     from pvegpu.planning.cluster import ClusterPlan
+    from pvegpu.planning.current import CurrentSplit
     from pvegpu.rendering.cluster import NodeArtifacts
     from pvegpu.rendering.review.reconcile import Reconciliation
 
@@ -37,6 +38,23 @@ def discover_for(spec: Spec, root: Path = Path("/")) -> HostFacts:
     facts = add_serving_files(read_host(reader), read_serving(reader, spec, installed_files))
     # The units of the containers whose GPUs the plan may change (their own servers).
     return add_serving_files(facts, read_container_units(reader, spec, facts))
+
+
+def init_host(root: Path) -> tuple[CurrentSplit, str]:
+    """`pvegpu init`: the host's current split and its spec text. The containers of its
+    pools are read again for their units, so the spec names the servers they run."""
+    from pvegpu.planning.current import current_split
+    from pvegpu.rendering.init_spec import render_current
+    from pvegpu.spec.load import parse_spec
+
+    reader = RootReader(root)
+    facts = read_host(reader)
+    split = current_split(facts)
+    if split.pools:
+        spec = parse_spec(render_current(facts, split))
+        facts = add_serving_files(facts, read_container_units(reader, spec, facts))
+        split = current_split(facts)
+    return split, render_current(facts, split)
 
 
 def plan_and_render(facts: HostFacts, spec: Spec) -> tuple[Plan, tuple[Artifact, ...]]:

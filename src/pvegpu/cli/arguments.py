@@ -161,6 +161,20 @@ def _snapshot(s: argparse.ArgumentParser) -> None:
     s.set_defaults(run="pvegpu.cli.snapshot:run_snapshot")
 
 
+def _init(i: argparse.ArgumentParser) -> None:
+    i.description = (
+        "Write a split spec of the host as it is now: every GPU a container or VM holds "
+        "in a way a pool expresses, as pools, commented with what discovery found (models, "
+        "NUMA nodes, IOMMU groups, free GPUs) and with what it cannot express (also said on "
+        "stderr). Planning it unchanged changes no GPU's driver and no guest's GPUs. Reads "
+        "only --root; never overwrites --out."
+    )
+    i.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
+    i.add_argument("--out", type=Path, help="write the spec here (refused if it exists)")
+    i.add_argument("--json", action="store_true", help="the spec, its pools and notes, as JSON")
+    i.set_defaults(run="pvegpu.cli.init:run_init")
+
+
 def _plan_arguments(p: argparse.ArgumentParser) -> None:
     """What plan and render share: the roots and the spec."""
     p.add_argument(
@@ -271,6 +285,7 @@ def _man(m: argparse.ArgumentParser) -> None:
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "discover": ("show the host's GPUs, NUMA nodes, IOMMU groups and drivers", _discover),
     "snapshot": ("archive exactly what discover reads into a .tar.gz", _snapshot),
+    "init": ("write a split spec of the host as it is now, to edit", _init),
     "plan": ("show what would change, as unified diffs, and the plan's findings", _plan),
     "render": (
         "write every artifact under OUT, with MANIFEST.json and a revert bundle",

@@ -1,0 +1,72 @@
+"""The SGLang and vLLM servers a container's units start, for the comment `pvegpu init`
+writes at that container's pool. Pure: the units are in the facts (`host.container_units`
+read them for the containers of the pools).
+
+**Decision: a server found is said, not written as `[pools.lxc.serving]`.** A serving
+table makes pvegpu render the unit anew (its flags, environment and parallel size by
+construction), which rewrites the unit the container runs now: not the host as it is.
+The comment names the unit and its parallel size so the admin can add the table.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+import attrs
+
+from pvegpu.host.container_units import ENABLING_DIRS
+from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs, rootfs_dirs
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.paths import UNIT_DIR
+from pvegpu.planning.unit_gpus import unit_demand
+from pvegpu.serving.unitfile import parse_unit
+from pvegpu.values import value_class
+
+
+@value_class
+@attrs.frozen(eq=False, repr=False)
+class CurrentServer:
+    """A server one of the container's units starts."""
+
+    unit: str
+    """The unit's name (`sglang-qwen.service`)."""
+    path: str
+    """Its file, relative to the host root."""
+    server: str
+    """`SGLang` or `vLLM`."""
+    size: str
+    """The options that set its parallel size, as written."""
+    enabled: bool
+    gpus: int | None = None
+    """The GPUs it opens (its parallel size), None when unknown."""
+
+
+def container_servers(facts: HostFacts, vmid: int) -> tuple[CurrentServer, ...]:
+    """The servers the units in the container's /etc/systemd/system start, by unit name."""
+    config = facts.file(f"etc/pve/lxc/{vmid}.conf")
+    storage = facts.file(STORAGE_CFG)
+    location = locate_rootfs(
+        vmid, config.content if config else None, storage.content if storage else None
+    )
+    found: dict[str, CurrentServer] = {}
+    for directory in rootfs_dirs(vmid, location):
+        unit_dir = f"{directory}/{UNIT_DIR}/"
+        for file in facts.files:
+            if not file.path.startswith(unit_dir) or not file.path.endswith(".service"):
+                continue
+            inside = file.path[len(unit_dir) :]
+            parent = posixpath.dirname(inside)
+            if parent and not parent.endswith(ENABLING_DIRS):
+                continue
+            name = posixpath.basename(inside)
+            for server in unit_demand(parse_unit(file.content)).servers:
+                old = found.get(name)
+                found[name] = CurrentServer(
+                    name,
+                    file.path if old is None or not parent else old.path,
+                    server.server,
+                    server.shown,
+                    bool(parent) or (old is not None and old.enabled),
+                    server.gpus,
+                )
+    return tuple(found[n] for n in sorted(found))
