@@ -8,7 +8,9 @@ without ACS there) and a second container, CT 131, with nothing on it yet.
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +18,14 @@ import attrs
 import pytest
 
 import fixture_hosts
+from depth import THOROUGH
 from pvegpu.cli import main
+from pvegpu.errors import PlanError
+from pvegpu.model.facts import HostFacts
+from pvegpu.model.schema import Spec
+from pvegpu.pipeline import discover_for
+from pvegpu.planning.planner import plan
+from pvegpu.spec.load import parse_spec
 from pvegpu.testing import write_host
 
 Run = Callable[..., tuple[int, str, str]]
@@ -200,3 +209,32 @@ def test_a_refused_pool_has_no_server_problems(
     assert expected in got
     assert not [s for c, s in got if str(s).startswith("pools[0].lxc.serving")]
     assert ("model-config-missing", "shared/models/nope/config.json") in got
+
+
+@pytest.fixture(scope="module")
+def fixed(host: Path) -> tuple[HostFacts, Spec]:
+    spec = parse_spec(FIXED)
+    return discover_for(spec, host), spec
+
+
+def _by_name(spec: Spec, subject: str) -> str:
+    """`pools[2].lxc` as `pool spare.lxc`: the same mistake whatever the pools' order."""
+    return re.sub(r"^pools\[(\d+)\]", lambda m: f"pool {spec.pools[int(m[1])].name}", subject)
+
+
+# Every order in the thorough run; in the quick one, each pool first once, and reversed.
+ORDERS = list(itertools.permutations(range(4)))
+QUICK_ORDERS = [(0, 1, 2, 3), (1, 2, 3, 0), (2, 3, 0, 1), (3, 0, 1, 2), (3, 2, 1, 0)]
+
+
+@pytest.mark.parametrize("order", ORDERS if THOROUGH else QUICK_ORDERS)
+def test_the_plan_problems_do_not_depend_on_the_pools_order(
+    fixed: tuple[HostFacts, Spec], order: tuple[int, ...]
+) -> None:
+    """The same independent mistakes, the pools in any order: one problem each, the same."""
+    facts, spec = fixed
+    expected = sorted((c, _by_name(spec, s)) for c, s in PLAN_PROBLEMS)
+    shuffled = attrs.evolve(spec, pools=tuple(spec.pools[i] for i in order))
+    with pytest.raises(PlanError) as err:
+        plan(facts, shuffled)
+    assert sorted((p.code, _by_name(shuffled, p.subject)) for p in err.value.problems) == expected
