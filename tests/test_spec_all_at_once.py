@@ -5,6 +5,7 @@ order of the spec, one problem per mistake (spec/salvage.py)."""
 from __future__ import annotations
 
 import copy
+import tomllib
 from typing import Any
 
 import pytest
@@ -254,4 +255,36 @@ def test_independent_mistakes_make_one_problem_each_in_spec_order(
             parse_spec(toml_text(doc))
         else:
             spec_from_data(doc)
+    assert [(p.code, p.subject) for p in err.value.problems] == expected
+    # The stand-ins went into a copy: data handed in (Ansible's spec) is left as it was.
+    assert doc["pools"] == pools
+
+
+def test_a_broken_key_nested_deep_is_refused_not_a_crash() -> None:
+    """Standing in for a broken key copies only the tables and arrays on its way: a deep
+    copy (or a recursive walk) of a value nested hundreds of arrays deep runs out of
+    stack. As deep as tomllib reads, and deeper in a spec given as data (Ansible's)."""
+
+    def spec(depth: int) -> str:
+        return VALID.replace('gpus = ["81:00.0"]', "gpus = [" + "[" * depth + "]" * depth + "]")
+
+    low, high = 1, 2000  # the deepest array tomllib reads, found as this Python has it
+    while low < high:
+        mid = (low + high + 1) // 2
+        try:
+            tomllib.loads(spec(mid))
+            low = mid
+        except RecursionError:
+            high = mid - 1
+    assert low > 100
+    # A few levels less: the loader calls tomllib from a few frames deeper than this test.
+    expected = [("spec-invalid-value", "pools[1].gpus[0]")]
+    assert [p[:2] for p in refused(spec(low - 10))] == expected
+    deep: list[Any] = []
+    for _ in range(900):
+        deep = [deep]
+    doc = tomllib.loads(VALID)
+    doc["pools"][1]["gpus"] = [deep]
+    with pytest.raises(SpecError) as err:
+        spec_from_data(doc)
     assert [(p.code, p.subject) for p in err.value.problems] == expected

@@ -14,7 +14,6 @@ stand-in's doing, not a second mistake, and is dropped: one mistake, one problem
 
 from __future__ import annotations
 
-import copy
 import typing
 from collections.abc import Iterable, Sequence
 from enum import Enum
@@ -106,12 +105,19 @@ def _keeps_default(route: Route) -> bool:
 
 
 def _replaced(raw: dict[str, Any], route: Route, unknown: bool, serial: int) -> None:
-    """Drop or stand in for the broken key at `route` of `raw`, in place."""
+    """Drop or stand in for the broken key at `route` of `raw`, in place: each table and
+    array on the way is copied first, so the caller's parsed spec is left as it was."""
     parent: Any = raw
     for step in route[:-1]:
-        there, parent = _step(parent, step)
+        there, child = _step(parent, step)
         if not there:
             return
+        # A copy of this level only: a deep copy of a value nested hundreds of arrays
+        # deep (TOML allows it) would run out of stack.
+        if isinstance(child, dict | list):
+            child = child.copy()
+        parent[step] = child
+        parent = child
     last = route[-1]
     kind = _schema_at(route)[2]
     if isinstance(parent, dict) and isinstance(last, str):
@@ -126,7 +132,7 @@ def _replaced(raw: dict[str, Any], route: Route, unknown: bool, serial: int) -> 
 def salvaged(raw: dict[str, Any], broken: Iterable[tuple[Route, bool]]) -> dict[str, Any]:
     """A copy of the parsed spec `raw` with each broken key (its route, and whether it is
     an unknown key) dropped or stood in for."""
-    whole = copy.deepcopy(raw)
+    whole = dict(raw)
     for serial, (route, unknown) in enumerate(broken):
         if route:
             _replaced(whole, route, unknown, serial)
@@ -138,14 +144,22 @@ def beneath(subject: str, paths: Iterable[str]) -> bool:
     return any(subject == p or subject.startswith((f"{p}.", f"{p}[")) for p in paths)
 
 
-def _positions(value: Any, path: str, found: dict[str, int]) -> None:
-    found.setdefault(path, len(found))
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _positions(item, f"{path}.{key}" if path else str(key), found)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _positions(item, f"{path}[{index}]", found)
+def _positions(raw: Any) -> dict[str, int]:
+    """Every spec path of the parsed spec `raw` -> its place in document order. A stack,
+    not recursion: a value may be nested as deep as TOML allows."""
+    found: dict[str, int] = {}
+    stack: list[tuple[str, Any]] = [("", raw)]
+    while stack:
+        path, value = stack.pop()
+        found.setdefault(path, len(found))
+        if isinstance(value, dict):
+            items = [(f"{path}.{k}" if path else str(k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            continue
+        stack.extend(reversed(items))
+    return found
 
 
 def _parent(path: str) -> str:
@@ -156,8 +170,7 @@ def _parent(path: str) -> str:
 def in_spec_order(problems: Sequence[Problem], raw: Any) -> list[Problem]:
     """`problems` in the order their keys come in the spec (a key the spec does not set
     at its table's place); problems about one key keep the order they were found in."""
-    positions: dict[str, int] = {}
-    _positions(raw, "", positions)
+    positions = _positions(raw)
 
     def position(problem: Problem) -> int:
         path = problem.subject
