@@ -1,4 +1,4 @@
-"""A spec with fourteen mistakes takes two runs: the first refuses every schema mistake
+"""A spec with fifteen mistakes takes two runs: the first refuses every schema mistake
 (exit 4), the second, once those are fixed, every plan mistake (exit 5), servers
 included: a plan refused for one pool still judges the others' servers.
 
@@ -96,10 +96,15 @@ SCHEMA_MISTAKES = [
     ("vmid = 129", 'vmid = "129"'),
     ('unit = "sglang-qwen"', 'unit = "sglang-qwen"\ntp = 3'),
     ('description = "VM GPUs"', 'descripton = "VM GPUs"'),
-    ("vmid = 130", 'vmid = 130\ndevices = "mknod"'),
+    ("# no such container", '# no such container\ndevices = "mknod"'),
     ('gpus = ["e1:00.0"]', 'gpus = ["e1:00:0"]'),
     ("port = 8000", "port = -8000"),
     ('unit = "sglang-chat"', 'unit = "sglang-chat"\nenvironment = { HF_TOKEN = "hf_abc" }'),
+    # A pool for the guest of another: a spec mistake, not the host's.
+    (
+        "[pools.vfio]\n",
+        '[pools.vfio]\n\n[[pools]]\nname = "dup"\ncount = 1\nlxc = { vmid = 131 }\n',
+    ),
 ]
 
 SCHEMA_PROBLEMS = [
@@ -107,10 +112,11 @@ SCHEMA_PROBLEMS = [
     ("spec-invalid-value", "pools[0].lxc.vmid", 11),
     ("spec-unknown-key", "pools[0].lxc.serving.tp", 18),
     ("spec-unknown-key", "pools[1].mapping.descripton", 26),
-    ("spec-invalid-value", "pools[2].lxc.devices", 36),
-    ("spec-invalid-address", "pools[3].gpus[0]", 40),
-    ("spec-secret", "pools[3].lxc.serving.environment.HF_TOKEN", 50),
-    ("spec-invalid-value", "pools[3].lxc.serving.port", 51),
+    ("spec-invalid-value", "pools[3].lxc.devices", 41),
+    ("spec-duplicate-guest", "pools[4]", 43),
+    ("spec-invalid-address", "pools[4].gpus[0]", 45),
+    ("spec-secret", "pools[4].lxc.serving.environment.HF_TOKEN", 55),
+    ("spec-invalid-value", "pools[4].lxc.serving.port", 56),
 ]
 
 PLAN_PROBLEMS = [
@@ -168,7 +174,7 @@ def _refusal(run: Run, host: Path, spec: Path, exit_code: int) -> list[dict[str,
     return problems
 
 
-def test_fourteen_mistakes_take_two_runs(run: Run, host: Path, tmp_path: Path) -> None:
+def test_fifteen_mistakes_take_two_runs(run: Run, host: Path, tmp_path: Path) -> None:
     spec = tmp_path / "split.toml"
     spec.write_text(_broken())
     first = _refusal(run, host, spec, 4)
