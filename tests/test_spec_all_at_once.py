@@ -16,9 +16,9 @@ from pvegpu.errors import SpecError
 from pvegpu.spec.load import parse_spec, spec_from_data
 from spec_toml import toml_text
 
-# Nine mistakes: six a wrong type or unknown key stops cattrs at, three that only the
+# Ten mistakes: seven a wrong type or unknown key stops cattrs at, three that only the
 # value rules see, which used to wait for the next run.
-NINE = """\
+TEN = """\
 node = "kpro6"
 
 [host]
@@ -54,7 +54,7 @@ vmid = 130
 gid = "render"
 """
 
-NINE_PROBLEMS = [
+TEN_PROBLEMS = [
     ("spec-unknown-key", "host", 3),
     ("spec-unknown-key", "pools[0].colour", 9),
     ("spec-invalid-value", "pools[0].lxc.vmid", 12),
@@ -77,7 +77,7 @@ def refused(text: str) -> list[tuple[str, str, int | None]]:
 def test_every_schema_problem_comes_in_one_refusal_in_spec_order() -> None:
     """Types, unknown keys and value rules of every table and pool, by code and line,
     in the order the spec sets them."""
-    assert refused(NINE) == NINE_PROBLEMS
+    assert refused(TEN) == TEN_PROBLEMS
 
 
 VALID = """\
