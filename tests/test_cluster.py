@@ -193,6 +193,46 @@ def test_refusals_of_roots() -> None:
     assert _codes(swapped.value) == [("root-node-mismatch", "kpro7")]
 
 
+def test_a_missing_root_does_not_stop_the_other_nodes_plans() -> None:
+    """kpro7 has no root, so it is not planned; kpro6 and pve-ws still are, and their
+    problems come in the same refusal."""
+    spec = parse_spec(SPEC.read_text().replace('gpus = ["0000:39:00.0"]', 'gpus = ["38:00.0"]'))
+    facts = {k: v for k, v in _facts().items() if k != "kpro7"}
+    with pytest.raises(PlanError) as err:
+        plan_and_render_cluster(facts, spec)
+    assert _codes(err.value) == [
+        ("node-without-root", "kpro7"),
+        ("address-not-on-host", "pve-ws: pools[3].gpus[0]"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("refusals", "kind"),
+    [({"kpro6": SpecError}, SpecError), ({"kpro6": SpecError, "pve-ws": PlanError}, PlanError)],
+)
+def test_every_node_is_planned_whatever_another_node_raised(
+    monkeypatch: pytest.MonkeyPatch,
+    refusals: dict[str, type[PlanError | SpecError]],
+    kind: type[PlanError | SpecError],
+) -> None:
+    """A node refused for its option tables alone (a spec error) does not stop the other
+    nodes' plans; the refusal is a spec error only if no node's plan is refused."""
+    from pvegpu.planning import cluster as planning_cluster
+
+    def refused(facts: HostFacts, spec: object) -> object:
+        if facts.node in refusals:
+            raise refusals[facts.node].one("some-code", "pools[0]", "refused")
+        return plan(facts, spec)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(planning_cluster, "plan", refused)
+    with pytest.raises(kind) as err:
+        planning_cluster.plan_cluster(_facts(), load_spec(SPEC))
+    assert type(err.value) is kind
+    # Each node's first pool, as the cluster spec numbers it.
+    first = {"kpro6": "pools[0]", "pve-ws": "pools[3]"}
+    assert _codes(err.value) == [("some-code", f"{n}: {first[n]}") for n in refusals]
+
+
 def test_roots_that_disagree_on_pci_cfg_are_refused() -> None:
     """The plain workstation fixture has no pci.cfg: not the cluster's state."""
     spec = load_spec(SPEC)

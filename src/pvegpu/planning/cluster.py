@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterator, Mapping
 
 import attrs
 
-from pvegpu.errors import PlanError, Problem
+from pvegpu.errors import PlanError, Problem, PvegpuError, SpecError
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Finding, Plan, SharedPciCfg
 from pvegpu.model.schema import Spec
@@ -111,20 +111,27 @@ def _renumbered(problem: Problem, node: str, indexes: tuple[int, ...]) -> Proble
 
 def plan_cluster(facts: Mapping[str, HostFacts], spec: Spec) -> ClusterPlan:
     """Plan every node of `spec` from its facts (by node name), or raise PlanError listing
-    every problem of every node."""
+    every problem of every node (SpecError when only engines' option tables object)."""
     problems = [*root_problems(spec, facts.keys()), *_name_problems(facts)]
-    if problems:
-        raise PlanError(problems)
     problems.extend(_pci_cfg_problems(facts))
+    # A node without its own root cannot be planned; every other node still is, so one
+    # refusal holds every node's problems.
+    roots = {name for name, node_facts in facts.items() if node_facts.node == name}
+    refusal: type[PvegpuError] = PlanError if problems else SpecError
     plans: list[Plan] = []
     for node in spec.node_names:
+        if node not in roots:
+            continue
         try:
             plans.append(plan(facts[node], spec.for_node(node)))
-        except PlanError as error:
+        except (PlanError, SpecError) as error:
+            # A node refused for its option tables alone is a spec error (exit 4), as a
+            # single node's plan is; any other problem makes the refusal a plan's.
+            refusal = refusal if isinstance(error, SpecError) else PlanError
             indexes = spec.pool_indexes(node)
             problems.extend(_renumbered(p, node, indexes) for p in error.problems)
     if problems:
-        raise PlanError(problems)
+        raise refusal(problems)
     shared, mapping_problems, findings = shared_pci_cfg(plans)
     if mapping_problems:
         raise PlanError(mapping_problems)

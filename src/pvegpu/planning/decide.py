@@ -10,7 +10,7 @@ here, across pools.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import attrs
 
@@ -59,6 +59,28 @@ def decided_servings(plan: Plan) -> Plan:
     The planner's last step. Raises PlanError listing every pool's problems (SpecError
     when only an engine's option tables object), like plan() itself.
     """
+    pools, findings, plan_problems, render_problems = _servings(plan, None)
+    if plan_problems:
+        raise PlanError([*plan_problems, *render_problems])
+    if render_problems:
+        raise SpecError(render_problems)
+    return attrs.evolve(plan, pools=tuple(pools), findings=(*plan.findings, *findings))
+
+
+def serving_problems(plan: Plan, judged: Collection[str]) -> list[Problem]:
+    """The problems of the servers of the pools named in `judged`, for a plan already
+    refused for others: the refusal then holds them too, instead of a later run finding
+    them (a pool's server whose GPUs or container were refused is not judged: its TP,
+    memory and container checks would only repeat that refusal)."""
+    _, _, plan_problems, render_problems = _servings(plan, frozenset(judged))
+    return [*plan_problems, *render_problems]
+
+
+def _servings(
+    plan: Plan, judged: frozenset[str] | None
+) -> tuple[list[Pool], list[Finding], list[Problem], list[Problem]]:
+    """Every serving pool's server decided (those named in `judged`; None: all): the
+    pools, the servers' findings, the plan problems and the option tables' problems."""
     specs = {p.name: (i, p) for i, p in enumerate(plan.spec.pools)}
     pools: list[Pool] = []
     findings: list[Finding] = []
@@ -70,7 +92,7 @@ def decided_servings(plan: Plan) -> Plan:
     for pool in plan.pools:
         index, pool_spec = specs[pool.name]
         spec = pool_spec.lxc.serving if pool_spec.lxc is not None else None
-        if spec is None:
+        if spec is None or (judged is not None and pool.name not in judged):
             pools.append(pool)
             continue
         where = f"pools[{index}].lxc.serving"
@@ -87,11 +109,7 @@ def decided_servings(plan: Plan) -> Plan:
             findings.extend(found)
             pools.append(attrs.evolve(pool, serving=serving))
     plan_problems.extend(_unit_clashes(built))
-    if plan_problems:
-        raise PlanError([*plan_problems, *render_problems])
-    if render_problems:
-        raise SpecError(render_problems)
-    return attrs.evolve(plan, pools=tuple(pools), findings=(*plan.findings, *findings))
+    return pools, findings, plan_problems, render_problems
 
 
 def _unit_clashes(built: Sequence[SglangServing]) -> list[Problem]:

@@ -6,6 +6,7 @@ already in the facts, so a plan can be made for a host from its snapshot anywher
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 
@@ -20,7 +21,7 @@ from pvegpu.pci import PciAddress
 from pvegpu.planning.acs import acs_problems
 from pvegpu.planning.boot import boot_findings, boot_problems, vfio_ids_settings
 from pvegpu.planning.claims import node_naming
-from pvegpu.planning.decide import decided_servings
+from pvegpu.planning.decide import decided_servings, serving_problems
 from pvegpu.planning.driverctl import driverctl_problems
 from pvegpu.planning.fabric import (
     board_switches,
@@ -68,7 +69,12 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
             )
         )
     selections = _select(facts, spec, problems)
-    problems.extend(_overlaps(spec, selections))
+    # The pools whose GPUs or container are refused: their servers are not judged when the
+    # plan is refused (decide.serving_problems), as that would only repeat the refusal.
+    refused = {i for p in problems for i in _pool_index(p.subject)}
+    overlaps = list(_overlaps(spec, selections))
+    problems.extend(overlaps)
+    refused |= _overlapping(selections) if overlaps else set()
     # The numbers the GPUs that stay get at the next boot, once the vfio pools' GPUs have
     # left their drivers: pool containers are given those (planning/numbering.py).
     chosen = list(zip(spec.pools, selections, strict=True))
@@ -86,11 +92,14 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     for index, (pool_spec, gpus) in enumerate(zip(spec.pools, selections, strict=True)):
         if gpus:
             where = f"pools[{index}]"
+            before = len(problems)
             pools.append(
                 _build_pool(
                     facts, pool_spec, where, gpus, problems, guest_findings, ids, numbers, naming
                 )
             )
+            if len(problems) > before:
+                refused.add(index)
     problems.extend(pci_cfg_problems(facts, pools))
     problems.extend(split_problems(facts, pools))
     problems.extend(sriov_problems(facts, pools))
@@ -117,7 +126,12 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     leftover = leftover_servers(facts, spec, pools, others.removed)
     problems.extend(leftover.problems)
     if problems:
-        raise PlanError(problems)
+        # The servers of the other pools are judged all the same: their problems come in
+        # this refusal, not in the next run's (TP against the heads, the model, options).
+        restarts = (*renumbering_findings(pools, numbers), *mappings.findings, *others.findings)
+        provisional = Plan(facts=facts, spec=spec, pools=tuple(pools), findings=restarts)
+        judged = {p.name for i, p in enumerate(spec.pools) if i not in refused}
+        raise PlanError([*problems, *serving_problems(provisional, judged)])
     guest_findings.extend(pci_cfg_findings(facts, pools, mappings.moved))
     guest_findings.extend(vm_numa_findings(facts, pools))
     guest_findings.extend(vm_start_findings(facts, pools))
@@ -196,6 +210,22 @@ def _select(facts: HostFacts, spec: Spec, problems: list[Problem]) -> list[tuple
         selections[i] = tuple(free[taken : taken + pool.count])
         taken += len(selections[i])
     return selections
+
+
+_POOL = re.compile(r"pools\[(\d+)\]")
+
+
+def _pool_index(subject: str) -> Iterator[int]:
+    """The index of the pool a spec-path subject is in (`pools[2].gpus[0]` -> 2)."""
+    found = _POOL.match(subject)
+    if found is not None:
+        yield int(found[1])
+
+
+def _overlapping(selections: list[tuple[GPU, ...]]) -> set[int]:
+    """The pools selecting a GPU another pool (or the pool itself, twice) selects too."""
+    seen = Counter(g.address for gpus in selections for g in gpus)
+    return {i for i, gpus in enumerate(selections) if any(seen[g.address] > 1 for g in gpus)}
 
 
 def _no_gpus(facts: HostFacts) -> Problem:

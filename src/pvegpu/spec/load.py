@@ -10,10 +10,9 @@ import re
 import stat
 import tomllib
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
-from types import UnionType
 from typing import Any
 
 import attrs
@@ -36,8 +35,9 @@ from pvegpu.model.schema import (
 )
 from pvegpu.pci import PciAddress
 from pvegpu.spec.lines import locate
-from pvegpu.spec.nodes import node_problems
+from pvegpu.spec.nodes import node_problems, shared_mapping_problems
 from pvegpu.spec.rules import engine_problems, secret_problems, value_problems
+from pvegpu.spec.salvage import Route, beneath, in_spec_order, salvaged, unoptional
 
 MAX_SPEC_BYTES = 1024 * 1024
 """A spec is a few KiB; anything near this is not a spec."""
@@ -113,31 +113,39 @@ def _converter() -> cattrs.Converter:
 _CONVERTER = _converter()
 
 
-def _problems(exc: BaseException, path: str, raw: Any) -> Iterator[Problem]:
+def _problems(
+    exc: BaseException, path: str, raw: Any, route: Route = ()
+) -> Iterator[tuple[Problem, Route]]:
+    """Every problem cattrs found, with the route of its key in `raw` (spec/salvage.py)."""
     if isinstance(exc, ClassValidationError | IterableValidationError):
         with_notes, without_notes = exc.group_exceptions()
         for sub, note in with_notes:
             if isinstance(note, AttributeValidationNote):
-                yield from _problems(sub, f"{path}.{note.name}" if path else note.name, raw)
+                where = f"{path}.{note.name}" if path else note.name
+                yield from _problems(sub, where, raw, (*route, note.name))
             else:
-                yield from _problems(sub, f"{path}[{note.index}]", raw)
+                yield from _problems(sub, f"{path}[{note.index}]", raw, (*route, note.index))
         for sub in without_notes:
-            yield from _problems(sub, path, raw)
+            yield from _problems(sub, path, raw, route)
     elif isinstance(exc, ForbiddenExtraKeysError):
-        known = ", ".join(f.name for f in attrs.fields(exc.cl))
+        known = ", ".join(f.name for f in attrs.fields(exc.cl) if f.name != "source")
         for key in sorted(exc.extra_fields):
-            yield Problem(
+            problem = Problem(
                 "spec-unknown-key",
                 f"{path}.{key}" if path else key,
                 "unknown key",
                 f"remove it or fix the spelling; known keys here: {known}",
             )
+            yield problem, (*route, key)
     elif isinstance(exc, KeyError):
         # cattrs' note already put the missing attribute's name at the end of `path`.
         missing = path.rpartition(".")[2]
-        yield Problem("spec-missing-key", path, "required key is missing", f"add {missing} = ...")
+        problem = Problem(
+            "spec-missing-key", path, "required key is missing", f"add {missing} = ..."
+        )
+        yield problem, route
     else:
-        yield _type_problem(exc, path, raw)
+        yield _type_problem(exc, path, raw), route
 
 
 _TOML_TYPES = {bool: "boolean", int: "integer", float: "float", str: "string"}
@@ -149,16 +157,11 @@ def _toml_type(value: Any) -> str:
     return next((n for t, n in _TOML_TYPES.items() if type(value) is t), type(value).__name__)
 
 
-def _unoptional(kind: Any) -> Any:
-    args = [a for a in typing.get_args(kind) if a is not type(None)]
-    return args[0] if typing.get_origin(kind) in (typing.Union, UnionType) and args else kind
-
-
 def _expected(path: str) -> Any:
     """The schema type of spec path `path` (`pools[0].lxc.vmid` -> int); None if unknown."""
     kind: Any = Spec
     for name, index in re.findall(r"\.?([A-Za-z0-9_-]+)|\[(\d+)\]", path):
-        kind = _unoptional(kind)
+        kind = unoptional(kind)
         if index:
             args = typing.get_args(kind)
             kind = args[0] if typing.get_origin(kind) is tuple and args else None
@@ -170,7 +173,7 @@ def _expected(path: str) -> Any:
             kind = None
         if kind is None:
             return None
-    return _unoptional(kind)
+    return unoptional(kind)
 
 
 def _kind_text(kind: Any) -> str:
@@ -245,14 +248,27 @@ def spec_from_data(raw: Mapping[str, Any], source: str = "<spec>") -> Spec:
 
 
 def _structured(raw: Any, source: str, text: str) -> Spec:
+    """The spec, or a SpecError with every problem of it in spec order: the schema's
+    (types, unknown and missing keys) and the rules' (values, cross-key checks) together,
+    the rules judging every key that is not broken (spec/salvage.py)."""
+    problems: list[Problem] = []
+    broken: list[str] = []
     try:
         spec = _CONVERTER.structure(raw, Spec)
     except (ClassValidationError, IterableValidationError) as err:
-        raise SpecError(locate(_problems(err, "", raw), text)) from err
+        found = list(_problems(err, "", raw))
+        problems = [problem for problem, _ in found]
+        broken = [p.subject for p in problems]
+        whole = salvaged(raw, ((route, p.code == "spec-unknown-key") for p, route in found))
+        try:
+            spec = _CONVERTER.structure(whole, Spec)
+        except (ClassValidationError, IterableValidationError):
+            # Not whole even so: the schema's problems are all there is to say.
+            raise SpecError(locate(in_spec_order(problems, raw), text)) from err
     spec = attrs.evolve(spec, source=source)
-    problems = list(_semantic_problems(spec))
+    problems.extend(p for p in _semantic_problems(spec, broken) if not beneath(p.subject, broken))
     if problems:
-        raise SpecError(locate(problems, text))
+        raise SpecError(locate(in_spec_order(problems, raw), text))
     return spec
 
 
@@ -290,14 +306,18 @@ def load_spec(path: Path) -> Spec:
     return parse_spec(text, str(path))
 
 
-def _semantic_problems(spec: Spec) -> Iterator[Problem]:
-    """What the types alone cannot say: one selector, one consumer, unique names."""
+def _semantic_problems(spec: Spec, broken: Sequence[str] = ()) -> Iterator[Problem]:
+    """What the types alone cannot say: one selector, one consumer, unique names.
+    `broken`: the spec paths of the schema's problems, stood in for (spec/salvage.py)."""
     if not spec.pools:
         yield Problem("spec-no-pools", "pools", "the spec defines no pool", "add [[pools]]")
     yield from value_problems(spec)
     yield from secret_problems(spec)
     yield from engine_problems(spec)
-    yield from node_problems(spec)
+    # Which node a pool is on cannot be judged while `node` or `nodes` itself is broken.
+    if "node" not in broken and "nodes" not in broken:
+        yield from node_problems(spec)
+    yield from shared_mapping_problems(spec)
     seen_names: dict[str, int] = {}
     seen_vmids: dict[int, int] = {}
     # A mapping id is cluster-wide: pools on several nodes may share one (that is how a

@@ -17,8 +17,8 @@ from pvegpu.model.schema import Spec
 
 
 def node_problems(spec: Spec) -> Iterator[Problem]:
-    """A spec with neither or both of `node` and `nodes`, pools on unknown nodes, a shared
-    mapping described two ways."""
+    """A spec with neither or both of `node` and `nodes`, pools on unknown nodes. A
+    shared mapping described two ways: `shared_mapping_problems`."""
     if spec.node is None and not spec.nodes:
         yield Problem(
             "spec-missing-key",
@@ -54,10 +54,11 @@ def node_problems(spec: Spec) -> Iterator[Problem]:
                 f"use one of {', '.join(repr(n) for n in known)}"
                 + (" or add it to nodes" if spec.is_cluster else ""),
             )
-    yield from _shared_mapping_problems(spec)
 
 
-def _shared_mapping_problems(spec: Spec) -> Iterator[Problem]:
+def shared_mapping_problems(spec: Spec) -> Iterator[Problem]:
+    """Pools sharing a mapping id that give it two vGPU types or two descriptions:
+    judged whatever the spec says of its nodes."""
     described: dict[str, tuple[int, str]] = {}
     typed: dict[str, tuple[int, str | None]] = {}
     for i, pool in enumerate(spec.pools):
