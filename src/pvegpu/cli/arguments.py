@@ -165,6 +165,13 @@ def _plan_arguments(p: argparse.ArgumentParser) -> None:
         "node (/ on the node itself, an unpacked `pvegpu snapshot` for the others)",
     )
     p.add_argument("--spec", type=Path, required=True, help="split spec (TOML)")
+    p.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the summary and diffs: auto (a terminal, unless NO_COLOR is set or "
+        "TERM=dumb), always, never (default: auto)",
+    )
 
 
 def _plan(p: argparse.ArgumentParser) -> None:
