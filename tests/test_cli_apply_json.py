@@ -244,3 +244,12 @@ def test_snapshot_of_a_broken_root_under_json(
     assert problems[0]["code"]
     assert (doc["written"], doc["archive"]) == (True, str(out)) and out.is_file()
     assert "discovery failed" in captured.err
+
+
+def test_every_schema_is_documented() -> None:
+    from pvegpu.cli.apply import APPLY_SCHEMA, REVERT_SCHEMA
+    from pvegpu.cli.snapshot import SNAPSHOT_SCHEMA
+
+    text = (REPO / "docs/cli.md").read_text()
+    for schema in (APPLY_SCHEMA, REVERT_SCHEMA, SNAPSHOT_SCHEMA, "pvegpu.render/1"):
+        assert f"`{schema}`" in text, schema
