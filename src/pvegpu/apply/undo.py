@@ -63,7 +63,7 @@ def revert(host: Host, say: Say, *, dry_run: bool = False, told: Told = ignore) 
     bundle, state = load_last(host)  # before the lock: no apply, no state directory made
     missing = () if state.reverted else missing_commands(host, bundle)
     if missing:
-        raise ApplyError(missing)  # before the first undo, not half way through
+        raise in_revert_words(ApplyError(missing))  # before the first undo, not half way
     with host.exclusive(LOCK):
         try:
             return _revert(host, say, told)
@@ -110,7 +110,7 @@ def _dry_run(host: Host, say: Say, told: Told) -> str:
     if host.live:
         missing = missing_commands(host, bundle)
         if missing:
-            raise ApplyError(missing)
+            raise in_revert_words(ApplyError(missing))
     say(f"revert would undo apply {bundle.id} (journal /{state.dir}/journal.json):")
     undo, again = _order(bundle, state)
     for i, j in undo:
@@ -149,7 +149,7 @@ def _revert(host: Host, say: Say, told: Told) -> str:
             redo(at, action)
         told(_outcome(bundle, i, j, "redone"))
     state.set_flag("reverted", True)
-    say(f"reverted apply {bundle.id}; the host is as it was before it")
+    say(f"reverted apply {bundle.id}")
     return "reverted"
 
 
@@ -157,6 +157,10 @@ REVERT_FIXES = {
     "command-failed": "fix the cause, then run pvegpu revert again: it goes on from its journal",
     "apply-step-failed": "fix the cause, then run pvegpu revert again: it goes on from its journal",
     "lock-timeout": "wait until the other operation finishes, then run pvegpu revert again",
+    "command-missing": (
+        "run pvegpu revert on the node the apply ran on; to see what it would undo "
+        "elsewhere, `pvegpu revert --root COPY --dry-run` runs no command"
+    ),
     "file-changed": (
         "someone changed it after apply wrote it: compare it with its backup under "
         f"/{STATE_DIR}/<bundle id>/backups/; put the backup back by hand to go on with "
