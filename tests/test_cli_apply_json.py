@@ -253,3 +253,16 @@ def test_every_schema_is_documented() -> None:
     text = (REPO / "docs/cli.md").read_text()
     for schema in (APPLY_SCHEMA, REVERT_SCHEMA, SNAPSHOT_SCHEMA, "pvegpu.render/1"):
         assert f"`{schema}`" in text, schema
+
+
+def test_apply_spec_dry_run_json_holds_the_diffs(setup: Setup, cli: Cli) -> None:
+    """`apply --spec` prints the host files' diffs: under --json they go into the document,
+    never before it on stdout (the output must parse)."""
+    code, doc, err = cli(
+        setup.host(), "apply", "--spec", KPRO6_SPEC, "--root", setup.root, "--dry-run", "--json"
+    )
+    assert (code, err, doc["result"]) == (0, "", "dry-run")
+    paths = [d["path"] for d in doc["diffs"]]
+    assert "etc/pve/lxc/129.conf" in paths
+    conf = next(d["diff"] for d in doc["diffs"] if d["path"] == "etc/pve/lxc/129.conf")
+    assert "\n-dev4: /dev/nvidia4,mode=0666\n" in conf
