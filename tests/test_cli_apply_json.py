@@ -9,7 +9,7 @@ root as it was and start no command.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ def bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     return out
 
 
-Cli = Any
+Cli = Callable[..., tuple[int, Any, str]]
 
 
 class _Failing(FakeHost):
