@@ -59,8 +59,8 @@ class Setup:
             **options,  # type: ignore[arg-type]
         )
 
-    def apply(self, host: FakeHost, **options: bool) -> None:
-        apply_bundle(host, self.bundle, self.lines.append, **options)
+    def apply(self, host: FakeHost, *, dry_run: bool = False) -> None:
+        apply_bundle(host, self.bundle, self.lines.append, dry_run=dry_run)
 
 
 @pytest.fixture

@@ -97,6 +97,7 @@ def test_revert_without_a_command_is_refused_before_undoing_anything(setup: Setu
     with pytest.raises(ApplyError) as err:
         revert(host, setup.lines.append)
     assert [(p.code, p.subject) for p in err.value.problems] == [("command-missing", "pct")]
+    assert err.value.problems[0].fix.startswith("run pvegpu revert on the node")
     assert tree(setup.root) == applied and setup.kernel.state() == kernel
     assert host.commands == []
 

@@ -96,6 +96,13 @@ def test_render_json_lists_the_files_written(run_json: RunJson, tmp_path: Path) 
     assert {"MANIFEST.json", "SUMMARY.md", "etc/pve/mapping/pci.cfg"} <= set(doc["written"])
 
 
+def test_check_refusal_of_a_missing_bundle(run_json: RunJson, tmp_path: Path) -> None:
+    code, doc, _ = run_json("check", "--root", KPRO6, "--bundle", tmp_path / "none", "--json")
+    assert code == 4
+    (problem,) = _refusal(doc, "check", 4)
+    assert problem["code"] == "bundle-missing"
+
+
 def test_without_json_a_refusal_prints_nothing_on_stdout(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

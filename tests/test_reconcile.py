@@ -7,6 +7,7 @@ nvidia-uvm another major."""
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -154,4 +155,11 @@ def test_the_cli_shows_and_dry_runs_a_reconcile(
     assert code == 0
     assert f"+lxc.cgroup2.devices.allow: c {NEW_UVM}:0 rwm" in shown
     assert "dry run: nothing was changed" in shown
+    # The same under --json: one document, the diffs and lines in it.
+    argv = ["apply", "--reconcile", "--bundle", str(out), "--root", str(node.root)]
+    code = main([*argv, "--dry-run", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert (code, doc["schema"], doc["result"]) == (0, "pvegpu.apply/1", "dry-run")
+    assert any(f"+lxc.cgroup2.devices.allow: c {NEW_UVM}:0 rwm" in d["diff"] for d in doc["diffs"])
+    assert "dry run: nothing was changed" in doc["messages"]
     assert main(["apply", "--reconcile", "--root", str(node.root)]) == 2

@@ -52,14 +52,19 @@ def missing_commands(host: Host, bundle: Bundle) -> tuple[Problem, ...]:
     )
 
 
-def refuse_off_node(host: Host) -> None:
+def refuse_off_node(host: Host, command: str = "apply") -> None:
     """Apply and revert change only the running machine: `--root` must be `/`."""
     if not host.live:
+        elsewhere = (
+            "to see every step and compare every base file"
+            if command == "apply"
+            else "to see what it would undo"
+        )
         raise ApplyError.one(
             "apply-not-live",
             str(host.root),
             "is not the running machine's `/`: pct and systemctl would act on this machine, "
             "not on that tree",
-            "run apply on the node itself, with --root /; against a snapshot, add --dry-run "
-            "to see every step and compare every base file",
+            f"run {command} on the node itself, with --root /; against a snapshot, add "
+            f"--dry-run {elsewhere}",
         )

@@ -7,7 +7,7 @@ from pvegpu.apply.bundle import Bundle
 from pvegpu.apply.commands import refuse_off_node
 from pvegpu.apply.container import checked, pct_exec
 from pvegpu.apply.doing import Applying, wait_healthy
-from pvegpu.apply.execute import Executor, Say
+from pvegpu.apply.execute import Executor, Say, Told, ignore
 from pvegpu.apply.host import Host
 from pvegpu.apply.preflight import not_this_node, preflight
 from pvegpu.apply.state import LOCK, State
@@ -17,22 +17,25 @@ from pvegpu.rendering.review.commands import HEALTH_TIMEOUT_S, SPLIT_SCRIPT
 from pvegpu.vendors import CONTAINER_TOOL
 
 
-def apply_bundle(host: Host, bundle: Bundle, say: Say, *, dry_run: bool = False) -> None:
+def apply_bundle(
+    host: Host, bundle: Bundle, say: Say, *, dry_run: bool = False, told: Told = ignore
+) -> None:
     """Apply `bundle` to `host`; with dry_run, check and print everything, change nothing.
 
     Raises ApplyError with every preflight problem before any change, or with the first
     failed action after; either way apply can be run again. Only one apply or revert runs
     on a node at a time (`LOCK`); a dry run takes no lock, since it writes nothing.
+    `told` gets each action's outcome as it is known (`--json`).
     """
     if dry_run:
-        _dry_run(host, bundle, say)
+        _dry_run(host, bundle, say, told)
         return
     refuse_off_node(host)
     not_node = not_this_node(host, bundle)
     if not_node:
         raise ApplyError(not_node)
     with host.exclusive(LOCK):
-        _apply(host, bundle, say)
+        _apply(host, bundle, say, told)
 
 
 def _state(host: Host, bundle: Bundle) -> State:
@@ -44,7 +47,7 @@ def _state(host: Host, bundle: Bundle) -> State:
     return state
 
 
-def _dry_run(host: Host, bundle: Bundle, say: Say) -> None:
+def _dry_run(host: Host, bundle: Bundle, say: Say, told: Told) -> None:
     state = _state(host, bundle)
     if not host.live:
         say(
@@ -68,11 +71,11 @@ def _dry_run(host: Host, bundle: Bundle, say: Say) -> None:
         say(f"  base file {line}")
     if resuming:
         say(f"an apply of {bundle.id} was begun here (journal /{state.dir}/journal.json)")
-    Executor(host, bundle, state, say).run(dry_run=True)
+    Executor(host, bundle, state, say, told).run(dry_run=True)
     say("dry run: nothing was changed")
 
 
-def _apply(host: Host, bundle: Bundle, say: Say) -> None:
+def _apply(host: Host, bundle: Bundle, say: Say, told: Told) -> None:
     state = _state(host, bundle)
     resuming = state.exists
     problems = preflight(host, bundle, resuming=resuming)
@@ -81,7 +84,7 @@ def _apply(host: Host, bundle: Bundle, say: Say) -> None:
     if resuming:
         say(f"resuming apply {bundle.id} (journal /{state.dir}/journal.json)")
     state.save_bundle(bundle)
-    Executor(host, bundle, state, say).run(dry_run=False)
+    Executor(host, bundle, state, say, told).run(dry_run=False)
     verify(host, bundle, say)
     state.set_flag("finished", True)
     say(f"applied {bundle.id}; `pvegpu revert` undoes it")

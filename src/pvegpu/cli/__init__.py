@@ -44,10 +44,14 @@ compiled templates in the per-user cache when they do."""
 
 
 def refusal_document(
-    command: str, err: PvegpuError, problems: Sequence[Problem] | None = None
+    command: str,
+    err: PvegpuError,
+    problems: Sequence[Problem] | None = None,
+    progress: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What `--json` prints on a refusal (docs/cli.md, "Refusals as JSON"); `problems`:
-    the error's, with their spec lines (`located`), if not the error's own."""
+    the error's, with their spec lines (`located`), if not the error's own; `progress`:
+    what the command did before it (apply's and revert's `actions` and `messages`)."""
     return {
         "schema": REFUSAL_SCHEMA,
         "command": command,
@@ -63,6 +67,7 @@ def refusal_document(
             for p in (err.problems if problems is None else problems)
         ],
         "written": err.partial,
+        **(progress or {}),
     }
 
 
@@ -117,7 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("nothing was written.", file=sys.stderr)
         if getattr(args, "json", False):
             # The same refusal for automation, on stdout where --json output always goes.
-            print(json.dumps(refusal_document(args.command, err, problems), indent=2))
+            progress = getattr(args, "progress", None)  # set by apply and revert
+            doc = refusal_document(args.command, err, problems, progress)
+            print(json.dumps(doc, indent=2))
         return err.exit_code
     except BrokenPipeError:
         # `pvegpu plan | head`: the reader left; say nothing more, like other tools.

@@ -158,6 +158,9 @@ def _snapshot(s: argparse.ArgumentParser) -> None:
         help="also capture what planning this spec's servers reads (model config, "
         "container files), so `pvegpu plan` works on the unpacked archive",
     )
+    s.add_argument(
+        "--json", action="store_true", help="the archive written, as JSON (pvegpu.snapshot/1)"
+    )
     s.set_defaults(run="pvegpu.cli.snapshot:run_snapshot")
 
 
@@ -186,6 +189,13 @@ def _plan_arguments(p: argparse.ArgumentParser) -> None:
         "node (/ on the node itself, an unpacked `pvegpu snapshot` for the others)",
     )
     p.add_argument("--spec", type=Path, required=True, help="split spec (TOML)")
+    p.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the summary and diffs: auto (a terminal, unless NO_COLOR is set or "
+        "TERM=dumb), always, never (default: auto)",
+    )
 
 
 def _plan(p: argparse.ArgumentParser) -> None:
@@ -229,13 +239,29 @@ def _apply(a: argparse.ArgumentParser) -> None:
     a.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
     a.add_argument("--dry-run", action="store_true", help="print every step; change nothing")
     a.add_argument("--yes", action="store_true", help="do not ask before changing the host")
+    a.add_argument(
+        "--json",
+        action="store_true",
+        help="every step's outcome as one JSON document (needs --yes or --dry-run)",
+    )
     a.set_defaults(run="pvegpu.cli.apply:run_apply")
 
 
 def _revert(r: argparse.ArgumentParser) -> None:
-    r.description = "Undo the last `pvegpu apply` from its state directory, newest step first."
+    r.description = (
+        "Undo the last `pvegpu apply` from its state directory, newest step first; "
+        "with --dry-run, show each step it would undo and change nothing."
+    )
     r.add_argument("--root", type=Path, default=Path("/"), help="host root (default: /)")
+    r.add_argument(
+        "--dry-run", action="store_true", help="print every step it would undo; change nothing"
+    )
     r.add_argument("--yes", action="store_true", help="do not ask before changing the host")
+    r.add_argument(
+        "--json",
+        action="store_true",
+        help="every step's outcome as one JSON document (needs --yes or --dry-run)",
+    )
     r.set_defaults(run="pvegpu.cli.apply:run_revert")
 
 

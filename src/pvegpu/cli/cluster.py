@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from pvegpu.cli.brief import Painter, colour_wanted, file_counts, finding_counts, finding_lines
 from pvegpu.cli.diffs import diff
 from pvegpu.errors import PlanError, Problem
 from pvegpu.model.artifact import REVERT_BUNDLE, REVIEW
@@ -62,6 +64,28 @@ def _load(args: argparse.Namespace) -> tuple[dict[str, Path], ClusterPlan, NodeA
     return roots, cluster, rendered
 
 
+def _brief(cluster: ClusterPlan, rendered: NodeArtifacts, paint: Painter, pointer: str) -> None:
+    """The cluster's summary, before the diffs or the files: per node its files, pools
+    and findings (warnings in full, infos counted), then the cluster's own findings."""
+    shared = cluster.shared
+    writer = f"; pci.cfg written by {shared.writer}" if shared is not None else ""
+    print(paint("heading", f"plan for the cluster {', '.join(cluster.nodes)}{writer}"))
+    for node, artifacts in rendered:
+        plan = cluster.plan_of(node)
+        counts = f"{file_counts(plan, artifacts)}, {finding_counts(plan.findings)}"
+        print(f"  node {node}: {counts}")
+        for pool in plan.pools:
+            gpus = ", ".join(str(g.address) for g in pool.gpus)
+            print(f"    pool {pool.name}: {pool.kind}: {gpus}")
+        for line in finding_lines(plan.findings, paint, pointer=pointer, indent="    "):
+            print(line)
+    if cluster.findings:
+        print(f"  the cluster: {finding_counts(cluster.findings)}")
+        for line in finding_lines(cluster.findings, paint, pointer=pointer, indent="    "):
+            print(line)
+    print()
+
+
 def run_cluster_plan(args: argparse.Namespace) -> int:
     roots, cluster, rendered = _load(args)
     shared = cluster.shared
@@ -81,11 +105,6 @@ def run_cluster_plan(args: argparse.Namespace) -> int:
                 "changes": [{**manifest_entry(a), "diff": text} for a, text in diffs],
             }
         )
-        if not args.json:
-            print(f"## node {node}")
-            for artifact, text in diffs:
-                print(text if text else f"# {artifact.target}:{artifact.path}: unchanged\n", end="")
-            print()
     if args.json:
         doc = {
             "schema": "pvegpu.cluster-plan/1",
@@ -95,17 +114,15 @@ def run_cluster_plan(args: argparse.Namespace) -> int:
         }
         print(json.dumps(doc, indent=2))
         return 0
-    writer = f"; pci.cfg written by {shared.writer}" if shared is not None else ""
-    print(f"plan for the cluster {', '.join(cluster.nodes)}{writer}")
+    paint = Painter(colour_wanted(args.color, sys.stdout))
+    _brief(cluster, rendered, paint, "their text: pvegpu plan --json, or SUMMARY.md of a render")
     for entry in nodes:
-        print(f"  node {entry['node']}: {len(entry['changes'])} file(s)")
-        for pool in entry["pools"]:
-            gpus = ", ".join(pool["gpus"])
-            print(f"    pool {pool['name']}: {pool['kind']}: {gpus}")
-        for f in entry["findings"]:
-            print(f"    {f['severity']}: {f['subject']}: {f['message']} [{f['code']}]")
-    for f in cluster.findings:
-        print(f"  {f.severity}: {f.subject}: {f.message} [{f.code}]")
+        print(paint("heading", f"## node {entry['node']}"))
+        for change in entry["changes"]:
+            text = change["diff"]
+            where = f"{change['target']}:{change['path']}"
+            print(paint.diff(text) if text else f"# {where}: unchanged\n", end="")
+        print()
     return 0
 
 
@@ -121,9 +138,20 @@ def run_cluster_render(args: argparse.Namespace) -> int:
             "out": str(args.out),
             "written": relative,
             "summary": str(args.out / "SUMMARY.md"),
+            "findings": {
+                node: [f.document() for f in cluster.plan_of(node).findings]
+                for node in cluster.nodes
+            },
+            "cluster_findings": [f.document() for f in cluster.findings],
         }
         print(json.dumps(doc, indent=2))
         return 0
+    _brief(
+        cluster,
+        rendered,
+        Painter(colour_wanted(args.color, sys.stdout)),
+        f"their text: {args.out / 'SUMMARY.md'}",
+    )
     print(
         f"rendered {len(written)} files for the cluster {', '.join(cluster.nodes)} into {args.out}:"
     )

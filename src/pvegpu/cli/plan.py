@@ -9,16 +9,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pvegpu.cli.brief import Painter, colour_wanted, finding_counts, plan_brief
 from pvegpu.cli.diffs import diff
 from pvegpu.model.artifact import REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.model.plan import Plan
 from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.rendering.bundle import manifest_entry, write_bundle
-from pvegpu.rendering.review.topology import topology_table
 from pvegpu.spec.load import load_spec
 
 if TYPE_CHECKING:
@@ -75,17 +76,21 @@ def run_plan(args: argparse.Namespace) -> int:
         }
         print(json.dumps(doc, indent=2))
         return 0
+    paint = Painter(colour_wanted(args.color, sys.stdout))
+    pointer = "their text: pvegpu plan --json, or SUMMARY.md of a render"
+    for line in plan_brief(plan, artifacts, paint, pointer=pointer):
+        print(line)
+    print()
     for artifact in installed:
         text = diff(root, artifact)
-        print(text if text else f"# {artifact.target}:{artifact.path}: unchanged\n", end="")
+        print(
+            paint.diff(text) if text else f"# {artifact.target}:{artifact.path}: unchanged\n",
+            end="",
+        )
     print()
-    print(f"plan for node {plan.facts.node}: {len(installed)} file(s)")
-    for pool in plan.pools:
-        gpus = ", ".join(g.address.short for g in pool.gpus)
-        kind = f"vGPU {pool.vgpu_type}" if pool.vgpu_type is not None else str(pool.kind)
-        print(f"  pool {pool.name}: {kind} on {pool.driver}: {gpus}")
-    for finding in plan.findings:
-        print(f"  {finding.severity}: {finding.subject}: {finding.message} [{finding.code}]")
+    # The summary is above the diffs: say so where a long plan ends.
+    counts = finding_counts(plan.findings)
+    print(f"plan for node {plan.facts.node}: {counts} (summary above the diffs)")
     return 0
 
 
@@ -107,14 +112,18 @@ def run_render(args: argparse.Namespace) -> int:
             # Relative to out, as in MANIFEST.json.
             "written": [os.path.relpath(path, args.out) for path in written],
             "summary": str(args.out / "SUMMARY.md"),
+            "findings": [f.document() for f in plan.findings],
         }
         print(json.dumps(doc, indent=2))
         return 0
-    print(f"rendered {len(written)} files for node {plan.facts.node} into {args.out}:")
+    paint = Painter(colour_wanted(args.color, sys.stdout))
+    summary = args.out / "SUMMARY.md"
+    for line in plan_brief(plan, artifacts, paint, pointer=f"their text: {summary}"):
+        print(line)
+    print()
+    print(f"rendered {len(written)} files into {args.out}:")
     for path in written:
         print(f"  {path}")
     print()
-    print(topology_table(plan), end="")
-    print()
-    print(f"review: {args.out / 'SUMMARY.md'} (layout, changed files, findings, runbook, revert)")
+    print(f"review: {summary} (layout, changed files, findings, runbook, revert)")
     return 0
