@@ -562,6 +562,10 @@ def patch_gpu_lines(
     if len(free) < len(new.devices):
         raise RenderError([_slots_full(len(new.devices), len(free))])
     dev_block = [ConfLine.new(f"dev{i}", v) for i, v in zip(free, new.devices, strict=False)]
+    # In the order Proxmox writes keys, as plain strings (dev1, dev10, dev2): a config
+    # whose GPU lines are already these comes out unchanged, and the next `pct set`
+    # does not reorder what pvegpu wrote.
+    dev_block.sort(key=lambda line: line.key)
     raw_block = [ConfLine.new(k, v) for k, v in new.raw]
     if cpuset is not None:
         raw_block.insert(0, ConfLine.new(naming.cpuset_key, str(cpuset)))

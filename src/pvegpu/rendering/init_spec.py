@@ -76,10 +76,10 @@ def _header(
     lines = [
         _c(f"pvegpu init: the GPU split of Proxmox VE node {facts.node} as it is now."),
         _c("Edit it into the split you want, then review: pvegpu plan --root / --spec FILE"),
-        _c("As written, planning it moves no GPU to another driver and gives no guest other"),
-        _c("GPUs: it may add pvegpu's own boot files (the device-node unit of a container"),
-        _c("pool, the vfio split unit of a vfio pool) and sort a container's devN lines. GPUs"),
-        _c("the pools do not name are left as they are."),
+        _c("As written, planning it moves no GPU to another driver, gives no guest other"),
+        _c("GPUs and changes no file: it may add pvegpu's own boot files (the device-node"),
+        _c("unit of a container pool, the vfio split unit of a vfio pool). GPUs the pools"),
+        _c("do not name are left as they are."),
         "#",
         _c(
             f"IOMMU {iommu.value}, SEV-SNP {'on' if facts.sev_snp else 'off'}"
