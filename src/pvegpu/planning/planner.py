@@ -30,6 +30,7 @@ from pvegpu.planning.fabric import (
     switch_functions,
 )
 from pvegpu.planning.findings import plan_findings
+from pvegpu.planning.guest_ids import guest_id_problems
 from pvegpu.planning.guests import lxc_container, pin_containers, vm_guest
 from pvegpu.planning.host_guests import judge_host
 from pvegpu.planning.leftover_servers import leftover_servers
@@ -71,6 +72,8 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     choice_findings: list[Finding] = []
     selections = _select(facts, spec, problems, choice_findings)
     problems.extend(_overlaps(spec, selections))
+    # A VM id that is a container's, or the other way round (planning/guest_ids.py).
+    problems.extend(guest_id_problems(facts, spec))
     # The numbers the GPUs that stay get at the next boot, once the vfio pools' GPUs have
     # left their drivers: pool containers are given those (planning/numbering.py).
     chosen = list(zip(spec.pools, selections, strict=True))
