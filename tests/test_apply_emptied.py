@@ -32,6 +32,7 @@ class Setup:
         spec = example_spec("nvidia-drm")
         self.root = copy_tree(FIXTURES / "nvidia-drm", tmp / "host")
         plan, artifacts = plan_and_render(discover_for(spec, self.root), spec)
+        self.plan = plan
         files = bundle_files(artifacts, **manifest_header(plan, artifacts, "nvidia-drm.toml"))
         self.bundle = bundle_from_files(files)
         self.kernel = KernelSim(self.root, natural_drivers(plan))
@@ -65,6 +66,12 @@ def test_the_runbook_shuts_it_down_before_the_split(setup: Setup) -> None:
     assert not host.running[EMPTIED_CT] and host.running[POOL_CT]
     revert(host, setup.lines.append)
     assert host.running[EMPTIED_CT], "it ran before apply: the revert starts it again"
+
+
+def test_the_warning_says_the_runbook_shuts_it_down(setup: Setup) -> None:
+    (finding,) = [f for f in setup.plan.findings if f.code == "container-loses-gpus"]
+    assert finding.subject == "etc/pve/lxc/141.conf"
+    assert "the runbook shuts CT 141 down before the split" in finding.message
 
 
 def test_a_stopped_one_is_left_stopped_by_apply_and_revert(setup: Setup) -> None:
