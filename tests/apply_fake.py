@@ -215,7 +215,7 @@ class FakeHost(LiveHost):
     def _pct(self, verb: str, vmid: int, rest: tuple[str, ...]) -> tuple[int, str]:
         if verb == "status":
             return 0, f"status: {'running' if self.running[vmid] else 'stopped'}\n"
-        if verb == "stop":
+        if verb in ("stop", "shutdown"):
             self.running[vmid] = False
             self.active[vmid] = set()
             return 0, ""

@@ -222,17 +222,20 @@ def specs(draw: st.DrawFn, host: HostFacts, vfio_anywhere: bool = False) -> Spec
         else:
             pools.append(({"count": 0}, []))
         free = [g for g in free if all(g not in mine for _, mine in pools)]
-    # Count pools take from the front of what the others leave, in spec order, at least one
-    # each: drop them where too few GPUs are left.
+    # Count pools take from what the others leave, in spec order, at least one each: drop
+    # them where too few GPUs are left. Which ones they take is the planner's choice (one
+    # NUMA node's where one has enough, planning/count_choice.py): a count pool is made a
+    # vfio pool only where every GPU it may take is clean, so its candidates are all of them.
     counted = [select for select, _ in pools if "count" in select]
     if len(free) < len(counted):
         pools = [(select, mine) for select, mine in pools if "count" not in select]
         counted = []
+    left = len(free)
     for j, select in enumerate(counted):
-        n = draw(st.integers(1, len(free) - (len(counted) - j - 1)))
+        n = draw(st.integers(1, left - (len(counted) - j - 1)))
         select["count"] = n
-        next(mine for s, mine in pools if s is select).extend(free[:n])
-        free = free[n:]
+        next(mine for s, mine in pools if s is select).extend(free)
+        left -= n
     if not pools:
         return draw(wild_specs(host))
     return Spec(

@@ -195,16 +195,19 @@ def test_enabled_units_are_read_before_idle_ones(
     assert facts.file(f"{UNITS}/aaa.service") is None
 
 
-def test_reference_examples_read_only_the_idle_unit_of_the_cluster() -> None:
-    """examples/ on the committed fixtures: a serving pool's container is not read (pvegpu
-    renders its unit), and cluster.toml's CT 129 (no serving) has no enabled unit but the
-    `--tp 8` sglang-qwen.service installed: that one file is read, and the cluster plan
-    mentions it (test_cluster's golden summary shows the warning)."""
+def test_reference_examples_read_only_the_idle_unit_of_ct_129() -> None:
+    """examples/ on the committed fixtures: CT 129 on kpro6 has no enabled unit but the
+    `--tp 8` sglang-qwen.service installed: that one file is read, for the serving pools
+    (kpro6, kpro6-raw: a server enabled there besides the one pvegpu renders would be
+    refused; this one is the rendered unit's namesake, and not enabled) and for
+    cluster.toml's pool without serving, whose plan mentions it (test_cluster's golden
+    summary shows the warning). The other examples' containers have no unit directory."""
     kpro6 = example_plan("kpro6")
     assert codes(kpro6) == set()
-    assert container_units.unit_containers(kpro6.spec, kpro6.facts) == ()
+    assert container_units.unit_containers(kpro6.spec, kpro6.facts) == (129,)
     runs = [
-        (n, EXAMPLE_HOSTS.get(n, n), example_spec(n)) for n in ("kpro6-raw", "workstation", "mixed")
+        (n, EXAMPLE_HOSTS.get(n, n), example_spec(n))
+        for n in ("kpro6", "kpro6-raw", "workstation", "mixed")
     ]
     cluster = example_spec("cluster")
     runs += [("cluster", node, cluster.for_node(node)) for node in cluster.nodes]
@@ -212,13 +215,74 @@ def test_reference_examples_read_only_the_idle_unit_of_the_cluster() -> None:
         reader = RootReader(fixture_root(node))
         facts = read_host(reader)
         read = container_units.read_container_units(reader, one, facts)
-        expected = [UNIT] if (name, node) == ("cluster", "kpro6") else []
+        expected = [UNIT] if node == "kpro6" else []
         assert [f.path for f in read.files] == expected, name
     # cluster.toml's pool without serving: CT 129 is looked at, and has no enabled unit.
     assert container_units.unit_containers(cluster.for_node("kpro6"), host_facts("kpro6")) == (129,)
     one = cluster.for_node("kpro6")
     result = plan(discover_for(one, fixture_root("kpro6")), one)
     assert [(f.code, f.subject) for f in result.findings if f.code in OWN_CODES] == [(IDLE, UNIT)]
+
+
+SERVING = (Path(__file__).resolve().parent.parent / "examples" / "kpro6.toml").read_text()
+SECOND = "container-unit-second-server"
+VLLM_UNIT = """\
+[Unit]
+Description=vLLM
+[Service]
+ExecStart=/root/venv/bin/vllm serve /shared/models/Qwen3.5-122B-A10B --tensor-parallel-size 4
+Restart=always
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def _second(root: Path) -> list[Problem]:
+    with pytest.raises(PlanError) as err:
+        planned(root, SERVING)
+    return [p for p in err.value.problems if p.code == SECOND]
+
+
+def test_another_engine_enabled_next_to_the_rendered_server_is_refused(tmp_path: Path) -> None:
+    """CT 129 gets sglang-qwen.service rendered; vllm.service enabled there too would
+    start next to it on the same four GPUs: refused, naming it, with the fix."""
+    root = host(tmp_path, enabled=False)
+    write(root, f"{UNITS}/vllm.service", VLLM_UNIT)
+    enable(root, "vllm.service")
+    (problem,) = _second(root)
+    assert problem.subject == f"{UNITS}/vllm.service"
+    assert problem.message == (
+        "vllm.service is enabled in CT 129 and runs vLLM; the plan renders "
+        "sglang-qwen.service for pool sglang's 4 GPUs in the same container, and both start "
+        "with it: the second server finds the GPUs' memory taken and fails at every start "
+        "and systemd starts it again and again"
+    )
+    fix = "disable it (pct exec 129 -- systemctl disable --now vllm.service)"
+    assert problem.fix.startswith(fix)
+
+
+def test_an_older_unit_name_enabled_next_to_the_rendered_server_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The old unit under another name (sglang-old.service), still enabled."""
+    root = host(tmp_path, enabled=False)
+    old = (root / UNIT).read_text()
+    write(root, f"{UNITS}/sglang-old.service", old)
+    enable(root, "sglang-old.service")
+    (problem,) = _second(root)
+    assert problem.subject == f"{UNITS}/sglang-old.service"
+    assert 'set unit = "sglang-old" in [pools.lxc.serving]' in problem.fix
+
+
+def test_the_rendered_units_namesake_and_idle_or_serverless_units_pass(tmp_path: Path) -> None:
+    """The enabled sglang-qwen.service is the unit pvegpu rewrites; an installed, not
+    enabled vllm.service does not start; an enabled unit that runs no server is not one."""
+    root = host(tmp_path)
+    write(root, f"{UNITS}/vllm.service", VLLM_UNIT)
+    write(root, f"{UNITS}/backup.service", "[Service]\nExecStart=/usr/bin/restic backup /root\n")
+    enable(root, "backup.service")
+    result = planned(root, SERVING)
+    assert SECOND not in {f.code for f in result.findings}
 
 
 def test_serving_pool_is_left_to_the_renderer(tmp_path: Path) -> None:

@@ -199,7 +199,7 @@ def stop_container_already(at: Applying, action: StopContainer) -> str | None:
 
 
 def stop_container(at: Applying, action: StopContainer) -> Note:
-    checked(at.host, ["pct", "stop", str(action.vmid)], f"stopping CT {action.vmid}")
+    checked(at.host, list(action.argv), f"stopping CT {action.vmid}")
     return {"was_running": True}
 
 

@@ -1,9 +1,10 @@
 """The systemd units enabled in containers whose GPUs the plan may change, read for the
 leftover-server check (`planning/leftover_servers.py`).
 
-A pool with `[pools.lxc.serving]` gets its unit rendered by pvegpu, so whatever it ran
-before is replaced. Every other container that holds GPUs keeps its own units, and one
-that starts a server with `--tp 8` on the 4 GPUs the plan leaves it fails at every start.
+A pool with `[pools.lxc.serving]` gets its unit rendered by pvegpu, which replaces the
+unit of that name; any other server enabled there would start next to it. Every other
+container that holds GPUs keeps its own units, and one that starts a server with
+`--tp 8` on the 4 GPUs the plan leaves it fails at every start.
 This module reads what that check needs, through the one reader (`host.reader`), in the
 container's root file system as `host.rootfs` finds it (its storage's directory, else
 where `pct mount <vmid>` put it):
@@ -72,12 +73,12 @@ def granted_gpus(config: str, nodes: DeviceNodes = CONTAINER_NODES) -> tuple[fro
 
 
 def unit_containers(spec: Spec, facts: HostFacts) -> tuple[int, ...]:
-    """The containers whose units are read: each container pool's without a serving table,
-    and every container that holds a GPU now (the plan may take it). A serving pool's
-    container is left out: pvegpu renders its server."""
+    """The containers whose units are read: each container pool's, and every container
+    that holds a GPU now (the plan may take it). A serving pool's too: pvegpu renders its
+    server, and another server enabled there (another engine, an older unit name) would
+    start next to it on the same GPUs."""
     lxc = [p.lxc for p in spec.pools if p.lxc is not None]
-    rendered = {c.vmid for c in lxc if c.serving is not None}
-    wanted = {c.vmid for c in lxc if c.serving is None}
+    wanted = {c.vmid for c in lxc}
     if spec.pools:
         for file in facts.files:
             directory, _, name = file.path.rpartition("/")
@@ -88,7 +89,7 @@ def unit_containers(spec: Spec, facts: HostFacts) -> tuple[int, ...]:
                     minors, every = granted_gpus(file.content, nodes)
                     if minors or every:
                         wanted.add(int(stem))
-    return tuple(sorted(wanted - rendered))
+    return tuple(sorted(wanted))
 
 
 def read_container_units(reader: RootReader, spec: Spec, facts: HostFacts) -> ServingFiles:

@@ -25,6 +25,7 @@ from pvegpu.formats.dpkg import installed_packages
 from pvegpu.host import sysfs
 from pvegpu.host.acs import override_settings, read_acs_ports
 from pvegpu.host.boot import read_boot
+from pvegpu.host.cluster_guests import read_cluster_guests
 from pvegpu.host.driverctl import read_driverctl
 from pvegpu.host.fabric import read_fabric_manager
 from pvegpu.host.gpus import read_gpus
@@ -153,6 +154,8 @@ def read_host(reader: RootReader) -> HostFacts:
         acs_ports=acs_ports,
         driverctl=driverctl,
         files=files,
+        # The other nodes' guests, by name: guest ids are cluster-wide (planning/guest_ids.py).
+        stats=read_cluster_guests(reader, node),
         mdev_types=mdev_types,
         mdev_instances=mdev_instances,
         mig_caps=mig_caps,

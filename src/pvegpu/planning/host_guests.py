@@ -208,7 +208,9 @@ def _container(
         for change in changes:
             out.removed.append(change.removed)
             if change.removed.minors:
-                out.findings.append(_loses_gpus(file, vmid, change.removed, change.taken))
+                out.findings.append(
+                    _loses_gpus(file, vmid, change.removed, change.taken, stopped=not own)
+                )
             if change.removed.renumber:
                 out.findings.append(_renumbered(file, vmid, change))
     out.findings.extend(snapshots)
@@ -383,8 +385,21 @@ def _on_major(gpu: GPU, major: int) -> bool:
 
 
 def _loses_gpus(
-    file: ConfigFile, vmid: int, loss: ContainerGpusRemoved, taken: list[tuple[str, Pool]]
+    file: ConfigFile,
+    vmid: int,
+    loss: ContainerGpusRemoved,
+    taken: list[tuple[str, Pool]],
+    *,
+    stopped: bool = False,
 ) -> Finding:
+    """`stopped`: another container's, which the runbook shuts down before the split
+    when it keeps no GPU (rendering/review/emptied_steps.py)."""
+    stop = f"stop whatever uses them in CT {vmid} before the split, and check"
+    if loss.shared_majors is not None and stopped:
+        stop = (
+            f"the runbook shuts CT {vmid} down before the split (it holds them open while "
+            "it runs) and leaves it stopped; check"
+        )
     if loss.shared_majors is None:
         check = "what it runs against the GPUs it keeps"
     elif loss.shared_keys:
@@ -400,7 +415,7 @@ def _loses_gpus(
         file.path,
         f"CT {vmid} names {by_destination(taken)}. "
         f"The bundle removes those lines ({', '.join(loss.keys)}) and the revert puts them "
-        f"back; stop whatever uses them in CT {vmid} before the split, and check {check}",
+        f"back; {stop} {check}",
     )
 
 

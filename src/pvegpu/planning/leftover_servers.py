@@ -4,7 +4,10 @@ after the plan. Pure: the units are in the facts (`host.container_units`).
 
 The containers judged: each container pool's without `[pools.lxc.serving]` (after the
 plan it has the pool's GPUs) and every other container that loses GPUs to a pool
-(`host_guests`: it keeps the rest). A serving pool's unit is rendered for its GPUs.
+(`host_guests`: it keeps the rest). A serving pool's unit is rendered for its GPUs, and
+replaces its namesake only: any other server enabled in that container (another engine,
+an older unit name) would start next to it on the same GPUs, and is refused
+(`container-unit-second-server`, fix: `systemctl disable --now` it).
 
 **Decision: an enabled unit that no longer fits is refused** (`container-unit-needs-gpus`,
 PlanError), not warned about. It starts with the container (and Proxmox starts the pool's
@@ -93,6 +96,8 @@ class _Container:
     runtime: ComputeRuntime = CONTAINER_RUNTIME
     """The compute runtime of its GPUs: which variable narrows them, and how messages
     name it."""
+    rendered: str | None = None
+    """The unit pvegpu renders for its pool's server (`sglang.service`); None: none."""
 
     @property
     def visible(self) -> str:
@@ -149,10 +154,15 @@ def leftover_servers(
         rootfs = next(read, location.path)
         if rootfs is None:
             # No `rootfs:` line is not a container Proxmox can start: nothing to say.
+            # (A serving pool's container has after == before: nothing said for it.)
             if location.volume is not None and container.after < container.before:
                 findings.append(_unchecked(container, location.volume, location.why))
             continue
         enabled, idle = _units(facts, rootfs, container.visible)
+        if container.rendered is not None:
+            # A serving pool's container: the rendered unit replaces its namesake only.
+            problems.extend(_second_servers(container, container.rendered, enabled))
+            continue
         for unit in enabled:
             _judge(container, unit, problems, findings)
         for unit in idle:
@@ -196,6 +206,18 @@ def _containers(
             after = sum(p.size for p in its)
             runtime = _runtime(g for p in its for g in p.gpus)
             yield _Container(vmid, config, before, after, tuple(its), runtime)
+    # A serving pool's container: only its other servers are judged (_second_servers).
+    units = {
+        p.lxc.vmid: f"{p.lxc.serving.unit}.service"
+        for p in spec.pools
+        if p.lxc is not None and p.lxc.serving is not None
+    }
+    for pool in pools:
+        if pool.lxc is not None and pool.lxc.vmid in units:
+            config = facts.file(f"etc/pve/lxc/{pool.lxc.vmid}.conf")
+            if config is not None:
+                unit, size = units[pool.lxc.vmid], pool.size
+                yield _Container(pool.lxc.vmid, config, size, size, (pool,), rendered=unit)
     for gone in removed:
         if gone.vmid in own or gone.vmid in rendered:
             continue
@@ -428,6 +450,34 @@ def _unknown(container: _Container, unit: _Unit, server: ServerDemand) -> Findin
         f"many GPUs it opens is unknown: {why}; {container.gets}. Check that it needs no "
         f"more: pct exec {container.vmid} -- systemctl cat {unit.name}",
     )
+
+
+def _second_servers(
+    container: _Container, rendered: str, enabled: Sequence[_Unit]
+) -> Iterator[Problem]:
+    """Each server enabled in a serving pool's container besides the unit pvegpu renders
+    (another engine, an older unit name): it starts with the container next to the new
+    one, on the same GPUs, and one of the two fails for want of their memory, at every
+    start. Refused like a unit that needs more GPUs than the container keeps."""
+    pool = container.pools[0]
+    for unit in enabled:
+        if unit.name == rendered:
+            continue
+        for server in unit.demand.servers:
+            yield Problem(
+                "container-unit-second-server",
+                unit.source,
+                f"{unit.name} is enabled in CT {container.vmid} and runs {server.server}; "
+                f"the plan renders {rendered} for pool {pool.name}'s "
+                f"{plural(container.after, 'GPU')} in the same container, and both start "
+                "with it: the second server finds the GPUs' memory taken and fails at every "
+                f"start{_restarts(unit)}",
+                f"disable it (pct exec {container.vmid} -- systemctl disable --now "
+                f"{unit.name}); or, if it is the server this pool replaces, set unit = "
+                f'"{unit.name.removesuffix(".service")}" in [pools.lxc.serving] so pvegpu '
+                "rewrites it; then run pvegpu again",
+            )
+            break  # one refusal per unit
 
 
 def _unchecked(container: _Container, volume: str, why: str) -> Finding:

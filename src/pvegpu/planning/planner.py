@@ -21,6 +21,7 @@ from pvegpu.pci import PciAddress
 from pvegpu.planning.acs import acs_problems
 from pvegpu.planning.boot import boot_findings, boot_problems, vfio_ids_settings
 from pvegpu.planning.claims import node_naming
+from pvegpu.planning.count_choice import choose_counts
 from pvegpu.planning.decide import decided_servings, serving_problems
 from pvegpu.planning.driverctl import driverctl_problems
 from pvegpu.planning.fabric import (
@@ -30,6 +31,7 @@ from pvegpu.planning.fabric import (
     switch_functions,
 )
 from pvegpu.planning.findings import plan_findings
+from pvegpu.planning.guest_ids import guest_id_problems
 from pvegpu.planning.guests import lxc_container, pin_containers, vm_guest
 from pvegpu.planning.host_guests import judge_host
 from pvegpu.planning.leftover_servers import leftover_servers
@@ -68,13 +70,18 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
                 f'set node = "{facts.node}" or point --root at the right host',
             )
         )
-    selections = _select(facts, spec, problems)
+    choice_findings: list[Finding] = []
+    selections = _select(facts, spec, problems, choice_findings)
     # The pools whose GPUs or container are refused: their servers are not judged when the
     # plan is refused (decide.serving_problems), as that would only repeat the refusal.
     refused = {i for p in problems for i in _pool_index(p.subject)}
     overlaps = list(_overlaps(spec, selections))
     problems.extend(overlaps)
     refused |= _overlapping(selections) if overlaps else set()
+    # A VM id that is a container's, or the other way round (planning/guest_ids.py).
+    clashes = list(guest_id_problems(facts, spec))
+    problems.extend(clashes)
+    refused |= {i for p in clashes for i in _pool_index(p.subject)}
     # The numbers the GPUs that stay get at the next boot, once the vfio pools' GPUs have
     # left their drivers: pool containers are given those (planning/numbering.py).
     chosen = list(zip(spec.pools, selections, strict=True))
@@ -139,6 +146,7 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     guest_findings.extend(reference_findings)
     guest_findings.extend(leftover.findings)
     findings = (
+        *choice_findings,
         *plan_findings(facts, pools),
         *renumbering_findings(pools, numbers),
         *fabric_findings(facts, pools),
@@ -164,8 +172,11 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     return pin_containers(decided_servings(result))
 
 
-def _select(facts: HostFacts, spec: Spec, problems: list[Problem]) -> list[tuple[GPU, ...]]:
-    """Each pool's GPUs in PCI order; `count` pools take what the others left, in order."""
+def _select(
+    facts: HostFacts, spec: Spec, problems: list[Problem], findings: list[Finding]
+) -> list[tuple[GPU, ...]]:
+    """Each pool's GPUs in PCI order; `count` pools take what the others left, in order,
+    one NUMA node's where one has enough (why not: to `findings`)."""
     selections: list[tuple[GPU, ...]] = [() for _ in spec.pools]
     if not facts.gpus and spec.pools:
         # One refusal that says what the host has, not one per pool blaming its selector.
@@ -190,25 +201,10 @@ def _select(facts: HostFacts, spec: Spec, problems: list[Problem]) -> list[tuple
         elif pool.gpus is not None:
             selections[i] = tuple(_explicit(facts, pool.gpus, where, problems))
     claimed = {g.address for sel in selections for g in sel}
-    # `count` pools take from the front of what is left, in spec order: one list of the
-    # unclaimed GPUs and a cursor into it, instead of a scan of the host per pool.
+    # `count` pools take from what is left, in spec order, one NUMA node's GPUs where one
+    # node has enough (planning/count_choice.py).
     free = [g for g in poolable if g.address not in claimed]
-    taken = 0
-    for i, pool in enumerate(spec.pools):
-        if pool.count is None:
-            continue
-        left = len(free) - taken
-        if left < pool.count:
-            problems.append(
-                Problem(
-                    "not-enough-gpus",
-                    f"pools[{i}].count",
-                    f"asks for {pool.count} GPUs but only {left} are not in another pool",
-                    f"lower count to {left} or free GPUs from another pool",
-                )
-            )
-        selections[i] = tuple(free[taken : taken + pool.count])
-        taken += len(selections[i])
+    choose_counts(spec.pools, free, selections, problems, findings)
     return selections
 
 

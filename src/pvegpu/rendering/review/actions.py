@@ -181,9 +181,18 @@ class ContainerReload:
 class StopContainer:
     kind: ClassVar[str] = "stop-container"
     vmid: int
+    shutdown_s: int = attrs.field(default=0, metadata={OMIT_DEFAULT: True})
+    """Shut it down cleanly, killed after this many seconds (`pct shutdown`); 0: `pct
+    stop` at once, for a container whose server was stopped first (emptied_steps.py)."""
 
     def lines(self) -> tuple[str, ...]:
+        if self.shutdown_s:
+            return (f"pct shutdown {self.vmid} --timeout {self.shutdown_s} --forceStop 1",)
         return (f"pct stop {self.vmid}",)
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return tuple(self.lines()[0].split())
 
 
 @value_class

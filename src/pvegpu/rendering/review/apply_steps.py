@@ -75,6 +75,7 @@ from pvegpu.rendering.review.commands import (
     SPLIT_UNIT,
     driver_check,
 )
+from pvegpu.rendering.review.emptied_steps import start_again_steps, stop_steps
 from pvegpu.rendering.review.next_boot_steps import reboot_note, userspace_upgrade_step
 from pvegpu.values import value_class
 from pvegpu.vendors import CONTAINER_TOOL, nvswitch
@@ -201,6 +202,7 @@ def _runbook(plan: Plan, files: tuple[ChangedFile, ...]) -> Iterator[Step]:
         yield from _reboot_and_plan_again(plan, vfio_functions(plan), reboot_for)
         return
     yield from _restarts(plan)
+    yield from (Step.of(*parts) for parts in start_again_steps(plan))
     yield from _afterwards(plan, writes)
 
 
@@ -281,6 +283,8 @@ def _host_changes(plan: Plan, writes: _Writes, installed: tuple[Artifact, ...]) 
         yield Step.of(
             f"Stop CT {vmid}", (StopContainer(vmid),), f"`pct status {vmid}` says stopped."
         )
+    # Other containers that lose every GPU: they hold their nodes open too.
+    yield from (Step.of(*parts) for parts in stop_steps(plan))
 
     manager = plan.facts.fabric_manager
     if any(p.nvswitches for p in plan.vfio_pools) and (manager.installed or manager.enabled):

@@ -27,6 +27,7 @@ from pvegpu.rendering.review.changes import (
     is_unit,
 )
 from pvegpu.rendering.review.commands import SPLIT_SCRIPT, SPLIT_UNIT, driver_check
+from pvegpu.rendering.review.emptied_steps import revert_start_steps
 from pvegpu.rendering.review.gpu_layout import driver_now
 from pvegpu.vendors import VENDORS
 from pvegpu.wording import plural
@@ -187,6 +188,9 @@ def _revert(
                 f"; wait for {health_url(pool.serving)} as in the runbook." if pool.serving else "."
             ),
         )
+
+    for parts in revert_start_steps(plan):
+        yield Step(*parts)
 
     # A vendor's tool sees only GPUs on its driver, so it checks the revert only when a VM
     # GPU goes back to that driver; one going back to a driver without a tool (or staying

@@ -1,0 +1,226 @@
+"""`count = N` takes one NUMA node's GPUs where one node has N free (planning/count_choice.py).
+
+The examples are hosts whose PCI order interleaves the sockets (as many dual-socket boards
+enumerate them), so "the first N in PCI order" would straddle both; the property draws
+hosts and specs and checks the choice against what each pool could take.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import attrs
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from depth import examples
+from pvegpu.errors import PlanError
+from pvegpu.model.facts import (
+    GPU,
+    HostFacts,
+    IommuGroup,
+    IommuGroupType,
+    IommuState,
+    NumaNode,
+    PciFunction,
+)
+from pvegpu.model.plan import Plan
+from pvegpu.model.schema import LxcSpec, PoolSpec, Spec
+from pvegpu.pci import CpuList, PciAddress
+from pvegpu.planning.planner import plan
+from strategies_host import hosts
+from test_plan_properties import SHARE_SETTINGS, assert_mostly_accepted, with_containers
+
+
+def _host(nodes: list[int | None]) -> HostFacts:
+    """One GPU per bus 0x10, 0x20, ..., the i-th on NUMA node nodes[i], each in its group."""
+    gpus = []
+    for i, node in enumerate(nodes):
+        address = PciAddress(0, 0x10 * (i + 1), 0, 0)
+        function = PciFunction(
+            address=address,
+            vendor=0x10DE,
+            device=0x2BB5,
+            subsystem_vendor=0x10DE,
+            subsystem_device=0x204B,
+            pci_class=0x030200,
+            sysfs_path=f"sys/devices/pci0000:00/{address}",
+            numa_node=node,
+            iommu_group=10 + i,
+            driver="nvidia",
+        )
+        gpus.append(GPU(function, (), node_minor=i))
+    return HostFacts(
+        node="pve1",
+        functions=tuple(g.function for g in gpus),
+        gpus=tuple(gpus),
+        numa_nodes=(NumaNode(0, CpuList.parse("0-7")), NumaNode(1, CpuList.parse("8-15"))),
+        iommu_groups=tuple(
+            IommuGroup(10 + i, (g.address,), IommuGroupType.DMA_FQ) for i, g in enumerate(gpus)
+        ),
+        iommu=IommuState(True, ("dmar0",)),
+        sev_snp=False,
+        gpu_drivers=(),
+        char_majors=(),
+        cmdline="",
+        vfio_ids=(),
+    )
+
+
+def _plan(nodes: list[int | None], *pools: dict[str, object]) -> Plan:
+    spec = Spec(
+        node="pve1",
+        pools=tuple(
+            PoolSpec(name=f"p{i}", lxc=LxcSpec(vmid=100 + i), **select)  # type: ignore[arg-type]
+            for i, select in enumerate(pools)
+        ),
+    )
+    return plan(with_containers(_host(nodes), spec), spec)
+
+
+def _buses(result: Plan, name: str) -> list[int]:
+    pool = next(p for p in result.pools if p.name == name)
+    return [g.address.bus for g in pool.gpus]
+
+
+# Sockets interleaved in PCI order: 0x10 node 0, 0x20 node 1, 0x30 node 0, ...
+INTERLEAVED: list[int | None] = [0, 1, 0, 1, 0, 1, 0, 1]
+
+
+def test_count_takes_one_nodes_gpus_not_the_first_in_pci_order() -> None:
+    result = _plan(INTERLEAVED, {"count": 4})
+    assert _buses(result, "p0") == [0x10, 0x30, 0x50, 0x70]
+    assert result.pools[0].numa_nodes == (0,)
+    codes = {f.code for f in result.findings}
+    assert "count-spans-numa-nodes" not in codes and "pool-spans-numa-nodes" not in codes
+
+
+def test_count_takes_the_lowest_node_with_enough_left() -> None:
+    # The explicit pool takes two of node 0 first, so node 0 has 2 left and node 1 has 4:
+    # count = 3 goes to node 1, and the next count = 2 to node 0's two.
+    result = _plan(INTERLEAVED, {"count": 3}, {"gpus": ("10:00.0", "30:00.0")}, {"count": 2})
+    assert _buses(result, "p0") == [0x20, 0x40, 0x60]
+    assert _buses(result, "p1") == [0x10, 0x30]
+    assert _buses(result, "p2") == [0x50, 0x70]
+
+
+def test_gpus_without_a_node_count_as_one_after_the_numbered_ones() -> None:
+    result = _plan([None, 0, None, 1, None], {"count": 2})
+    assert _buses(result, "p0") == [0x10, 0x30]
+    assert result.pools[0].numa_nodes == (None,)
+    assert "count-spans-numa-nodes" not in {f.code for f in result.findings}
+
+
+def test_count_that_no_node_holds_spans_nodes_and_says_why() -> None:
+    result = _plan(INTERLEAVED, {"gpus": ("10:00.0",)}, {"count": 5})
+    # No node has 5 free (node 0: 3, node 1: 4): the first 5 free in PCI order, as before.
+    assert _buses(result, "p1") == [0x20, 0x30, 0x40, 0x50, 0x60]
+    (finding,) = [f for f in result.findings if f.code == "count-spans-numa-nodes"]
+    assert finding.subject == "p1"
+    assert finding.message == (
+        "pools[1].count = 5 takes GPUs on node 0, node 1: no NUMA node has 5 GPUs that no "
+        "other pool takes (free per node: node 0: 3 (30:00.0, 50:00.0, 70:00.0), node 1: 4 "
+        "(20:00.0, 40:00.0, 60:00.0, 80:00.0)), so transfers between the pool's GPUs cross "
+        "sockets. To keep it on one node: count = 4, or free GPUs of one node from the other "
+        "pools, or name them with gpus = [...]"
+    )
+    assert "pool-spans-numa-nodes" in {f.code for f in result.findings}
+
+
+def test_count_beyond_the_free_gpus_is_still_refused() -> None:
+    with pytest.raises(PlanError) as err:
+        _plan(INTERLEAVED, {"numa_node": 0}, {"count": 5})
+    (problem,) = [p for p in err.value.problems if p.code == "not-enough-gpus"]
+    assert problem.subject == "pools[1].count"
+    assert "only 4 are not in another pool" in problem.message
+
+
+def _eligible(facts: HostFacts, spec: Spec, result: Plan, index: int) -> list[GPU]:
+    """What pool `index` (a count pool) could take: the GPUs no explicit pool and no
+    earlier count pool has, the BMC's display never."""
+    taken: set[PciAddress] = set()
+    for i, pool in enumerate(spec.pools):
+        if pool.count is None or i < index:
+            mine = next((p for p in result.pools if p.name == pool.name), None)
+            taken |= {g.address for g in mine.gpus} if mine is not None else set()
+    return [g for g in facts.gpus if not g.bmc_display and g.address not in taken]
+
+
+def _node(gpu: GPU) -> int:
+    return -1 if gpu.numa_node is None else gpu.numa_node
+
+
+def test_count_keeps_to_one_node_whenever_one_has_enough() -> None:
+    """Any accepted plan: each count pool has exactly N GPUs it could take (none of an
+    explicit pool's, none of an earlier count pool's); where some node had N of those, all
+    N are of one node, the lowest such (GPUs without a node last), the first N of it in
+    PCI order; where none had, it says why (count-spans-numa-nodes)."""
+    outcomes: Counter[str] = Counter()
+
+    @settings(SHARE_SETTINGS, max_examples=examples(200, at_least=80))
+    @given(st.data())
+    def check(data: st.DataObject) -> None:
+        host = data.draw(hosts())
+        # Some GPUs without a node (firmware that gives none), to cover those too.
+        if data.draw(st.booleans()):
+            host = attrs.evolve(
+                host,
+                gpus=tuple(
+                    attrs.evolve(g, function=attrs.evolve(g.function, numa_node=None))
+                    if data.draw(st.integers(0, 3)) == 0
+                    else g
+                    for g in host.gpus
+                ),
+            )
+        addresses = [str(g.address) for g in host.gpus]
+        pools = []
+        for i in range(data.draw(st.integers(1, 3))):
+            select: dict[str, object]
+            if data.draw(st.booleans()):
+                select = {"count": data.draw(st.integers(1, 4))}
+            else:
+                picked = data.draw(st.lists(st.sampled_from(addresses), min_size=1, max_size=2))
+                select = {"gpus": tuple(dict.fromkeys(picked))}
+            pools.append(PoolSpec(name=f"p{i}", lxc=LxcSpec(vmid=100 + i), **select))  # type: ignore[arg-type]
+        spec = Spec(node="pve1", pools=tuple(pools))
+        facts = with_containers(host, spec)
+        try:
+            result = plan(facts, spec)
+        except PlanError as err:
+            outcomes["refused"] += 1
+            event("refused: " + ", ".join(sorted({p.code for p in err.problems})))
+            return
+        outcomes["accepted"] += 1
+        spans = {f.subject for f in result.findings if f.code == "count-spans-numa-nodes"}
+        seen: set[PciAddress] = set()
+        for pool in result.pools:
+            assert not {g.address for g in pool.gpus} & seen, "a GPU in two pools"
+            seen |= {g.address for g in pool.gpus}
+        for index, pool_spec in enumerate(spec.pools):
+            if pool_spec.count is None:
+                continue
+            chosen = next(p for p in result.pools if p.name == pool_spec.name).gpus
+            eligible = _eligible(facts, spec, result, index)
+            assert len(chosen) == pool_spec.count
+            assert {g.address for g in chosen} <= {g.address for g in eligible}
+            by_node: dict[int, list[GPU]] = {}
+            for gpu in eligible:
+                by_node.setdefault(_node(gpu), []).append(gpu)
+            fitting = sorted(
+                (n for n, gpus in by_node.items() if len(gpus) >= pool_spec.count),
+                key=lambda n: (n == -1, n),
+            )
+            if fitting:
+                event("count pool on one node")
+                assert {_node(g) for g in chosen} == {fitting[0]}
+                assert list(chosen) == by_node[fitting[0]][: pool_spec.count]
+                assert pool_spec.name not in spans
+            else:
+                event("count pool spans nodes")
+                # Said, unless it took every GPU left (nothing to choose).
+                assert (pool_spec.name in spans) == (len(eligible) > pool_spec.count)
+                assert list(chosen) == eligible[: pool_spec.count]
+
+    check()
+    assert_mostly_accepted(outcomes, 0.5)
