@@ -59,6 +59,11 @@ SUITE_PACKAGES = (
     "patch",
     "make",
     "git",
+    # tests/test_cli_completion.py runs the completions in their shells and renders the
+    # man page; under CI=true a missing one fails.
+    "zsh",
+    "fish",
+    "groff-base",
 )
 """Debian 13's own test tools for the suite (pyproject's test extra, from the archive):
 the runtime libraries come with the package itself."""
