@@ -164,6 +164,29 @@ def test_dev_numbering_skips_other_devices_and_pending_indices() -> None:
     )
 
 
+def test_dev_entries_in_proxmox_key_order() -> None:
+    """Past dev9 the entries are in the order Proxmox writes keys, as plain strings: a
+    config Proxmox wrote with these lines comes out byte for byte (pvegpu init's round
+    trip), and the next `pct set` moves nothing pvegpu wrote."""
+    text = (
+        "arch: amd64\n"
+        "dev0: /dev/nvidia0,mode=0666\n"
+        "dev1: /dev/nvidia1,mode=0666\n"
+        "dev10: /dev/nvidia-uvm-tools,mode=0666\n"
+        "dev2: /dev/nvidia2,mode=0666\n"
+        "dev3: /dev/nvidia3,mode=0666\n"
+        "dev4: /dev/nvidia4,mode=0666\n"
+        "dev5: /dev/nvidia5,mode=0666\n"
+        "dev6: /dev/nvidia6,mode=0666\n"
+        "dev7: /dev/nvidia7,mode=0666\n"
+        "dev8: /dev/nvidiactl,mode=0666\n"
+        "dev9: /dev/nvidia-uvm,mode=0666\n"
+        "hostname: ct\n"
+    )
+    out = lxcconf.patch_gpu_lines(text, NODES, lxcconf.dev_style(NODES, range(8)))
+    assert out == text
+
+
 @pytest.mark.parametrize(
     ("line", "gpu"),
     [
@@ -355,8 +378,8 @@ def test_patch_keeps_everything_but_gpu_lines(
     conf: GuestConf, new: lxcconf.GpuLines, cpuset: CpuList | None
 ) -> None:
     """Other main lines keep their order and bytes; pending and snapshots are untouched;
-    the main section's GPU lines are exactly the new ones, on free dev indices; with a
-    cpuset, the one cgroup2 cpuset line is the new one."""
+    the main section's GPU lines are exactly the new ones, on free dev indices in
+    Proxmox's key order; with a cpuset, the one cgroup2 cpuset line is the new one."""
     out = lxcconf.patch_gpu_lines(conf.text, NODES, new, LXC_MAJORS, cpuset=cpuset)
     lines = _main_lines(out, conf.rest)
     dev = re.compile(r"^dev(\d+): (.*)$")
@@ -365,7 +388,10 @@ def test_patch_keeps_everything_but_gpu_lines(
     ]
     expected = _expected_lines(new, cpuset)
     added_raw = [line for line in lines if line in expected]
-    assert [value for _, value in added_dev] == list(new.devices)
+    # The new devices on increasing free indices, in the order Proxmox writes keys (plain
+    # strings: dev10 before dev7).
+    assert [value for _, value in sorted(added_dev)] == list(new.devices)
+    assert [f"dev{index}" for index, _ in added_dev] == sorted(f"dev{i}" for i, _ in added_dev)
     assert added_raw == expected
     assert not {index for index, _ in added_dev} & conf.taken
     if cpuset is not None:
