@@ -475,6 +475,14 @@ def _vm_pools(
                 f"mapping {mapping_id} in {pcicfg.PATH} lists other devices than the GPUs "
                 f"VM {vmid} holds: a pool's mapping lists exactly its GPUs"
             )
+        elif len(lines := _wheres(r for _, refs in held for r in refs)) < len(gpus):
+            # One `hostpciN: mapping=ID` line takes one device of the mapping, whichever
+            # is free at the VM's start; a pool gives its VM every GPU of its mapping.
+            why = (
+                f"VM {vmid} takes {len(lines)} of the {len(gpus)} GPUs mapping {mapping_id} "
+                f"lists ({'; '.join(lines)}), Proxmox choosing which at its start: a pool "
+                "gives its VM every GPU of its mapping"
+            )
         elif not _describable(mapping):
             why = f"mapping {mapping_id}'s description holds a ',', which a spec cannot say"
         if why is not None:
