@@ -26,6 +26,7 @@ CARDS = (
     ("0000:02:00.0", RTX3090, "NVIDIA GeForce RTX 3090"),
 )
 MAP_02 = "\tmap id=10de:2204,iommugroup=4,node=pve-rt,path=0000:02:00,subsystem-id=1458:403b\n"
+GPU = "0000:01:00.0"
 MAP_01 = "\tmap id=10de:2204,iommugroup=2,node=pve-rt,path=0000:01:00,subsystem-id=1458:403b\n"
 
 
@@ -78,6 +79,11 @@ def _changed(root: Path, spec_path: Path) -> list[str]:
     ]
 
 
+def _accounted(spec_path: Path, err: str, gpu: str) -> bool:
+    """The GPU is in a pool of the spec, or init said why not on stderr."""
+    return f'  "{gpu}",' in spec_path.read_text(encoding="utf-8") or f"not expressed: {gpu}:" in err
+
+
 def test_redteam31_mapping_listing_more_gpus_than_the_vm_uses(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -113,8 +119,9 @@ def test_redteam31_raw_uvm_rule_by_wildcard(
             )
         },
     )
-    spec, _ = _init(root, tmp_path, capsys)
+    spec, err = _init(root, tmp_path, capsys)
     assert _changed(root, spec) == []
+    assert _accounted(spec, err, GPU)
 
 
 def test_redteam31_dev_options_mode_before_gid(
@@ -124,8 +131,9 @@ def test_redteam31_dev_options_mode_before_gid(
     prints `gid=44,mode=0660`): init writes mode and gid, and planning rewrites every line
     to `gid=44,mode=0660`, the same grant: an existing file changes for nothing."""
     root = _host(tmp_path, {"etc/pve/lxc/101.conf": _ct("a", 101, _dev(0, ",mode=0660,gid=44"))})
-    spec, _ = _init(root, tmp_path, capsys)
+    spec, err = _init(root, tmp_path, capsys)
     assert _changed(root, spec) == []
+    assert _accounted(spec, err, GPU)
 
 
 def test_redteam31_vm_hostpci_line_appended_at_the_end(
@@ -143,8 +151,9 @@ def test_redteam31_vm_hostpci_line_appended_at_the_end(
         },
         drivers=["nvidia", "vfio-pci"],
     )
-    spec, _ = _init(root, tmp_path, capsys)
+    spec, err = _init(root, tmp_path, capsys)
     assert _changed(root, spec) == []
+    assert _accounted(spec, err, "0000:02:00.0")
 
 
 @pytest.mark.parametrize("style", ["dev", "raw"])
@@ -166,8 +175,9 @@ def test_redteam31_nvidia_modeset_node_dropped(
         )
     )
     root = _host(tmp_path, {"etc/pve/lxc/101.conf": _ct("a", 101, lines, unprivileged=False)})
-    spec, _ = _init(root, tmp_path, capsys)
+    spec, err = _init(root, tmp_path, capsys)
     assert _changed(root, spec) == []
+    assert _accounted(spec, err, GPU)
 
 
 def test_redteam31_pending_hostpci_gpu_called_free(
