@@ -27,7 +27,7 @@ functions and BMC displays are never pooled from the host's state either.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -185,8 +185,12 @@ def _container_kind(refs: Sequence[GpuReference]) -> tuple[str | None, str]:
     return None, "by devN entries and raw lines both: a pool writes one style"
 
 
-def current_split(facts: HostFacts) -> CurrentSplit:
-    """The pools that describe the host's GPU use as it is, and what they leave out."""
+def current_split(
+    facts: HostFacts, withheld: Mapping[PciAddress, str] | None = None
+) -> CurrentSplit:
+    """The pools that describe the host's GPU use as it is, and what they leave out.
+    `withheld`: GPUs to leave out of the pools anyway, with why (a pool of them plans to
+    a change of a file: `pipeline.init_host` checks the pools by planning them)."""
     mappings = _mappings(facts)
     notes: list[CurrentNote] = []
     containers: dict[int, list[tuple[GPU, list[GpuReference]]]] = defaultdict(list)
@@ -202,6 +206,9 @@ def current_split(facts: HostFacts) -> CurrentSplit:
             continue
         refs = _guest_refs(facts, gpu.address)
         _host_notes(facts, gpu, notes)
+        if withheld and gpu.address in withheld:
+            leave(gpu, withheld[gpu.address])
+            continue
         unclear = [r for r in refs if r.unresolved or r.every]
         guests = sorted({r.guest for r in refs})
         on_vfio = gpu.driver == VFIO_DRIVER
