@@ -123,6 +123,21 @@ def _guest_refs(facts: HostFacts, address: PciAddress) -> list[GpuReference]:
     ]
 
 
+def _pending_refs(facts: HostFacts, address: PciAddress) -> list[GpuReference]:
+    """The references of guests' pending sections (`[PENDING]`, `[pve:pending]`) that
+    reach the GPU: changes `qm set`/`pct set` made while the guest ran."""
+    return [
+        r
+        for r in facts.references
+        if r.holder is not Holder.HOST and r.pending and r.inert is None and address in r.gpus
+    ]
+
+
+def _apply_pending(ref: GpuReference) -> str:
+    command = "pct reboot" if ref.holder is Holder.CONTAINER else "qm reboot"
+    return f"{command} {ref.vmid}"
+
+
 def _mappings(facts: HostFacts) -> dict[str, pcicfg.PciMapping]:
     file = facts.file(pcicfg.PATH)
     if file is None:
@@ -219,6 +234,14 @@ def current_split(
         elif len(guests) > 1:
             where = "; ".join(f"{r.guest} {r.where}" for r in refs)
             leave(gpu, f"held by {' and '.join(guests)} ({where}): a pool gives a GPU to one")
+        elif not refs and (pending := _pending_refs(facts, gpu.address)):
+            # Not free: the guest takes it at its next start, which no pool can say.
+            r = pending[0]
+            leave(
+                gpu,
+                f"{r.guest} takes it at its next start by its pending change `{r.text}` "
+                f"({r.where}), which a pool cannot say (`{_apply_pending(r)}` applies it now)",
+            )
         elif not refs:
             if on_vfio:
                 idle.append(gpu)
