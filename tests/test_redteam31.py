@@ -9,6 +9,7 @@ holds that init cannot express is named, with why, in the file and on stderr.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,20 @@ def test_redteam31_pending_hostpci_gpu_called_free(
     text = spec.read_text(encoding="utf-8")
     assert "Free GPUs (host driver, no guest): none" in text
     assert "02:00.0" in err and "pending" in err.lower()
+
+
+def test_redteam31_container_pool_on_a_vm_id_is_one_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RED TEAM 31, defect 7. A container pool whose vmid is VM 110's (workstation): the
+    refusal says vmid-is-a-vm, and also lxc-config-missing, whose fix `pct create 110`
+    Proxmox refuses (the id is the VM's). docs/cli.md: one problem per mistake."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        'node = "pve-ws"\n\n[[pools]]\nname = "a"\ngpus = ["17:00.0"]\n\n[pools.lxc]\nvmid = 110\n',
+        encoding="utf-8",
+    )
+    root = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs" / "workstation"
+    assert main(["plan", "--root", str(root), "--spec", str(spec), "--json"]) == 5
+    doc = json.loads(capsys.readouterr().out)
+    assert [p["code"] for p in doc["problems"]] == ["vmid-is-a-vm"]
