@@ -197,9 +197,9 @@ def _dev_path(value: str) -> str:
 
 
 def _dev_grant(value: str) -> tuple[str, frozenset[str]]:
-    """A `devN` value as what it grants: the path and its options in any order."""
+    """A `devN` value as its path and the set of its options, in whichever order written."""
     path, *options = value.strip().split(",")
-    return path.removeprefix("path="), frozenset(o.strip() for o in options)
+    return path, frozenset(o.strip() for o in options)
 
 
 def dev_gid(line: ConfLine) -> int | None:
