@@ -214,3 +214,27 @@ def test_redteam31_container_pool_on_a_vm_id_is_one_problem(
     assert main(["plan", "--root", str(root), "--spec", str(spec), "--json"]) == 5
     doc = json.loads(capsys.readouterr().out)
     assert [p["code"] for p in doc["problems"]] == ["vmid-is-a-vm"]
+
+
+def test_redteam31_vm_with_a_mapping_per_gpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RED TEAM 31, defect 8. VM 200 holds both GPUs, each by a mapping of its own
+    (`hostpci0: mapping=g1`, `hostpci1: mapping=g2`: one mapping per device, as the GUI's
+    resource mappings are often made). init wrote two pools both named vm200 for VM 200,
+    refused its own spec (exit 4, spec-duplicate-guest, spec-duplicate-pool) and wrote
+    nothing."""
+    vm = _vm("w", 200).replace(
+        "cpu: host\n", "cpu: host\nhostpci0: mapping=g1,pcie=1\nhostpci1: mapping=g2,pcie=1\n"
+    )
+    root = _host(
+        tmp_path,
+        {
+            "etc/pve/qemu-server/200.conf": vm,
+            "etc/pve/mapping/pci.cfg": "g1\n" + MAP_01 + "\ng2\n" + MAP_02 + "\n",
+        },
+        drivers=["vfio-pci", "vfio-pci"],
+    )
+    spec, err = _init(root, tmp_path, capsys)
+    assert _changed(root, spec) == []
+    assert _accounted(spec, err, GPU) and _accounted(spec, err, "0000:02:00.0")
