@@ -492,14 +492,23 @@ def _vm_pools(
 ) -> list[CurrentPool]:
     pools = []
     users: dict[str, int] = defaultdict(int)
-    for _, used in vms:
+    used_by: dict[int, list[str]] = defaultdict(list)
+    for vmid, used in vms:
         users[used] += 1
+        used_by[vmid].append(used)
     for (vmid, mapping_id), held in sorted(vms.items()):
         mapping = mappings[mapping_id]
         gpus = {g.address for g, _ in held}
         why = None
         if users[mapping_id] > 1:
             why = f"mapping {mapping_id} is used by several VMs: a vfio pool has one VM"
+        elif len(used_by[vmid]) > 1:
+            # Two pools for one VM are refused (spec-duplicate-guest); one pool has one
+            # mapping, and planning it would rewrite the VM's other lines onto it.
+            why = (
+                f"VM {vmid} holds its GPUs by mappings {', '.join(sorted(used_by[vmid]))}: "
+                "a vfio pool gives its VM one mapping"
+            )
         elif _mapping_gpus(facts, mapping) != gpus:
             why = (
                 f"mapping {mapping_id} in {pcicfg.PATH} lists other devices than the GPUs "
