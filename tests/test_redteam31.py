@@ -238,3 +238,23 @@ def test_redteam31_vm_with_a_mapping_per_gpu(
     spec, err = _init(root, tmp_path, capsys)
     assert _changed(root, spec) == []
     assert _accounted(spec, err, GPU) and _accounted(spec, err, "0000:02:00.0")
+
+
+def test_redteam31_unused_mapping_named_like_a_container_pool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RED TEAM 31, defect 9. CT 101 holds 01:00.0; 02:00.0 is on vfio-pci in mapping
+    `ct101`, which no VM uses. init names the container's pool ct101 and the unused
+    mapping's pool by its id, ct101 too, refuses its own spec (exit 4,
+    spec-duplicate-pool) and writes nothing."""
+    root = _host(
+        tmp_path,
+        {
+            "etc/pve/lxc/101.conf": _ct("a", 101, _dev(0)),
+            "etc/pve/mapping/pci.cfg": "ct101\n" + MAP_02 + "\n",
+        },
+        drivers=["nvidia", "vfio-pci"],
+    )
+    spec, err = _init(root, tmp_path, capsys)
+    assert _changed(root, spec) == []
+    assert _accounted(spec, err, GPU) and _accounted(spec, err, "0000:02:00.0")
