@@ -270,7 +270,23 @@ def current_split(
         *_vm_pools(facts, vms, mappings, notes),
         *_idle_pools(facts, idle, mappings, notes),
     ]
-    return CurrentSplit(facts.node, _whole_guests(facts, pools, notes), tuple(free), tuple(notes))
+    kept = _unique_names(_whole_guests(facts, pools, notes))
+    return CurrentSplit(facts.node, kept, tuple(free), tuple(notes))
+
+
+def _unique_names(pools: tuple[CurrentPool, ...]) -> tuple[CurrentPool, ...]:
+    """The pools with names no other pool has: an unused mapping's pool is named by its id,
+    which may be another pool's name (`ct101`); a spec refuses two pools of one name."""
+    taken = {p.name for p in pools}
+    seen: set[str] = set()
+    named = []
+    for pool in pools:
+        name, n = pool.name, 2
+        while name in seen or (name != pool.name and name in taken):
+            name, n = f"{pool.name}-{n}", n + 1
+        seen.add(name)
+        named.append(pool if name == pool.name else attrs.evolve(pool, name=name))
+    return tuple(named)
 
 
 def _whole_guests(
