@@ -258,3 +258,22 @@ def test_redteam31_unused_mapping_named_like_a_container_pool(
     spec, err = _init(root, tmp_path, capsys)
     assert _changed(root, spec) == []
     assert _accounted(spec, err, GPU) and _accounted(spec, err, "0000:02:00.0")
+
+
+def test_redteam31_unused_mapping_with_a_long_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RED TEAM 31, defect 10. 02:00.0 on vfio-pci in an unused mapping whose id has 71
+    characters (Proxmox and the spec take mapping ids up to 128): init names the pool by
+    the id, refuses its own spec (exit 4: a pool name has at most 64 characters) and
+    writes nothing."""
+    mapping = "g" + "x" * 70
+    root = _host(
+        tmp_path,
+        {"etc/pve/mapping/pci.cfg": f"{mapping}\n{MAP_02}\n"},
+        drivers=["nvidia", "vfio-pci"],
+    )
+    spec, err = _init(root, tmp_path, capsys)
+    assert _changed(root, spec) == []
+    assert _accounted(spec, err, "0000:02:00.0")
+    assert f'id = "{mapping}"' in spec.read_text(encoding="utf-8")
