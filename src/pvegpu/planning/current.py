@@ -274,16 +274,22 @@ def current_split(
     return CurrentSplit(facts.node, kept, tuple(free), tuple(notes))
 
 
+_NAME_MAX = 64
+"""The longest pool name a spec takes (docs/spec.md); a mapping id may have 128."""
+
+
 def _unique_names(pools: tuple[CurrentPool, ...]) -> tuple[CurrentPool, ...]:
-    """The pools with names no other pool has: an unused mapping's pool is named by its id,
-    which may be another pool's name (`ct101`); a spec refuses two pools of one name."""
+    """The pools with names a spec takes and no other pool has: an unused mapping's pool
+    is named by its id, which may be another pool's name (`ct101`) or longer than a pool
+    name may be; a spec refuses both."""
     taken = {p.name for p in pools}
     seen: set[str] = set()
     named = []
     for pool in pools:
-        name, n = pool.name, 2
+        name, n = pool.name[:_NAME_MAX], 2
         while name in seen or (name != pool.name and name in taken):
-            name, n = f"{pool.name}-{n}", n + 1
+            suffix = f"-{n}"
+            name, n = pool.name[: _NAME_MAX - len(suffix)] + suffix, n + 1
         seen.add(name)
         named.append(pool if name == pool.name else attrs.evolve(pool, name=name))
     return tuple(named)
