@@ -277,3 +277,23 @@ def test_redteam31_unused_mapping_with_a_long_id(
     assert _changed(root, spec) == []
     assert _accounted(spec, err, "0000:02:00.0")
     assert f'id = "{mapping}"' in spec.read_text(encoding="utf-8")
+
+
+def test_redteam31_container_and_vm_pool_on_one_id_cannot_merge(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RED TEAM 31, defect 11. A container pool and a VM pool both naming guest 110: the
+    refusal's fix says "merge the two pools into one", which no spec can (a pool is a
+    container's or a VM's). The fix must say that one of the two ids is wrong."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        'node = "pve-ws"\n\n[[pools]]\nname = "a"\ngpus = ["17:00.0"]\n\n[pools.lxc]\n'
+        'vmid = 110\n\n[[pools]]\nname = "b"\ngpus = ["39:00.0"]\nmapping = { id = "bb" }\n\n'
+        "[pools.vfio]\n\n[pools.vfio.vm]\nvmid = 110\n",
+        encoding="utf-8",
+    )
+    root = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs" / "workstation"
+    assert main(["plan", "--root", str(root), "--spec", str(spec), "--json"]) == 4
+    (problem,) = json.loads(capsys.readouterr().out)["problems"]
+    assert problem["code"] == "spec-duplicate-guest"
+    assert "merge" not in problem["fix"]
