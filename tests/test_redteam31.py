@@ -297,3 +297,27 @@ def test_redteam31_container_and_vm_pool_on_one_id_cannot_merge(
     (problem,) = json.loads(capsys.readouterr().out)["problems"]
     assert problem["code"] == "spec-duplicate-guest"
     assert "merge" not in problem["fix"]
+
+
+def test_redteam31_summary_counts_a_function_already_on_vfio_as_moving(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RED TEAM 31, defect 12. 02:00.0 and its audio 02:00.1 are on vfio-pci already (VM
+    200's), 01:00.0 and 01:00.1 on nvidia and snd_hda_intel. A pool giving both GPUs to
+    VM 200: the summary's moves line says `01:00.0 nvidia -> vfio-pci (and 2 functions
+    of their IOMMU groups)`, counting 02:00.1, which stays on vfio-pci; 1 moves."""
+    vm = _vm("w", 200).replace("cpu: host\n", "cpu: host\nhostpci0: mapping=g2,pcie=1\n")
+    root = _host(
+        tmp_path,
+        {"etc/pve/qemu-server/200.conf": vm, "etc/pve/mapping/pci.cfg": "g2\n" + MAP_02 + "\n"},
+        drivers=["nvidia", "vfio-pci"],
+    )
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        'node = "pve-rt"\n\n[[pools]]\nname = "vm"\ngpus = ["01:00.0", "02:00.0"]\n'
+        'mapping = { id = "g2" }\n\n[pools.vfio]\n\n[pools.vfio.vm]\nvmid = 200\n',
+        encoding="utf-8",
+    )
+    assert main(["plan", "--root", str(root), "--spec", str(spec), "--color", "never"]) == 0
+    out = capsys.readouterr().out
+    assert "  moves: 01:00.0 nvidia -> vfio-pci (and 1 function of their IOMMU groups)\n" in out
