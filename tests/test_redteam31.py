@@ -16,11 +16,14 @@ import pytest
 
 from field_hosts import RTX3090, _ct, _nvidia_desktop, _vm
 from pvegpu.cli import main
+from pvegpu.cli.arguments import build_parser
+from pvegpu.cli.completion import bash_completion
 from pvegpu.cli.diffs import current
 from pvegpu.model.artifact import REVERT_BUNDLE, REVIEW
 from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.spec.load import load_spec
 from pvegpu.testing import write_host
+from test_cli_completion import _bash
 
 CARDS = (
     ("0000:01:00.0", RTX3090, "NVIDIA GeForce RTX 3090"),
@@ -321,3 +324,14 @@ def test_redteam31_summary_counts_a_function_already_on_vfio_as_moving(
     assert main(["plan", "--root", str(root), "--spec", str(spec), "--color", "never"]) == 0
     out = capsys.readouterr().out
     assert "  moves: 01:00.0 nvidia -> vfio-pci (and 1 function of their IOMMU groups)\n" in out
+
+
+@pytest.mark.parametrize("command", ["plan", "render"])
+def test_redteam31_bash_completes_color_with_paths(command: str, tmp_path: Path) -> None:
+    """RED TEAM 31, defect 13. `pvegpu plan --color <TAB>` offers the files of the
+    directory: the completion scripts (bash, zsh, fish) complete a path after every
+    option that takes a value, written when every such option named a file, before
+    `--color {auto,always,never}`. Its choices are what it takes."""
+    (tmp_path / "kpro6.toml").write_text("", encoding="utf-8")
+    offered = _bash(bash_completion(build_parser()), ["pvegpu", command, "--color", ""], tmp_path)
+    assert offered == ["always", "auto", "never"]
