@@ -209,10 +209,19 @@ def test_zsh_completes_each_commands_options(command: str, tmp_path: Path) -> No
     for action in parser._actions:
         for flag in action.option_strings:
             assert parsed[flag] == " ".join(parser._get_formatter()._expand_help(action).split())
+    # A path after every valued option but those that list their values (`--color`).
     valued = [s for s in specs if s.endswith(":_files")]
     assert len(valued) == sum(
-        len(a.option_strings) for a in parser._actions if a.option_strings and a.nargs != 0
+        len(a.option_strings)
+        for a in parser._actions
+        if a.option_strings and a.nargs != 0 and a.choices is None
     )
+    for action in parser._actions:
+        if action.option_strings and action.choices is not None:
+            listed = f":({' '.join(str(c) for c in action.choices)})"
+            assert all(
+                any(s.endswith(listed) for s in specs if f in s) for f in action.option_strings
+            )
     if command == "completion":
         assert "1:SHELL:(bash zsh fish)" in out
 

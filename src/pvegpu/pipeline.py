@@ -20,7 +20,7 @@ from pvegpu.rendering.registry import render
 
 if TYPE_CHECKING:
     from pvegpu.planning.cluster import ClusterPlan
-    from pvegpu.planning.current import CurrentSplit
+    from pvegpu.planning.current import CurrentPool, CurrentSplit
     from pvegpu.rendering.cluster import NodeArtifacts
     from pvegpu.rendering.review.reconcile import Reconciliation
 
@@ -42,19 +42,87 @@ def discover_for(spec: Spec, root: Path = Path("/")) -> HostFacts:
 
 def init_host(root: Path) -> tuple[CurrentSplit, str]:
     """`pvegpu init`: the host's current split and its spec text. The containers of its
-    pools are read again for their units, so the spec names the servers they run."""
+    pools are read again for their units, so the spec names the servers they run.
+
+    The spec is planned before it is returned: a pool whose plan changes an existing file
+    (a line the pool writes otherwise than the host has it, a node of the container's
+    the pool does not write) has its GPUs left out, with the file and line that would
+    change, and the rest is planned again. So what init writes plans to no change of an
+    existing file, as docs/cli.md promises, whatever `planning.current` did not foresee."""
+    from pvegpu.pci import PciAddress
     from pvegpu.planning.current import current_split
     from pvegpu.rendering.init_spec import render_current
     from pvegpu.spec.load import parse_spec
 
     reader = RootReader(root)
-    facts = read_host(reader)
-    split = current_split(facts)
-    if split.pools:
+    base = read_host(reader)
+    withheld: dict[PciAddress, str] = {}
+    while True:
+        facts, split = base, current_split(base, withheld)
+        if not split.pools:
+            return split, render_current(facts, split)
         spec = parse_spec(render_current(facts, split))
-        facts = add_serving_files(facts, read_container_units(reader, spec, facts))
-        split = current_split(facts)
-    return split, render_current(facts, split)
+        facts = add_serving_files(base, read_container_units(reader, spec, base))
+        split = current_split(facts, withheld)
+        text = render_current(facts, split)
+        changes = _changed_files(reader, facts, parse_spec(text)) if split.pools else {}
+        more = {
+            gpu: f"planning a pool of it changes {path} ({line}): init writes no pool "
+            "that changes a file, so it is left as it is"
+            for path, line in changes.items()
+            for pool in _pools_of(split, path)
+            for gpu in pool.gpus
+            if gpu not in withheld
+        }
+        if not more:
+            return split, text
+        withheld.update(more)
+
+
+def _changed_files(reader: RootReader, facts: HostFacts, spec: Spec) -> dict[str, str]:
+    """The existing host files planning the spec changes, each with its first changed line
+    (`-dev4: /dev/nvidia-modeset,mode=0666`); none where the plan is refused (plan says
+    why)."""
+    import difflib
+
+    from pvegpu.errors import PvegpuError
+    from pvegpu.model.artifact import HOST, REVERT_BUNDLE
+
+    try:
+        _, artifacts = plan_and_render(facts, spec)
+    except PvegpuError:
+        return {}
+    changed = {}
+    for artifact in artifacts:
+        if artifact.target != HOST or artifact.bundle == REVERT_BUNDLE:
+            continue
+        before = artifact.base.content if artifact.base else reader.read(artifact.path)
+        if before is None or before == artifact.content:
+            continue
+        diff = difflib.unified_diff(
+            before.splitlines(), artifact.content.splitlines(), lineterm="", n=0
+        )
+        first = next((d for d in diff if d[:1] in "+-" and d[:3] not in ("---", "+++")), "")
+        changed[artifact.path] = f"`{first}`" if first else "its bytes"
+    return changed
+
+
+def _pools_of(split: CurrentSplit, path: str) -> list[CurrentPool]:
+    """The pools of the split a changed file belongs to: the guest's whose config it is,
+    the pools with a mapping for pci.cfg, every pool for any other file."""
+    import re
+
+    from pvegpu.model.plan import PoolKind
+
+    guest = re.search(r"(?:^|/)(lxc|qemu-server)/(\d+)\.conf$", path)
+    if guest is not None:
+        kind = PoolKind.LXC if guest[1] == "lxc" else PoolKind.VFIO
+        found = [p for p in split.pools if p.kind is kind and p.vmid == int(guest[2])]
+    elif path.endswith("mapping/pci.cfg"):
+        found = [p for p in split.pools if p.mapping is not None]
+    else:
+        found = []
+    return found or list(split.pools)
 
 
 def plan_and_render(facts: HostFacts, spec: Spec) -> tuple[Plan, tuple[Artifact, ...]]:

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TextIO
 
+from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.artifact import Artifact
 from pvegpu.model.plan import Finding, Plan, Severity
 from pvegpu.model.references import Holder
@@ -132,7 +133,8 @@ def _driver_moves(plan: Plan) -> list[str]:
     for row in layout(plan):
         if row.driver_changes:
             moves.setdefault((row.driver_before, row.driver_after), []).append(row.address)
-    mates = len(moving_functions(plan))
+    # Only those that change driver: a mate already on vfio-pci (a VM's) stays where it is.
+    mates = sum(1 for m in moving_functions(plan) if m.driver_before != VFIO_DRIVER)
     lines = [
         f"  moves: {_addresses(addresses)} {before} -> {after}"
         for (before, after), addresses in moves.items()

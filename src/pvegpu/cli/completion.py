@@ -6,8 +6,9 @@
 
 Each script completes the subcommands (every one `build_parser()` has: a new command
 needs nothing here), then the options of the command typed, the values of a positional
-argument with choices (`completion`'s shells), and a path after an option that takes a
-value (every valued option of pvegpu names a file or a directory). The Debian package
+argument with choices (`completion`'s shells), the choices of an option that lists them
+(`--color`), and a path after every other option that takes a value (each names a file
+or a directory). The Debian package
 installs the three generated at build time (debian/rules, through tools/cli_docs.py);
 a pip install prints them with this command. The output holds no date and no terminal
 width: two builds of one version write the same bytes.
@@ -26,6 +27,14 @@ from pvegpu.cli.docs import choices, command_help, commands, options, takes_valu
 
 def _words(values: Sequence[str]) -> str:
     return " ".join(values)
+
+
+def _option_choices(action: argparse.Action) -> list[str]:
+    """The values an option takes when argparse lists them (`--color`), else none: every
+    other valued option of pvegpu names a file or a directory."""
+    if not action.option_strings or not takes_value(action) or action.choices is None:
+        return []
+    return [str(c) for c in action.choices]
 
 
 def _header(shell: str) -> str:
@@ -47,16 +56,24 @@ def bash_completion(parser: argparse.ArgumentParser) -> str:
     for name, command in sub.items():
         flags = [flag for action in options(command) for flag in action.option_strings]
         valued = [f for a in options(command) if takes_value(a) for f in a.option_strings]
+        # An option with choices (`--color`) completes them, not a path.
+        chosen = [
+            f"                {'|'.join(a.option_strings)}) "
+            f'chosen="{_words(_option_choices(a))}" ;;'
+            for a in options(command)
+            if _option_choices(a)
+        ]
         cases += [
             f"        {name})",
             f'            opts="{_words([*choices(command), *flags])}"',
             f'            valued="{_words(valued)}"',
+            *(["            case $prev in", *chosen, "            esac"] if chosen else []),
             "            ;;",
         ]
     body = "\n".join(cases)
     return f"""\
 {_header("bash")}_pvegpu() {{
-    local cur prev command="" opts="" valued="" i
+    local cur prev command="" opts="" valued="" chosen="" i
     cur=${{COMP_WORDS[COMP_CWORD]}}
     prev=${{COMP_WORDS[COMP_CWORD-1]}}
     for ((i = 1; i < COMP_CWORD; i++)); do
@@ -73,6 +90,10 @@ def bash_completion(parser: argparse.ArgumentParser) -> str:
 {body}
         *) return ;;
     esac
+    if [[ -n $chosen ]]; then
+        mapfile -t COMPREPLY < <(compgen -W "$chosen" -- "$cur")
+        return
+    fi
     if [[ " $valued " == *" $prev "* ]]; then
         compopt -o filenames 2>/dev/null
         mapfile -t COMPREPLY < <(compgen -f -- "$cur")
@@ -113,7 +134,8 @@ def _zsh_specs(parser: argparse.ArgumentParser) -> list[str]:
         value = ""
         if takes_value(action):
             metavar = action.metavar if isinstance(action.metavar, str) else action.dest.upper()
-            value = f":{_zsh_message(metavar)}:_files"
+            listed = _option_choices(action)
+            value = f":{_zsh_message(metavar)}:" + (f"({' '.join(listed)})" if listed else "_files")
         for flag in flags:
             specs.append(_zsh_quote(f"{repeat or exclusive}{flag}[{help_text}]{value}"))
     positional = [a for a in parser._actions if not a.option_strings and a.choices is not None]
@@ -187,7 +209,9 @@ def _fish_option(condition: str, parser: argparse.ArgumentParser, action: argpar
     parts = ["complete -c pvegpu", f"-n {_fish_quote(condition)}"]
     for flag in action.option_strings:
         parts.append(f"-l {flag[2:]}" if flag.startswith("--") else f"-s {flag[1:]}")
-    if takes_value(action):
+    if listed := _option_choices(action):
+        parts.append(f"-r -f -a {_fish_quote(' '.join(listed))}")
+    elif takes_value(action):
         parts.append("-r -F")
     if action.help:
         help_text = " ".join(parser._get_formatter()._expand_help(action).split())

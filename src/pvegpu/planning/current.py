@@ -27,7 +27,7 @@ functions and BMC displays are never pooled from the host's state either.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -123,6 +123,21 @@ def _guest_refs(facts: HostFacts, address: PciAddress) -> list[GpuReference]:
     ]
 
 
+def _pending_refs(facts: HostFacts, address: PciAddress) -> list[GpuReference]:
+    """The references of guests' pending sections (`[PENDING]`, `[pve:pending]`) that
+    reach the GPU: changes `qm set`/`pct set` made while the guest ran."""
+    return [
+        r
+        for r in facts.references
+        if r.holder is not Holder.HOST and r.pending and r.inert is None and address in r.gpus
+    ]
+
+
+def _apply_pending(ref: GpuReference) -> str:
+    command = "pct reboot" if ref.holder is Holder.CONTAINER else "qm reboot"
+    return f"{command} {ref.vmid}"
+
+
 def _mappings(facts: HostFacts) -> dict[str, pcicfg.PciMapping]:
     file = facts.file(pcicfg.PATH)
     if file is None:
@@ -185,8 +200,12 @@ def _container_kind(refs: Sequence[GpuReference]) -> tuple[str | None, str]:
     return None, "by devN entries and raw lines both: a pool writes one style"
 
 
-def current_split(facts: HostFacts) -> CurrentSplit:
-    """The pools that describe the host's GPU use as it is, and what they leave out."""
+def current_split(
+    facts: HostFacts, withheld: Mapping[PciAddress, str] | None = None
+) -> CurrentSplit:
+    """The pools that describe the host's GPU use as it is, and what they leave out.
+    `withheld`: GPUs to leave out of the pools anyway, with why (a pool of them plans to
+    a change of a file: `pipeline.init_host` checks the pools by planning them)."""
     mappings = _mappings(facts)
     notes: list[CurrentNote] = []
     containers: dict[int, list[tuple[GPU, list[GpuReference]]]] = defaultdict(list)
@@ -202,6 +221,9 @@ def current_split(facts: HostFacts) -> CurrentSplit:
             continue
         refs = _guest_refs(facts, gpu.address)
         _host_notes(facts, gpu, notes)
+        if withheld and gpu.address in withheld:
+            leave(gpu, withheld[gpu.address])
+            continue
         unclear = [r for r in refs if r.unresolved or r.every]
         guests = sorted({r.guest for r in refs})
         on_vfio = gpu.driver == VFIO_DRIVER
@@ -212,6 +234,14 @@ def current_split(facts: HostFacts) -> CurrentSplit:
         elif len(guests) > 1:
             where = "; ".join(f"{r.guest} {r.where}" for r in refs)
             leave(gpu, f"held by {' and '.join(guests)} ({where}): a pool gives a GPU to one")
+        elif not refs and (pending := _pending_refs(facts, gpu.address)):
+            # Not free: the guest takes it at its next start, which no pool can say.
+            r = pending[0]
+            leave(
+                gpu,
+                f"{r.guest} takes it at its next start by its pending change `{r.text}` "
+                f"({r.where}), which a pool cannot say (`{_apply_pending(r)}` applies it now)",
+            )
         elif not refs:
             if on_vfio:
                 idle.append(gpu)
@@ -240,7 +270,29 @@ def current_split(facts: HostFacts) -> CurrentSplit:
         *_vm_pools(facts, vms, mappings, notes),
         *_idle_pools(facts, idle, mappings, notes),
     ]
-    return CurrentSplit(facts.node, _whole_guests(facts, pools, notes), tuple(free), tuple(notes))
+    kept = _unique_names(_whole_guests(facts, pools, notes))
+    return CurrentSplit(facts.node, kept, tuple(free), tuple(notes))
+
+
+_NAME_MAX = 64
+"""The longest pool name a spec takes (docs/spec.md); a mapping id may have 128."""
+
+
+def _unique_names(pools: tuple[CurrentPool, ...]) -> tuple[CurrentPool, ...]:
+    """The pools with names a spec takes and no other pool has: an unused mapping's pool
+    is named by its id, which may be another pool's name (`ct101`) or longer than a pool
+    name may be; a spec refuses both."""
+    taken = {p.name for p in pools}
+    seen: set[str] = set()
+    named = []
+    for pool in pools:
+        name, n = pool.name[:_NAME_MAX], 2
+        while name in seen or (name != pool.name and name in taken):
+            suffix = f"-{n}"
+            name, n = pool.name[: _NAME_MAX - len(suffix)] + suffix, n + 1
+        seen.add(name)
+        named.append(pool if name == pool.name else attrs.evolve(pool, name=name))
+    return tuple(named)
 
 
 def _whole_guests(
@@ -462,18 +514,35 @@ def _vm_pools(
 ) -> list[CurrentPool]:
     pools = []
     users: dict[str, int] = defaultdict(int)
-    for _, used in vms:
+    used_by: dict[int, list[str]] = defaultdict(list)
+    for vmid, used in vms:
         users[used] += 1
+        used_by[vmid].append(used)
     for (vmid, mapping_id), held in sorted(vms.items()):
         mapping = mappings[mapping_id]
         gpus = {g.address for g, _ in held}
         why = None
         if users[mapping_id] > 1:
             why = f"mapping {mapping_id} is used by several VMs: a vfio pool has one VM"
+        elif len(used_by[vmid]) > 1:
+            # Two pools for one VM are refused (spec-duplicate-guest); one pool has one
+            # mapping, and planning it would rewrite the VM's other lines onto it.
+            why = (
+                f"VM {vmid} holds its GPUs by mappings {', '.join(sorted(used_by[vmid]))}: "
+                "a vfio pool gives its VM one mapping"
+            )
         elif _mapping_gpus(facts, mapping) != gpus:
             why = (
                 f"mapping {mapping_id} in {pcicfg.PATH} lists other devices than the GPUs "
                 f"VM {vmid} holds: a pool's mapping lists exactly its GPUs"
+            )
+        elif len(lines := _wheres(r for _, refs in held for r in refs)) < len(gpus):
+            # One `hostpciN: mapping=ID` line takes one device of the mapping, whichever
+            # is free at the VM's start; a pool gives its VM every GPU of its mapping.
+            why = (
+                f"VM {vmid} takes {len(lines)} of the {len(gpus)} GPUs mapping {mapping_id} "
+                f"lists ({'; '.join(lines)}), Proxmox choosing which at its start: a pool "
+                "gives its VM every GPU of its mapping"
             )
         elif not _describable(mapping):
             why = f"mapping {mapping_id}'s description holds a ',', which a spec cannot say"

@@ -81,7 +81,8 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     # A VM id that is a container's, or the other way round (planning/guest_ids.py).
     clashes = list(guest_id_problems(facts, spec))
     problems.extend(clashes)
-    refused |= {i for p in clashes for i in _pool_index(p.subject)}
+    clashed = {i for p in clashes for i in _pool_index(p.subject)}
+    refused |= clashed
     # The numbers the GPUs that stay get at the next boot, once the vfio pools' GPUs have
     # left their drivers: pool containers are given those (planning/numbering.py).
     chosen = list(zip(spec.pools, selections, strict=True))
@@ -107,6 +108,10 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
             )
             if len(problems) > before:
                 refused.add(index)
+            if index in clashed:
+                # The id is the other kind's guest: "create the container first" repeats
+                # that one mistake, with a fix Proxmox refuses (the id is taken).
+                problems[before:] = [p for p in problems[before:] if p.code != "lxc-config-missing"]
     problems.extend(pci_cfg_problems(facts, pools))
     problems.extend(split_problems(facts, pools))
     problems.extend(sriov_problems(facts, pools))

@@ -196,6 +196,12 @@ def _dev_path(value: str) -> str:
     return first.removeprefix("path=")
 
 
+def _dev_grant(value: str) -> tuple[str, frozenset[str]]:
+    """A `devN` value as its path and the set of its options, in whichever order written."""
+    path, *options = value.strip().split(",")
+    return path, frozenset(o.strip() for o in options)
+
+
 def dev_gid(line: ConfLine) -> int | None:
     """The `gid=` of a `devN` entry (the node's group inside the container), or None."""
     if line.kind is not LineKind.KEY or not _DEV_KEY.match(line.key):
@@ -546,11 +552,13 @@ def patch_gpu_lines(
     dev_at: int | None = None
     raw_at: int | None = None
     taken = used_indices(section_named(text, "pve:pending"), "dev")
+    written: dict[tuple[str, frozenset[str]], str] = {}
     for line in parse_lines(main.text):
         gpu = is_gpu_line(line, nodes, every_major, naming)
         if gpu or (cpuset is not None and is_cpuset_line(line, naming)):
             if line.kind is LineKind.KEY:
                 dev_at = len(kept) if dev_at is None else dev_at
+                written.setdefault(_dev_grant(line.value), line.value)
             else:
                 raw_at = len(kept) if raw_at is None else raw_at
             continue
@@ -561,7 +569,11 @@ def patch_gpu_lines(
     free = [i for i in range(MAX_DEV_INDEX + 1) if i not in taken]
     if len(free) < len(new.devices):
         raise RenderError([_slots_full(len(new.devices), len(free))])
-    dev_block = [ConfLine.new(f"dev{i}", v) for i, v in zip(free, new.devices, strict=False)]
+    # A device the config already gives with the same options keeps its spelling
+    # (`mode=0660,gid=44` by hand, where Proxmox prints `gid=44,mode=0660`): the same
+    # grant is no change to review.
+    values = [written.get(_dev_grant(v), v) for v in new.devices]
+    dev_block = [ConfLine.new(f"dev{i}", v) for i, v in zip(free, values, strict=False)]
     # In the order Proxmox writes keys, as plain strings (dev1, dev10, dev2): a config
     # whose GPU lines are already these comes out unchanged, and the next `pct set`
     # does not reorder what pvegpu wrote.

@@ -337,11 +337,19 @@ def _semantic_problems(spec: Spec, broken: Sequence[str] = ()) -> Iterator[Probl
         vmid = _guest_vmid(pool)
         if vmid is not None:
             if vmid in seen_vmids:
+                first = seen_vmids[vmid]
+                # Guest ids are cluster-wide: a container's and a VM's pool on one id
+                # cannot be merged, one of the two ids is wrong.
+                mixed = (pool.lxc is None) != (spec.pools[first].lxc is None)
                 yield Problem(
                     "spec-duplicate-guest",
                     where,
-                    f"guest {vmid} also consumes pools[{seen_vmids[vmid]}]",
-                    "merge the two pools into one",
+                    f"guest {vmid} also consumes pools[{first}]"
+                    + (", one as a container, the other as a VM" if mixed else ""),
+                    "correct the id of the pool that names the wrong guest (an id is one "
+                    "container or one VM of the cluster)"
+                    if mixed
+                    else "merge the two pools into one",
                 )
             seen_vmids.setdefault(vmid, i)
         if pool.mapping is not None:
