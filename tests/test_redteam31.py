@@ -335,31 +335,3 @@ def test_redteam31_bash_completes_color_with_paths(command: str, tmp_path: Path)
     (tmp_path / "kpro6.toml").write_text("", encoding="utf-8")
     offered = _bash(bash_completion(build_parser()), ["pvegpu", command, "--color", ""], tmp_path)
     assert offered == ["always", "auto", "never"]
-
-
-def test_redteam31_count_takes_a_gpu_a_vm_holds_over_free_ones(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """RED TEAM 31, defect 14. Three RTX 3090s, no NUMA node: 01:00.0 on vfio-pci, VM
-    200's (`hostpci0: 0000:01:00`); 02:00.0 and 03:00.0 on nvidia, no guest's. A
-    container pool with `count = 2` takes the first two in PCI order, 01:00.0 and
-    02:00.0, and the plan is refused (gpu-minor-unknown, vm-takes-pool-gpu), where
-    02:00.0 and 03:00.0 were there to take."""
-    cards = (*CARDS, ("0000:03:00.0", RTX3090, "NVIDIA GeForce RTX 3090"))
-    vm = _vm("w", 200).replace("cpu: host\n", "cpu: host\nhostpci0: 0000:01:00,pcie=1\n")
-    host = _nvidia_desktop(
-        "pve-rt",
-        cards,
-        drivers=["vfio-pci", "nvidia", "nvidia"],
-        files={"etc/pve/lxc/101.conf": _ct("a", 101, ""), "etc/pve/qemu-server/200.conf": vm},
-    )
-    root = tmp_path / "root"
-    write_host(host, root)
-    spec = tmp_path / "spec.toml"
-    spec.write_text(
-        'node = "pve-rt"\n\n[[pools]]\nname = "a"\ncount = 2\n\n[pools.lxc]\nvmid = 101\n',
-        encoding="utf-8",
-    )
-    assert main(["plan", "--root", str(root), "--spec", str(spec), "--json"]) == 0
-    (pool,) = json.loads(capsys.readouterr().out)["pools"]
-    assert pool["gpus"] == ["0000:02:00.0", "0000:03:00.0"]
