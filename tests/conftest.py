@@ -7,6 +7,7 @@ sharing them cannot leak one test's changes into another (attrs.evolve makes cop
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,10 +20,22 @@ import depth
 from golden_ext import golden_extension
 from pvegpu.model.plan import Plan
 
-# tmp_path on tmpfs where there is one: many tests copy a fixture host (~1500 entries),
+# tmp_path on tmpfs where there is room: many tests copy a fixture host (~1500 entries),
 # and a copy on disk costs ten times the CPU (0.6 s against 0.07 s). pytest's numbered
-# directories under it stay safe for concurrent runs, and only the last three are kept.
-if "PYTEST_DEBUG_TEMPROOT" not in os.environ and os.access("/dev/shm", os.W_OK):
+# directories under it stay safe for concurrent runs, and passing tests' directories go
+# (pyproject's tmp_path_retention_policy). A small /dev/shm (a container's 64 MB, a CI
+# runner's few GB) would fill up mid-run, so below SHM_NEEDED the system's temp stays.
+SHM_NEEDED = 4 << 30
+
+
+def _shm_has_room() -> bool:
+    try:
+        return os.access("/dev/shm", os.W_OK) and shutil.disk_usage("/dev/shm").free >= SHM_NEEDED
+    except OSError:
+        return False
+
+
+if "PYTEST_DEBUG_TEMPROOT" not in os.environ and _shm_has_room():
     os.environ["PYTEST_DEBUG_TEMPROOT"] = "/dev/shm"
 
 # Hypothesis' timing checks (the 200 ms deadline, "input generation is slow") measure the
