@@ -8,6 +8,7 @@ hosts and specs and checks the choice against what each pool could take.
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import attrs
 import pytest
@@ -15,7 +16,9 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from depth import examples
+from field_hosts import RTX3090, _ct, _nvidia_desktop, _vm
 from pvegpu.errors import PlanError
+from pvegpu.host.discover import discover
 from pvegpu.model.facts import (
     GPU,
     HostFacts,
@@ -26,9 +29,10 @@ from pvegpu.model.facts import (
     PciFunction,
 )
 from pvegpu.model.plan import Plan
-from pvegpu.model.schema import LxcSpec, PoolSpec, Spec
+from pvegpu.model.schema import LxcSpec, MappingSpec, PoolSpec, Spec, VfioSpec, VmSpec
 from pvegpu.pci import CpuList, PciAddress
 from pvegpu.planning.planner import plan
+from pvegpu.testing import write_host
 from strategies_host import hosts
 from test_plan_properties import SHARE_SETTINGS, assert_mostly_accepted, with_containers
 
@@ -155,7 +159,8 @@ def test_count_keeps_to_one_node_whenever_one_has_enough() -> None:
     """Any accepted plan: each count pool has exactly N GPUs it could take (none of an
     explicit pool's, none of an earlier count pool's); where some node had N of those, all
     N are of one node, the lowest such (GPUs without a node last), the first N of it in
-    PCI order; where none had, it says why (count-spans-numa-nodes)."""
+    PCI order; where none had, it says why (count-spans-numa-nodes). GPUs on vfio-pci
+    count only when the others are too few, and passing them over is said."""
     outcomes: Counter[str] = Counter()
 
     @settings(SHARE_SETTINGS, max_examples=examples(200, at_least=80))
@@ -169,6 +174,17 @@ def test_count_keeps_to_one_node_whenever_one_has_enough() -> None:
                 gpus=tuple(
                     attrs.evolve(g, function=attrs.evolve(g.function, numa_node=None))
                     if data.draw(st.integers(0, 3)) == 0
+                    else g
+                    for g in host.gpus
+                ),
+            )
+        # Some GPUs on vfio-pci (a VM's, or left there): container pools pass them over.
+        if data.draw(st.booleans()):
+            host = attrs.evolve(
+                host,
+                gpus=tuple(
+                    attrs.evolve(g, function=attrs.evolve(g.function, driver="vfio-pci"))
+                    if data.draw(st.integers(0, 4)) == 0
                     else g
                     for g in host.gpus
                 ),
@@ -193,6 +209,7 @@ def test_count_keeps_to_one_node_whenever_one_has_enough() -> None:
             return
         outcomes["accepted"] += 1
         spans = {f.subject for f in result.findings if f.code == "count-spans-numa-nodes"}
+        skips = {f.subject for f in result.findings if f.code == "count-skips-gpus-in-use"}
         seen: set[PciAddress] = set()
         for pool in result.pools:
             assert not {g.address for g in pool.gpus} & seen, "a GPU in two pools"
@@ -204,6 +221,16 @@ def test_count_keeps_to_one_node_whenever_one_has_enough() -> None:
             eligible = _eligible(facts, spec, result, index)
             assert len(chosen) == pool_spec.count
             assert {g.address for g in chosen} <= {g.address for g in eligible}
+            # A container pool takes GPUs on vfio-pci only when the others are too few.
+            idle = [g for g in eligible if g.driver != "vfio-pci"]
+            skipped = pool_spec.name in skips
+            if len(idle) >= pool_spec.count:
+                assert skipped == (len(idle) < len(eligible))
+                if skipped:
+                    event("count pool passes over GPUs on vfio-pci")
+                eligible = idle
+            else:
+                assert not skipped
             by_node: dict[int, list[GPU]] = {}
             for gpu in eligible:
                 by_node.setdefault(_node(gpu), []).append(gpu)
@@ -224,3 +251,62 @@ def test_count_keeps_to_one_node_whenever_one_has_enough() -> None:
 
     check()
     assert_mostly_accepted(outcomes, 0.5)
+
+
+def test_count_passes_over_a_gpu_a_vm_outside_the_spec_holds(tmp_path: Path) -> None:
+    """Three RTX 3090s, no NUMA node: 01:00.0 on vfio-pci, VM 200's (`hostpci0`);
+    02:00.0 and 03:00.0 on nvidia, no guest's. `count = 2` takes the two free ones (PCI
+    order would take 01:00.0 and refuse the plan: VM 200 would take it back), and says
+    which it passed over. The VM's GPU is taken only by its own pool."""
+    cards = [(f"0000:0{i}:00.0", RTX3090, "NVIDIA GeForce RTX 3090") for i in (1, 2, 3)]
+    vm = _vm("w", 200, "hostpci0: 0000:01:00,pcie=1\n")
+    host = _nvidia_desktop(
+        "pve-rt",
+        cards,
+        drivers=["vfio-pci", "nvidia", "nvidia"],
+        files={"etc/pve/lxc/101.conf": _ct("a", 101, ""), "etc/pve/qemu-server/200.conf": vm},
+    )
+    root = tmp_path / "root"
+    write_host(host, root)
+    facts = discover(root)
+    spec = Spec(node="pve-rt", pools=(PoolSpec(name="a", count=2, lxc=LxcSpec(vmid=101)),))
+    result = plan(facts, spec)
+    assert [str(g.address) for g in result.pools[0].gpus] == ["0000:02:00.0", "0000:03:00.0"]
+    (finding,) = [f for f in result.findings if f.code == "count-skips-gpus-in-use"]
+    assert finding.message == (
+        "pools[0].count = 2 passes over 1 GPU in use elsewhere (01:00.0: held by VM 200 "
+        "(etc/pve/qemu-server/200.conf line 9)) and takes free ones instead. To give the "
+        "pool one of them, name it with gpus = [...] and free it from the other guest first"
+    )
+    # The VM's own pool takes its GPU with the rest, and passes nothing over.
+    own = Spec(
+        node="pve-rt",
+        pools=(
+            PoolSpec(
+                name="w", count=3, vfio=VfioSpec(vm=VmSpec(vmid=200)), mapping=MappingSpec("wgpu")
+            ),
+        ),
+    )
+    mine = plan(facts, own)
+    assert len(mine.pools[0].gpus) == 3
+    assert "count-skips-gpus-in-use" not in {f.code for f in mine.findings}
+
+
+def test_count_takes_a_gpu_in_use_only_when_the_free_ones_are_too_few(tmp_path: Path) -> None:
+    """The same host, `count = 3` for the container: only two are free, so the choice
+    takes all three as before and the checks after it refuse the plan, naming VM 200's
+    line (the choice itself does not hide why)."""
+    cards = [(f"0000:0{i}:00.0", RTX3090, "NVIDIA GeForce RTX 3090") for i in (1, 2, 3)]
+    vm = _vm("w", 200, "hostpci0: 0000:01:00,pcie=1\n")
+    host = _nvidia_desktop(
+        "pve-rt",
+        cards,
+        drivers=["vfio-pci", "nvidia", "nvidia"],
+        files={"etc/pve/lxc/101.conf": _ct("a", 101, ""), "etc/pve/qemu-server/200.conf": vm},
+    )
+    root = tmp_path / "root"
+    write_host(host, root)
+    spec = Spec(node="pve-rt", pools=(PoolSpec(name="a", count=3, lxc=LxcSpec(vmid=101)),))
+    with pytest.raises(PlanError) as err:
+        plan(discover(root), spec)
+    assert "vm-takes-pool-gpu" in {p.code for p in err.value.problems}

@@ -21,7 +21,7 @@ from pvegpu.pci import PciAddress
 from pvegpu.planning.acs import acs_problems
 from pvegpu.planning.boot import boot_findings, boot_problems, vfio_ids_settings
 from pvegpu.planning.claims import node_naming
-from pvegpu.planning.count_choice import choose_counts
+from pvegpu.planning.count_choice import choose_counts, gpus_in_use
 from pvegpu.planning.decide import decided_servings, serving_problems
 from pvegpu.planning.driverctl import driverctl_problems
 from pvegpu.planning.fabric import (
@@ -209,7 +209,9 @@ def _select(
     # `count` pools take from what is left, in spec order, one NUMA node's GPUs where one
     # node has enough (planning/count_choice.py).
     free = [g for g in poolable if g.address not in claimed]
-    choose_counts(spec.pools, free, selections, problems, findings)
+    if any(pool.count is not None for pool in spec.pools):
+        in_use = gpus_in_use(facts)
+        choose_counts(spec.pools, free, in_use, selections, problems, findings)
     return selections
 
 
