@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import pytest
 
 from bundled import FIXTURES, copy_tree, example_spec, spec_path
+from pvegpu.apply.bundle import bundle_from_files
 from pvegpu.apply.check import check
 from pvegpu.cli import main
 from pvegpu.engines.sglang.dropins import effective_dropins
@@ -20,7 +22,13 @@ from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Severity
-from pvegpu.pipeline import check_host, discover_for, plan_and_render, running_unit
+from pvegpu.pipeline import (
+    check_host,
+    discover_for,
+    plan_and_render,
+    render_bundle,
+    running_unit,
+)
 from pvegpu.planning.findings import host_findings, plan_findings
 from pvegpu.planning.planner import plan
 from pvegpu.planning.unit_gpus import unit_demand
@@ -233,8 +241,14 @@ def test_p2p_on_with_a_reason_is_accepted_by_plan_and_check(
     assert "serving-p2p-on" not in by_code
     # The plan's own warning, repeated for the record.
     assert by_code["plan:serving-p2p-forced-on"]["severity"] == "info"
-    # With no plan deciding it, the unit is judged by the facts as plan's `auto` does.
+    # With no plan deciding it, the unit is judged by the facts as plan's `auto` does;
+    # so too with a plan made for another node (check says `wrong-node` as well).
     assert "p2p-under-translation" in {f.code for f in check(root, None).findings}
+    _, files = render_bundle(discover_for(spec, root), spec, str(spec_file))
+    bundle = bundle_from_files(files)
+    assert "p2p-under-translation" not in {f.code for f in check(root, bundle).findings}
+    elsewhere = {f.code for f in check(root, attrs.evolve(bundle, node="kpro7")).findings}
+    assert {"wrong-node", "p2p-under-translation"} <= elsewhere
 
 
 def test_container_driver_mismatch_is_the_planners_refusal(tmp_path: Path) -> None:

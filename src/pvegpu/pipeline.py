@@ -212,19 +212,25 @@ def render_cluster_bundles(
 
 
 def check_host(
-    root: Path, servers: Mapping[int, Collection[str]] | None = None
+    root: Path, servers: Mapping[int, Collection[str]] | None = None, node: str | None = None
 ) -> tuple[HostFacts, ObservedHost, tuple[Finding, ...]]:
     """`pvegpu check`'s discovery and judgement of the host as it is: its facts, what it
     reads beyond them (containers, /dev, the staged userspace) and the planner's findings
     on both. `servers`: the units a plan serves, by vmid; their P2P is the plan's, which
-    check compares with the unit instead of judging it on the facts alone."""
+    check compares with the unit instead of judging it on the facts alone, where the plan
+    is this host's (`node`: the node it was made for)."""
     from pvegpu.host.observed import read_observed
     from pvegpu.planning.host_checks import host_checks
 
     reader = RootReader(root)
     facts = read_host(reader)
     observed = read_observed(reader, facts, servers)
-    planned = {(vmid, unit) for vmid, units in (servers or {}).items() for unit in units}
+    planned = {
+        (vmid, unit)
+        for vmid, units in (servers or {}).items()
+        for unit in units
+        if node is None or node == facts.node
+    }
     return facts, observed, tuple(host_checks(facts, observed, planned))
 
 

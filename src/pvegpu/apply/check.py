@@ -63,7 +63,7 @@ def check(
     # The pipeline: discovery, and the planner's judgement of what it found.
     from pvegpu.pipeline import check_host
 
-    facts, observed, host = check_host(root, servers)
+    facts, observed, host = check_host(root, servers, bundle.node if bundle else None)
     found = list(host)
     if bundle is not None:
         found += _against_bundle(RootReader(root), facts, observed, bundle)
