@@ -22,17 +22,17 @@ from syrupy.assertion import SnapshotAssertion
 
 from depth import examples
 from fixture_hosts import GEN3_X16, PVE_BLACKLIST, STORAGE_LVM
-from pvegpu.apply.host_checks import host_checks
 from pvegpu.cli import main
 from pvegpu.errors import DiscoveryError
 from pvegpu.host.acs import port_acs, upstream_bridges
 from pvegpu.host.discover import discover
 from pvegpu.host.facts_json import SCHEMA, converter, facts_from_json, facts_to_json
-from pvegpu.host.reader import RootReader, Trace
+from pvegpu.host.reader import Trace
 from pvegpu.host.snapshot import snapshot, unpack
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.ports import AcsState, PortAcs, PortType
 from pvegpu.pci import PciAddress
+from pvegpu.pipeline import check_host
 from pvegpu.planning.acs import multifunction_findings
 from pvegpu.planning.planner import plan
 from pvegpu.spec.load import parse_spec
@@ -418,9 +418,7 @@ def test_cli_plan_refuses_with_the_code_and_writes_nothing(
 def test_check_reports_a_split_that_is_there_now(tmp_path: Path) -> None:
     """The GPU on vfio-pci (a VM has it), the NVMe on nvme, one switch without ACS."""
     root = written(tmp_path, switch_host(gpu_driver="vfio-pci"))
-    reader = RootReader(root)
-    facts = discover(root)
-    found = [f for f in host_checks(reader, facts) if f.code.startswith("acs-")]
+    found = [f for f in check_host(root)[2] if f.code.startswith("acs-")]
     assert [(f.severity.value, f.code, f.subject) for f in found] == [
         ("warning", "acs-override", "proc/cmdline"),
         ("error", "acs-override-split", UPSTREAM),
@@ -430,7 +428,7 @@ def test_check_reports_a_split_that_is_there_now(tmp_path: Path) -> None:
 
 def test_check_is_quiet_where_the_ports_isolate(tmp_path: Path) -> None:
     root = written(tmp_path, switch_host(gpu_driver="vfio-pci", ds_acs=KERNELS_ACS))
-    found = [f for f in host_checks(RootReader(root), discover(root)) if f.code.startswith("acs-")]
+    found = [f for f in check_host(root)[2] if f.code.startswith("acs-")]
     assert [f.code for f in found] == ["acs-override"]
 
 

@@ -7,21 +7,34 @@ paths built as `"0000:" + path`) and shows check following the planner.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from bundled import FIXTURES, copy_tree, example_spec
+import attrs
+import pytest
+
+from bundled import FIXTURES, copy_tree, example_spec, spec_path
+from pvegpu.apply.bundle import bundle_from_files
 from pvegpu.apply.check import check
-from pvegpu.apply.host_checks import serving_unit
+from pvegpu.cli import main
 from pvegpu.engines.sglang.dropins import effective_dropins
+from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
-from pvegpu.host.reader import RootReader
 from pvegpu.model.facts import ConfigFile
-from pvegpu.pipeline import discover_for
+from pvegpu.model.plan import Severity
+from pvegpu.pipeline import (
+    check_host,
+    discover_for,
+    plan_and_render,
+    render_bundle,
+    running_unit,
+)
 from pvegpu.planning.findings import host_findings, plan_findings
 from pvegpu.planning.planner import plan
 from pvegpu.planning.unit_gpus import unit_demand
 from pvegpu.serving.p2p import facts_p2p
 from pvegpu.serving.unitfile import merge_units
+from pvegpu.spec.load import load_spec
 
 CT = 129
 ROOTFS = "rpool/data/subvol-129-disk-0"
@@ -94,7 +107,7 @@ def test_a_dropin_name_is_taken_once_first_directory_first(tmp_path: Path) -> No
     root = kpro6(tmp_path)
     _dropin(root, "etc/systemd/system", "p2p.conf", "[Service]\nEnvironment=NCCL_P2P_DISABLE=1\n")
     _dropin(root, "run/systemd/system", "p2p.conf", "[Service]\nEnvironment=NCCL_P2P_DISABLE=0\n")
-    running = serving_unit(RootReader(root), CT, UNIT)
+    running = running_unit(check_host(root, {CT: [UNIT]})[1], CT, UNIT)
     assert running is not None and running.p2p_disabled
     assert "p2p-under-translation" not in codes(root)
     files = [
@@ -126,7 +139,7 @@ def test_tp_is_read_as_the_planner_reads_a_unit(tmp_path: Path) -> None:
     (server,) = unit_demand(merge_units((unit.read_text(),))).servers
     size = server.option("tp")
     assert size is not None and size.value == 8
-    running = serving_unit(RootReader(root), CT, UNIT)
+    running = running_unit(check_host(root, {CT: [UNIT]})[1], CT, UNIT)
     assert running is not None and running.tp == 8
     assert "p2p-under-translation" in codes(root)
 
@@ -183,3 +196,73 @@ def test_vfio_ids_on_identical_gpus_is_one_rule_of_plan_and_check(tmp_path: Path
     assert "takes all 8 GPUs 10de:2bb5" in finding.message
     assert finding in list(plan_findings(facts, ()))
     assert [f for f in check(root, None).findings if f.code == "vfio-ids-identical"] == [finding]
+
+
+def _p2p_on_spec(tmp_path: Path) -> Path:
+    """examples/kpro6.toml with P2P forced on, with the reason the planner asks for."""
+    text = spec_path("kpro6").read_text()
+    forced = 'mtp = true\np2p = "on"\np2p_reason = "nccl-tests all_reduce_perf -c 1 passed"\n'
+    assert "mtp = true\n" in text
+    path = tmp_path / "p2p-on.toml"
+    path.write_text(text.replace("mtp = true\n", forced, 1))
+    return path
+
+
+def _check_json(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, str]]:
+    main(["check", *args, "--json"])
+    findings: list[dict[str, str]] = json.loads(capsys.readouterr().out)["findings"]
+    return findings
+
+
+def test_p2p_on_with_a_reason_is_accepted_by_plan_and_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The spec turns P2P on against translating IOMMU groups, with a reason: plan accepts
+    it (a warning), and check of the host running the plan's unit (TP 4, P2P on) judges
+    that unit by the plan's decision, not by the facts alone (it used to report
+    `p2p-under-translation` as an error)."""
+    root = kpro6(tmp_path)
+    spec_file = _p2p_on_spec(tmp_path)
+    spec = load_spec(spec_file)
+    decided, artifacts = plan_and_render(discover_for(spec, root), spec)
+    (pool,) = [p for p in decided.pools if p.serving is not None]
+    assert pool.serving is not None
+    assert pool.serving.p2p.enabled and not pool.serving.p2p.facts_enabled
+    assert "serving-p2p-forced-on" in {f.code for f in decided.findings}
+    for artifact in artifacts:
+        if artifact.target == f"ct:{CT}" and artifact.bundle == "apply" and not artifact.delete:
+            (root / ROOTFS / artifact.path).parent.mkdir(parents=True, exist_ok=True)
+            (root / ROOTFS / artifact.path).write_text(artifact.content)
+    running = running_unit(check_host(root, {CT: [UNIT]})[1], CT, UNIT)
+    assert running is not None and (running.tp, running.p2p_disabled) == (4, False)
+    found = _check_json(capsys, "--root", str(root), "--spec", str(spec_file))
+    by_code = {f["code"]: f for f in found}
+    assert "p2p-under-translation" not in by_code
+    assert "serving-p2p-on" not in by_code
+    # The plan's own warning, repeated for the record.
+    assert by_code["plan:serving-p2p-forced-on"]["severity"] == "info"
+    # With no plan deciding it, the unit is judged by the facts as plan's `auto` does;
+    # so too with a plan made for another node (check says `wrong-node` as well).
+    assert "p2p-under-translation" in {f.code for f in check(root, None).findings}
+    _, files = render_bundle(discover_for(spec, root), spec, str(spec_file))
+    bundle = bundle_from_files(files)
+    assert "p2p-under-translation" not in {f.code for f in check(root, bundle).findings}
+    elsewhere = {f.code for f in check(root, attrs.evolve(bundle, node="kpro7")).findings}
+    assert {"wrong-node", "p2p-under-translation"} <= elsewhere
+
+
+def test_container_driver_mismatch_is_the_planners_refusal(tmp_path: Path) -> None:
+    """check's `container-driver-mismatch` is the planner's (`container_driver_problems`):
+    the same versions found, the same message and the install command it names."""
+    root = kpro6(tmp_path)
+    libs = root / ROOTFS / "usr/lib/x86_64-linux-gnu"
+    (libs / "libcuda.so.590.48.01").rename(libs / "libcuda.so.565.57.01")
+    spec = example_spec("kpro6")
+    with pytest.raises(PlanError) as refused:
+        plan(discover_for(spec, root), spec)
+    (problem,) = [p for p in refused.value.problems if p.code == "container-driver-mismatch"]
+    (found,) = [f for f in check(root, None).findings if f.code == "container-driver-mismatch"]
+    assert found.severity is Severity.ERROR
+    assert found.subject == f"CT {CT}"
+    assert found.message == f"{problem.message}. Fix: {problem.fix}"
+    assert "565.57.01" in found.message and f"pct exec {CT} --" in found.message

@@ -15,13 +15,12 @@ from pathlib import Path
 import pytest
 from syrupy.assertion import SnapshotAssertion
 
-from pvegpu.apply.host_checks import host_checks
 from pvegpu.errors import DiscoveryError
 from pvegpu.host.discover import discover
 from pvegpu.host.facts_json import facts_from_json, facts_to_json
-from pvegpu.host.reader import RootReader
 from pvegpu.model.facts import DriverctlOverride, HostFacts
 from pvegpu.pci import PciAddress
+from pvegpu.pipeline import check_host
 from pvegpu.planning.planner import plan
 from pvegpu.rendering.registry import render
 from pvegpu.spec.load import parse_spec
@@ -133,6 +132,6 @@ def test_an_override_that_agrees_is_said_and_in_the_revert_table(
 
 def test_check_lists_every_override(tmp_path: Path) -> None:
     root = written(tmp_path, switch_host(cmdline=CMDLINE, files={path(OTHER): "vfio-pci\n"}))
-    found = [f for f in host_checks(RootReader(root), discover(root)) if "driverctl" in f.code]
+    found = [f for f in check_host(root)[2] if "driverctl" in f.code]
     assert [(f.code, f.subject) for f in found] == [("driverctl-override", path(OTHER))]
     assert "144d:a80a, on nvme now" in found[0].message

@@ -18,14 +18,12 @@ import fixture_hosts
 from bundled import FIXTURES, copy_tree, example_plan
 from pvegpu.apply.bundle import read_bundle_dir
 from pvegpu.apply.check import check
-from pvegpu.apply.host_checks import serving_unit
 from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
 from pvegpu.host.facts_json import facts_from_json, facts_to_json
-from pvegpu.host.reader import RootReader
 from pvegpu.model.decision import SglangServing
 from pvegpu.model.plan import Plan
-from pvegpu.pipeline import discover_for
+from pvegpu.pipeline import check_host, discover_for, running_unit
 from pvegpu.planning.planner import plan
 from pvegpu.rendering.bundle import write_bundle
 from pvegpu.rendering.registry import render
@@ -201,7 +199,7 @@ def test_check_reads_the_planned_hip_variable(tmp_path: Path) -> None:
     unit = (bundle_dir / "ct/150/etc/systemd/system/sglang-qwen.service").read_text()
     (root / UNIT).parent.mkdir(parents=True, exist_ok=True)
     (root / UNIT).write_text(unit.replace("HIP_VISIBLE_DEVICES=0,1,2,3", "HIP_VISIBLE_DEVICES=0,1"))
-    running = serving_unit(RootReader(root), 150, "sglang-qwen")
+    running = running_unit(check_host(root, {150: ["sglang-qwen"]})[1], 150, "sglang-qwen")
     assert running is not None and running.variable("HIP_VISIBLE_DEVICES") == "0,1"
     report = check(root, read_bundle_dir(bundle_dir))
     (wrong,) = [f for f in report.findings if f.code == "serving-visible-devices"]

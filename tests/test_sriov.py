@@ -14,16 +14,15 @@ from pathlib import Path
 import pytest
 from syrupy.assertion import SnapshotAssertion
 
-from pvegpu.apply.host_checks import host_checks
 from pvegpu.cli import main
 from pvegpu.errors import DiscoveryError, PlanError, Problem
 from pvegpu.host.discover import discover
 from pvegpu.host.facts_json import facts_from_json, facts_to_json
-from pvegpu.host.reader import RootReader
 from pvegpu.host.snapshot import snapshot, unpack
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Plan
 from pvegpu.pci import PciAddress
+from pvegpu.pipeline import check_host
 from pvegpu.planning.planner import plan
 from pvegpu.planning.sriov import check_findings
 from pvegpu.rendering.split import render_split
@@ -297,8 +296,7 @@ def test_check_warns_of_a_pinned_vf_whose_pf_autoprobes(tmp_path: Path, autoprob
         vf_override={0: "vfio-pci"},
         autoprobe=autoprobe,
     )
-    facts = discover(root)
-    found = [f for f in host_checks(RootReader(root), facts) if f.code.startswith("sriov-")]
+    found = [f for f in check_host(root)[2] if f.code.startswith("sriov-")]
     if autoprobe:
         (finding,) = found
         assert (finding.code, finding.subject) == ("sriov-autoprobe-on", PF)

@@ -46,7 +46,6 @@ STILL_NAMING_NVIDIA = {
     # goldens; they move into the vendor as message parts in a later step.
     "cli/arguments.py",
     "planning/findings.py",
-    "apply/host_checks.py",
     "serving/container.py",
     # The drawings' colour per driver name (NVIDIA green for nvidia, shared by topology.svg
     # and discover --svg).

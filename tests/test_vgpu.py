@@ -18,13 +18,12 @@ import attrs
 import pytest
 
 from fixture_hosts import vgpu_l40s
-from pvegpu.apply.host_checks import host_checks
 from pvegpu.cli import main
 from pvegpu.errors import PlanError, Problem, SpecError
 from pvegpu.host.discover import discover
-from pvegpu.host.reader import RootReader
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Plan
+from pvegpu.pipeline import check_host
 from pvegpu.planning.planner import plan
 from pvegpu.rendering.registry import render
 from pvegpu.rendering.review import qm_set_command, revert_steps, runbook
@@ -337,7 +336,7 @@ def test_check_reports_a_vgpu_vf_held_by_vfio_pci(tmp_path: Path, bound: bool) -
         vf |= {"driver": "vfio-pci", "vgpu": None}
     root = tmp_path / "host"
     write_host(host({VF: vf}), root)
-    checks = host_checks(RootReader(root), discover(root))
+    checks = check_host(root)[2]
     found = [f for f in checks if f.code.startswith(("sriov-", "vgpu-"))]
     (finding,) = found
     assert (finding.code, finding.subject) == ("vgpu-vf-on-vfio", VF)

@@ -11,14 +11,12 @@ import pytest
 
 import bundled
 from pvegpu import engines
-from pvegpu.apply.host_checks import host_checks, serving_unit
 from pvegpu.errors import PvegpuError, SpecError
-from pvegpu.host.discover import read_host
-from pvegpu.host.reader import RootReader
 from pvegpu.model.decision import VllmServing
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Finding, Plan, Severity
 from pvegpu.model.schema import P2PSetting, ServingSpec
+from pvegpu.pipeline import check_host, running_unit
 from pvegpu.planning.decide import decided_servings
 from pvegpu.rendering.serving import render_serving
 from pvegpu.spec.load import parse_spec
@@ -281,7 +279,7 @@ def kpro6_running(tmp_path: Path) -> Path:
 
 
 def test_check_reads_the_running_vllm_units_tp_gpus_and_p2p(kpro6_running: Path) -> None:
-    running = serving_unit(RootReader(kpro6_running), 129, "vllm-qwen")
+    running = running_unit(check_host(kpro6_running, {129: ["vllm-qwen"]})[1], 129, "vllm-qwen")
     assert running is not None
     visible = running.variable("CUDA_VISIBLE_DEVICES")
     assert (running.tp, visible, running.p2p_disabled) == (4, "0,1,2,3", True)
@@ -290,10 +288,9 @@ def test_check_reads_the_running_vllm_units_tp_gpus_and_p2p(kpro6_running: Path)
 def test_check_flags_a_vllm_unit_with_p2p_on_under_translation(kpro6_running: Path) -> None:
     unit = kpro6_running / UNIT_PATH
     unit.write_text(unit.read_text().replace('Environment="NCCL_P2P_DISABLE=1"\n', ""))
-    reader = RootReader(kpro6_running)
     found = [
         f
-        for f in host_checks(reader, read_host(reader))
+        for f in check_host(kpro6_running)[2]
         if f.code == "p2p-under-translation" and "vllm-qwen" in f.subject
     ]
     assert [f.severity for f in found] == [Severity.ERROR]

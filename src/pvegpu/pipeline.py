@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,11 +16,13 @@ from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Plan
 from pvegpu.model.schema import Spec
 from pvegpu.planning.planner import plan
-from pvegpu.rendering.registry import render
 
 if TYPE_CHECKING:
+    from pvegpu.model.observed import ObservedHost
+    from pvegpu.model.plan import Finding
     from pvegpu.planning.cluster import ClusterPlan
     from pvegpu.planning.current import CurrentPool, CurrentSplit
+    from pvegpu.planning.host_checks import RunningUnit
     from pvegpu.rendering.cluster import NodeArtifacts
     from pvegpu.rendering.review.reconcile import Reconciliation
 
@@ -126,6 +128,10 @@ def _pools_of(split: CurrentSplit, path: str) -> list[CurrentPool]:
 
 
 def plan_and_render(facts: HostFacts, spec: Spec) -> tuple[Plan, tuple[Artifact, ...]]:
+    # Imported here: `pvegpu check --root` runs the pipeline's discovery and the planner's
+    # judgement of the host, and renders nothing (no jinja2, no template cache).
+    from pvegpu.rendering.registry import render
+
     planned = plan(facts, spec)
     return planned, render(planned)
 
@@ -203,3 +209,33 @@ def render_cluster_bundles(
         if inside and node in bundles:
             bundles[node][inside] = value
     return planned, bundles
+
+
+def check_host(
+    root: Path, servers: Mapping[int, Collection[str]] | None = None, node: str | None = None
+) -> tuple[HostFacts, ObservedHost, tuple[Finding, ...]]:
+    """`pvegpu check`'s discovery and judgement of the host as it is: its facts, what it
+    reads beyond them (containers, /dev, the staged userspace) and the planner's findings
+    on both. `servers`: the units a plan serves, by vmid; their P2P is the plan's, which
+    check compares with the unit instead of judging it on the facts alone, where the plan
+    is this host's (`node`: the node it was made for)."""
+    from pvegpu.host.observed import read_observed
+    from pvegpu.planning.host_checks import host_checks
+
+    reader = RootReader(root)
+    facts = read_host(reader)
+    observed = read_observed(reader, facts, servers)
+    planned = {
+        (vmid, unit)
+        for vmid, units in (servers or {}).items()
+        for unit in units
+        if node is None or node == facts.node
+    }
+    return facts, observed, tuple(host_checks(facts, observed, planned))
+
+
+def running_unit(observed: ObservedHost, vmid: int, unit: str) -> RunningUnit | None:
+    """The server `<unit>.service` runs in CT `vmid`, as the planner reads a unit."""
+    from pvegpu.planning.host_checks import running_unit as running
+
+    return running(observed, vmid, unit)

@@ -9,7 +9,6 @@ against MANIFEST.json on the way in: an edited bundle is refused, not applied.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import attrs
 
 from pvegpu.errors import BundleError, Problem
 from pvegpu.model.artifact import REVERT_BUNDLE, REVIEW
-from pvegpu.rendering.bundle import MANIFEST, MANIFEST_SCHEMA
+from pvegpu.model.manifest import MANIFEST, Manifest, ManifestError
 from pvegpu.rendering.outdir import relative_path
 from pvegpu.rendering.review.contract import (
     ApplyContract,
@@ -50,6 +49,9 @@ class Bundle:
     """sha256 of MANIFEST.json (first 16 hex digits): names the apply's state directory."""
     node: str
     manifest: str
+    """MANIFEST.json's text as read: its bytes are the bundle's (`id`), kept by apply."""
+    document: Manifest
+    """MANIFEST.json read (`Manifest.from_text`)."""
     entries: tuple[Entry, ...]
     contract: ApplyContract
     """MANIFEST.json's `apply` key, read back (rendering/review/contract.py)."""
@@ -86,8 +88,7 @@ class Bundle:
     @property
     def spec(self) -> str | None:
         """The spec MANIFEST.json names (as `render --spec` was given it), if any."""
-        value = json.loads(self.manifest).get("spec")
-        return value if isinstance(value, str) and value else None
+        return self.document.spec or None
 
     def entry(self, target: str, path: str) -> Entry | None:
         return next((e for e in self.entries if e.target == target and e.path == path), None)
@@ -137,43 +138,41 @@ def bundle_from_files(files: Mapping[str, tuple[str, int]]) -> Bundle:
 
 def parse_bundle(manifest: str, file: Any) -> Bundle:
     try:
-        doc = json.loads(manifest)
-    except ValueError as err:
-        raise _bad(f"not JSON: {err}") from err
-    if not isinstance(doc, dict) or doc.get("schema") != MANIFEST_SCHEMA:
-        raise _bad(f"not a {MANIFEST_SCHEMA} manifest")
-    try:
-        contract = contract_from_json(doc.get("apply"))
-    except ContractError as err:
+        document = Manifest.from_text(manifest)
+        contract = contract_from_json(document.apply)
+    except (ManifestError, ContractError) as err:
         raise _bad(str(err)) from err
     entries = []
-    for raw in doc.get("artifacts", []):
-        if raw.get("bundle") == REVERT_BUNDLE or raw.get("target") == REVIEW:
+    for entry in document.entries:
+        if entry.bundle == REVERT_BUNDLE or entry.target == REVIEW:
             continue
-        content = file(raw["file"])
-        if hashlib.sha256(content).hexdigest() != raw["sha256"]:
+        if entry.file is None or entry.sha256 is None:
+            raise _bad(f"{entry.path} has no file in the bundle: apply writes every file it lists")
+        content = file(entry.file)
+        if hashlib.sha256(content).hexdigest() != entry.sha256:
             raise BundleError.one(
                 "bundle-edited",
-                raw["file"],
+                entry.file,
                 "differs from the sha256 MANIFEST.json lists: the bundle was changed "
                 "after it was rendered and reviewed",
                 "render the bundle again and review it",
             )
         entries.append(
             Entry(
-                raw["target"],
-                raw["path"],
-                raw["file"],
-                int(raw["mode"], 8),
-                raw["sha256"],
-                raw.get("base_sha256"),
+                entry.target,
+                entry.path,
+                entry.file,
+                entry.mode,
+                entry.sha256,
+                entry.base_sha256,
                 content,
             )
         )
     return Bundle(
         id=hashlib.sha256(manifest.encode()).hexdigest()[:16],
-        node=str(doc.get("node", "")),
+        node=document.node or "",
         manifest=manifest,
+        document=document,
         entries=tuple(entries),
         contract=contract,
     )

@@ -3,7 +3,7 @@
 Made to run from a timer after upgrades: the reference deployment broke when the host
 driver went to 590.48.01 while the container kept 565.57.01, and nothing noticed.
 
-Always, for the host as it is (host_checks.py, by the planner's own functions): each
+Always, for the host as it is (`pipeline.check_host`, the planner's judgement): each
 container with GPU device nodes against the host's NVIDIA module (or, with the host's
 userspace bind-mounted, the staged version against it), every node a container is given
 present, P2P left on for a multi-GPU server where the plan would turn it off, mappings
@@ -24,10 +24,9 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from pvegpu.apply.host_checks import container_rootfs, host_checks, serving_unit
-from pvegpu.host.discover import read_host
 from pvegpu.host.reader import RootReader
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.observed import ObservedHost
 from pvegpu.model.plan import Finding, Severity
 from pvegpu.values import value_class
 
@@ -58,11 +57,16 @@ class CheckReport:
 def check(
     root: Path, bundle: Bundle | None, plan_findings: tuple[Finding, ...] = ()
 ) -> CheckReport:
-    reader = RootReader(root)
-    facts = read_host(reader)
-    found = list(host_checks(reader, facts))
+    servers: dict[int, list[str]] = {}
+    for planned in bundle.serving if bundle is not None else ():
+        servers.setdefault(int(planned["vmid"]), []).append(str(planned["unit"]))
+    # The pipeline: discovery, and the planner's judgement of what it found.
+    from pvegpu.pipeline import check_host
+
+    facts, observed, host = check_host(root, servers, bundle.node if bundle else None)
+    found = list(host)
     if bundle is not None:
-        found += _against_bundle(reader, facts, bundle)
+        found += _against_bundle(RootReader(root), facts, observed, bundle)
         found += bundle_findings(bundle)
     found += plan_findings
     unique = tuple(dict.fromkeys(found))
@@ -78,7 +82,9 @@ def bundle_findings(bundle: Bundle) -> list[Finding]:
     ]
 
 
-def _against_bundle(reader: RootReader, facts: HostFacts, bundle: Bundle) -> Iterator[Finding]:
+def _against_bundle(
+    reader: RootReader, facts: HostFacts, observed: ObservedHost, bundle: Bundle
+) -> Iterator[Finding]:
     if facts.node != bundle.node:
         yield Finding(
             Severity.ERROR,
@@ -132,7 +138,8 @@ def _against_bundle(reader: RootReader, facts: HostFacts, bundle: Bundle) -> Ite
         if vmid is None:
             path, where = entry.path, "/" + entry.path
         else:
-            rootfs = container_rootfs(reader, vmid)
+            container = observed.container(vmid)
+            rootfs = container.rootfs if container is not None else None
             if rootfs is None:
                 continue  # not readable from the host (block storage): nothing to compare
             path, where = f"{rootfs}/{entry.path}", f"CT {vmid}:/{entry.path}"
@@ -142,13 +149,15 @@ def _against_bundle(reader: RootReader, facts: HostFacts, bundle: Bundle) -> Ite
                 Severity.ERROR, "file-differs", where,
                 "is not the bundle's copy" if content is not None else "is missing",
             )  # fmt: skip
-    yield from _serving(reader, bundle)
+    yield from _serving(observed, bundle)
 
 
-def _serving(reader: RootReader, bundle: Bundle) -> Iterator[Finding]:
+def _serving(observed: ObservedHost, bundle: Bundle) -> Iterator[Finding]:
+    from pvegpu.pipeline import running_unit
+
     for planned in bundle.serving:
         vmid, unit = int(planned["vmid"]), str(planned["unit"])
-        running = serving_unit(reader, vmid, unit)
+        running = running_unit(observed, vmid, unit)
         if running is None:
             continue
         subject = f"CT {vmid}:{posixpath.join('/etc/systemd/system', unit)}.service"

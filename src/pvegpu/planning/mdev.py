@@ -7,7 +7,7 @@ them. Every VM whose `hostpciN` line has `mdev=` on one of the GPU's functions (
 address, or by a mapping that hands one over on this node) holds that GPU, whichever
 VM the plan meant it for: a line of the pool's own VM is not rewritten into
 `mapping=...,mdev=...` on a device that no longer offers the type. `pvegpu check` asks
-the same function (apply/host_checks.py).
+the same function (planning/host_checks.py).
 """
 
 from __future__ import annotations

@@ -7,20 +7,19 @@ same layout with its own MANIFEST.json. The host itself is never touched here.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from pvegpu.errors import RenderError
 from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
+from pvegpu.model.manifest import MANIFEST as MANIFEST
+from pvegpu.model.manifest import MANIFEST_SCHEMA as MANIFEST_SCHEMA
+from pvegpu.model.manifest import Manifest, ManifestEntry
 from pvegpu.rendering.outdir import Files, check_replaceable, previous_files, replace_directory
 
 if TYPE_CHECKING:
     from pvegpu.model.plan import Plan
-
-MANIFEST = "MANIFEST.json"
-MANIFEST_SCHEMA = "pvegpu.manifest/1"
 
 
 def bundle_path(artifact: Artifact) -> PurePosixPath:
@@ -45,35 +44,48 @@ def bundle_path(artifact: Artifact) -> PurePosixPath:
     )
 
 
+def entry_of(artifact: Artifact, *, within: str = "") -> ManifestEntry:
+    """The artifact as a MANIFEST.json entry; `file` relative to the bundle directory
+    (`within`: "" for OUT, where revert entries live under revert/; "revert" for
+    OUT/revert/MANIFEST.json, where they are at the top)."""
+    file = None if artifact.delete else str(bundle_path(artifact))
+    if artifact.bundle == REVERT_BUNDLE and within != REVERT_BUNDLE and file is not None:
+        file = f"{REVERT_BUNDLE}/{file}"
+    return ManifestEntry(
+        target=artifact.target,
+        path=artifact.path,
+        file=file,
+        mode=artifact.mode,
+        sha256=None if artifact.delete else artifact.sha256,
+        reason=artifact.reason,
+        bundle=artifact.bundle,
+        base_sha256=artifact.base.sha256 if artifact.base is not None else None,
+    )
+
+
 def manifest_entry(artifact: Artifact) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "target": artifact.target,
-        "path": artifact.path,
-        "file": None if artifact.delete else str(bundle_path(artifact)),
-        "action": "remove" if artifact.delete else "write",
-        "mode": f"{artifact.mode:04o}",
-        "sha256": None if artifact.delete else artifact.sha256,
-        "reason": artifact.reason,
-    }
-    if artifact.base is not None:
-        entry["base_sha256"] = artifact.base.sha256
-    return entry
+    """The entry's keys but `bundle`, `file` relative to the artifact's own bundle."""
+    return entry_of(artifact, within=artifact.bundle).document()
 
 
-def manifest(artifacts: Iterable[Artifact], *, within: str = "", **header: Any) -> str:
-    """The MANIFEST.json of a bundle directory; `file` is relative to that directory.
+def manifest(
+    artifacts: Iterable[Artifact],
+    *,
+    within: str = "",
+    node: str | None = None,
+    spec: str | None = None,
+    apply: dict[str, Any] | None = None,
+    **extra: Any,
+) -> str:
+    """The MANIFEST.json of a bundle directory (`Manifest.text`, its one writer); `file`
+    is relative to that directory.
 
     In OUT/MANIFEST.json (within="") revert entries live under revert/; in
     OUT/revert/MANIFEST.json (within="revert") they are at the top.
     """
-    entries = []
-    for a in sorted(artifacts, key=lambda a: (a.bundle != "apply", a.target, a.path)):
-        entry = {**manifest_entry(a), "bundle": a.bundle}
-        if a.bundle == REVERT_BUNDLE and within != REVERT_BUNDLE and not a.delete:
-            entry["file"] = f"{REVERT_BUNDLE}/{entry['file']}"
-        entries.append(entry)
-    doc = {"schema": MANIFEST_SCHEMA, **header, "artifacts": entries}
-    return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+    ordered = sorted(artifacts, key=lambda a: (a.bundle != "apply", a.target, a.path))
+    entries = tuple(entry_of(a, within=within) for a in ordered)
+    return Manifest(entries, node, spec, apply, tuple(extra.items())).text()
 
 
 def bundle_files(artifacts: Sequence[Artifact], **header: Any) -> dict[str, tuple[str, int]]:
