@@ -18,7 +18,7 @@ import attrs
 
 from pvegpu.errors import BundleError, Problem
 from pvegpu.model.artifact import REVERT_BUNDLE, REVIEW
-from pvegpu.rendering.bundle import MANIFEST, MANIFEST_SCHEMA
+from pvegpu.rendering.bundle_layout import MANIFEST, MANIFEST_SCHEMA
 from pvegpu.rendering.outdir import relative_path
 from pvegpu.rendering.review.contract import (
     ApplyContract,

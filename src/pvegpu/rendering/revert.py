@@ -26,7 +26,7 @@ from pvegpu.model.paths import (
 )
 from pvegpu.model.plan import Plan
 from pvegpu.redact import holds_secret, redact_text
-from pvegpu.rendering.bundle import bundle_path
+from pvegpu.rendering.bundle_layout import bundle_path
 from pvegpu.values import value_class
 
 SPLIT_UNIT = SPLIT_UNIT_NAME
