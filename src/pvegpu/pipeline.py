@@ -19,8 +19,8 @@ from pvegpu.planning.planner import plan
 from pvegpu.rendering.registry import render
 
 if TYPE_CHECKING:
-    from pvegpu.planning.cluster import ClusterPlan
-    from pvegpu.planning.current import CurrentPool, CurrentSplit
+    from pvegpu.model.current import CurrentPool, CurrentSplit
+    from pvegpu.model.plan import ClusterPlan
     from pvegpu.rendering.cluster import NodeArtifacts
     from pvegpu.rendering.review.reconcile import Reconciliation
 

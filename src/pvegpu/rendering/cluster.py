@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pvegpu.model.artifact import REVERT_BUNDLE, Artifact
-from pvegpu.planning.cluster import ClusterPlan
+from pvegpu.model.plan import ClusterPlan
 from pvegpu.pvefiles import pcicfg
 from pvegpu.rendering.bundle_layout import MANIFEST, bundle_files, manifest_entry
 from pvegpu.rendering.cluster_summary import cluster_summary
