@@ -20,7 +20,7 @@ from pvegpu.apply.run import apply_bundle
 from pvegpu.apply.undo import revert
 from pvegpu.errors import ApplyError
 from pvegpu.pipeline import discover_for, plan_and_render
-from pvegpu.rendering.bundle import bundle_files
+from pvegpu.rendering.bundle_layout import bundle_files
 from pvegpu.rendering.review.apply_doc import manifest_header
 from sysfs_sim import KernelSim, natural_drivers
 

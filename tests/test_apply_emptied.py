@@ -18,7 +18,7 @@ from pvegpu.apply.bundle import bundle_from_files
 from pvegpu.apply.run import apply_bundle
 from pvegpu.apply.undo import revert
 from pvegpu.pipeline import discover_for, plan_and_render
-from pvegpu.rendering.bundle import bundle_files
+from pvegpu.rendering.bundle_layout import bundle_files
 from pvegpu.rendering.review.actions import StopContainer
 from pvegpu.rendering.review.apply_doc import manifest_header
 from sysfs_sim import KernelSim, natural_drivers

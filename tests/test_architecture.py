@@ -1,11 +1,15 @@
-"""The shape of src/pvegpu: no import cycles, no oversized modules, a light `--help`.
+"""The shape of src/pvegpu: no import cycles, the layers and the never rules, no
+oversized modules, a light `--help`.
 
-The import graph is built statically with `ast`, from the imports that run when a module
-is imported: those at module level (inside top-level `if`, `try` and `with` blocks too),
-not those inside functions or classes, nor under `if TYPE_CHECKING:`, which only the type
-checker follows. An edge goes to the module an import names: `from pvegpu.a import b` is
-an edge to `pvegpu.a.b` where that is a module, else to `pvegpu.a`. The parent packages
-Python initialises on the way are not edges, as in other import-cycle checkers.
+The import graph is built statically with `ast`, in three readings: the imports that run
+when a module is imported (at module level, inside top-level `if`, `try` and `with` blocks
+too); `lazy`, those and the ones inside functions and classes, which run when called;
+`every`, all of them and those under `if TYPE_CHECKING:`, which only the type checker
+follows. A dependency is a dependency however it is imported: the cycles and the never
+rules count `every` import. An edge goes to the module an import names: `from pvegpu.a
+import b` is an edge to `pvegpu.a.b` where that is a module, else to `pvegpu.a`. The
+parent packages Python initialises on the way are not edges, as in other import-cycle
+checkers.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -75,13 +79,27 @@ def _imports_anywhere(nodes: list[ast.AST]) -> Iterator[ast.Import | ast.ImportF
             yield from _imports_anywhere([c for c in children if not isinstance(c, ast.expr)])
 
 
-def imports_of(name: str, path: Path, known: set[str], *, lazy: bool = False) -> set[str]:
+def _every_import(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement of a module, wherever it is: under `if TYPE_CHECKING:` too."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+
+
+def imports_of(
+    name: str, path: Path, known: set[str], *, lazy: bool = False, every: bool = False
+) -> set[str]:
     """The package's modules that importing `name` (the file at `path`) imports first;
-    with `lazy`, also those its functions import when they run."""
+    with `lazy`, also those its functions import when they run; with `every`, also those
+    it imports for the type checker only."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    body = ast.parse(path.read_text(encoding="utf-8")).body
-    statements = _imports_anywhere(list(body)) if lazy else _runtime_imports(body)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    body = tree.body
+    if every:
+        statements: Iterator[ast.Import | ast.ImportFrom] = _every_import(tree)
+    else:
+        statements = _imports_anywhere(list(body)) if lazy else _runtime_imports(body)
     for node in statements:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
@@ -96,9 +114,12 @@ def imports_of(name: str, path: Path, known: set[str], *, lazy: bool = False) ->
     return {module for module in found if module in known and module != name}
 
 
-def import_graph(*, lazy: bool = False) -> dict[str, set[str]]:
+def import_graph(*, lazy: bool = False, every: bool = False) -> dict[str, set[str]]:
     files = modules()
-    return {name: imports_of(name, path, set(files), lazy=lazy) for name, path in files.items()}
+    known = set(files)
+    return {
+        name: imports_of(name, path, known, lazy=lazy, every=every) for name, path in files.items()
+    }
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -154,8 +175,12 @@ def _cycle_in(graph: dict[str, set[str]], component: set[str], start: str) -> li
 
 
 def test_no_import_cycles() -> None:
-    """No module of src/pvegpu imports, through any chain, itself."""
-    found = cycles(import_graph())
+    """Never: a module of src/pvegpu that imports, through any chain, itself, counting
+    every import (in functions and under TYPE_CHECKING too). An import moved into a
+    function or under TYPE_CHECKING hides a cycle from Python, not from the reader: two
+    modules that need each other's names are one responsibility, or share a type that
+    belongs below both."""
+    found = cycles(import_graph(every=True))
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
 
 
@@ -360,3 +385,167 @@ def test_lazy_imports_count_type_checking_ones_do_not(tmp_path: Path) -> None:
     known = {"pvegpu.typed_only", "pvegpu.lazy"}
     assert imports_of("pvegpu.x.m", path, known, lazy=True) == {"pvegpu.lazy"}
     assert imports_of("pvegpu.x.m", path, known) == set()
+
+
+# --- The never rules: edges no layer order forbids, but the design does.
+
+
+def _in(module: str, *packages: str) -> bool:
+    """Whether `module` is one of `pvegpu.<package>` or inside it."""
+    return any(module == f"pvegpu.{p}" or module.startswith(f"pvegpu.{p}.") for p in packages)
+
+
+def engine_of(module: str) -> str | None:
+    """The engine package a module is in (`sglang` of `pvegpu.engines.sglang.build`); None
+    outside engines/<name>/, and for engines/common, which every engine shares."""
+    parts = module.split(".")
+    if len(parts) < 3 or parts[1] != "engines" or parts[2] == "common":
+        return None
+    return parts[2]
+
+
+def _other_engine(importer: str, imported: str) -> bool:
+    mine, theirs = engine_of(importer), engine_of(imported)
+    return mine is not None and theirs is not None and mine != theirs
+
+
+NEVER_RULES: dict[str, Callable[[str, str], bool]] = {
+    # Planning, serving and engines take facts, never a reader or a host parser: discovery
+    # turns every file into typed facts once (issue 32, item 1).
+    "no-host": lambda a, b: _in(a, "planning", "serving", "engines") and _in(b, "host"),
+    # Renderers format the Plan; every decision is on it (model/host_changes.py).
+    "no-planning-in-rendering": lambda a, b: _in(a, "rendering") and _in(b, "planning"),
+    # apply runs the runbook; `check` plans again only through pipeline.py.
+    "apply-through-pipeline": lambda a, b: _in(a, "apply") and _in(b, "planning", "engines"),
+    # Engines are equal plug-ins: one knows no other (engines/common is shared).
+    "no-engine-imports-another": _other_engine,
+}
+"""Each never rule, by name: whether the edge importer -> imported breaks it."""
+
+NEVER_EXCEPTIONS: dict[str, frozenset[tuple[str, str]]] = {
+    # The facts part of issue 32 (item 1: typed facts at the edge) removes these.
+    "no-host": frozenset(
+        {
+            ("pvegpu.engines", "pvegpu.host.reader"),  # facts part
+            ("pvegpu.engines.common.installed_files", "pvegpu.host.reader"),  # facts part
+            ("pvegpu.engines.sglang.engine", "pvegpu.host.reader"),  # facts part
+            ("pvegpu.engines.sglang.installed_files", "pvegpu.host.reader"),  # facts part
+            ("pvegpu.engines.vllm.engine", "pvegpu.host.reader"),  # facts part
+            ("pvegpu.engines.vllm.installed_files", "pvegpu.host.reader"),  # facts part
+            ("pvegpu.planning.acs", "pvegpu.host.acs"),  # facts part
+            ("pvegpu.planning.boot", "pvegpu.host"),  # facts part
+            ("pvegpu.planning.boot", "pvegpu.host.sysfs"),  # facts part
+            ("pvegpu.planning.container_groups", "pvegpu.host.rootfs"),  # facts part
+            ("pvegpu.planning.current_servers", "pvegpu.host.container_units"),  # facts part
+            ("pvegpu.planning.current_servers", "pvegpu.host.rootfs"),  # facts part
+            ("pvegpu.planning.guest_ids", "pvegpu.host.cluster_guests"),  # facts part
+            ("pvegpu.planning.leftover_servers", "pvegpu.host.container_units"),  # facts part
+            ("pvegpu.planning.leftover_servers", "pvegpu.host.rootfs"),  # facts part
+            ("pvegpu.planning.next_boot", "pvegpu.host.rootfs"),  # facts part
+            ("pvegpu.planning.next_boot", "pvegpu.host.serving_files"),  # facts part
+            ("pvegpu.planning.vm_start", "pvegpu.host"),  # facts part
+            ("pvegpu.planning.vm_start", "pvegpu.host.sysfs"),  # facts part
+            ("pvegpu.serving.container", "pvegpu.host.rootfs"),  # facts part
+        }
+    ),
+    "no-planning-in-rendering": frozenset(),
+    "apply-through-pipeline": frozenset(),
+    # The engines part of issue 32 (item 5: engines as equal plug-ins) removes these.
+    "no-engine-imports-another": frozenset(
+        {
+            ("pvegpu.engines.vllm.build", "pvegpu.engines.sglang.old_unit"),  # engines part
+            (
+                "pvegpu.engines.vllm.field_kinds",
+                "pvegpu.engines.sglang.option_source",
+            ),  # engines part
+            (
+                "pvegpu.engines.vllm.option_reader",
+                "pvegpu.engines.sglang.option_source",
+            ),  # engines part
+            ("pvegpu.engines.vllm.options", "pvegpu.engines.sglang.option_source"),  # engines part
+            ("pvegpu.engines.vllm.options", "pvegpu.engines.sglang.versions"),  # engines part
+            ("pvegpu.engines.vllm.versions", "pvegpu.engines.sglang.versions"),  # engines part
+        }
+    ),
+}
+"""The edges that still break a rule, each with the part of issue 32 removing it. The
+lists only shrink: an entry whose edge has gone fails `test_never_exceptions_are_needed`."""
+
+
+def never_violations(graph: dict[str, set[str]], rule: str) -> set[tuple[str, str]]:
+    """(importer, imported) for every edge of `graph` that breaks `rule`."""
+    breaks = NEVER_RULES[rule]
+    return {(a, b) for a, targets in graph.items() for b in targets if breaks(a, b)}
+
+
+@pytest.fixture(scope="module")
+def every_import() -> dict[str, set[str]]:
+    return import_graph(every=True)
+
+
+@pytest.mark.parametrize("rule", sorted(NEVER_RULES))
+def test_never_rules_hold(rule: str, every_import: dict[str, set[str]]) -> None:
+    """No import, wherever it is (module level, a function, TYPE_CHECKING), breaks a
+    never rule, past the listed exceptions."""
+    new = never_violations(every_import, rule) - NEVER_EXCEPTIONS[rule]
+    assert not new, f"{rule}:\n" + "\n".join(f"{a} -> {b}" for a, b in sorted(new))
+
+
+@pytest.mark.parametrize("rule", sorted(NEVER_RULES))
+def test_never_exceptions_are_needed(rule: str, every_import: dict[str, set[str]]) -> None:
+    """An exception whose edge has gone leaves NEVER_EXCEPTIONS: the lists only shrink."""
+    gone = NEVER_EXCEPTIONS[rule] - never_violations(every_import, rule)
+    assert not gone, f"{rule}: no longer imported, remove from NEVER_EXCEPTIONS: {sorted(gone)}"
+
+
+def test_every_rule_has_its_exception_list() -> None:
+    assert NEVER_EXCEPTIONS.keys() == NEVER_RULES.keys()
+
+
+def test_never_rules_find_their_edges() -> None:
+    """Control: each rule reports the edge it forbids and passes the ones it allows."""
+    graph = {
+        "pvegpu.planning.boot": {"pvegpu.host.sysfs", "pvegpu.model.facts"},
+        "pvegpu.serving.container": {"pvegpu.host.rootfs"},
+        "pvegpu.engines": {"pvegpu.host.reader", "pvegpu.engines.sglang"},
+        "pvegpu.rendering.split": {"pvegpu.planning.split", "pvegpu.model.plan"},
+        "pvegpu.apply.check": {"pvegpu.pipeline", "pvegpu.planning.acs", "pvegpu.engines"},
+        "pvegpu.pipeline": {"pvegpu.planning.planner", "pvegpu.host.discover"},
+        "pvegpu.engines.vllm.build": {
+            "pvegpu.engines.sglang.old_unit",
+            "pvegpu.engines.common.unit",
+            "pvegpu.engines.vllm.options",
+            "pvegpu.engines",
+        },
+    }
+    assert never_violations(graph, "no-host") == {
+        ("pvegpu.planning.boot", "pvegpu.host.sysfs"),
+        ("pvegpu.serving.container", "pvegpu.host.rootfs"),
+        ("pvegpu.engines", "pvegpu.host.reader"),
+    }
+    assert never_violations(graph, "no-planning-in-rendering") == {
+        ("pvegpu.rendering.split", "pvegpu.planning.split")
+    }
+    assert never_violations(graph, "apply-through-pipeline") == {
+        ("pvegpu.apply.check", "pvegpu.planning.acs"),
+        ("pvegpu.apply.check", "pvegpu.engines"),
+    }
+    assert never_violations(graph, "no-engine-imports-another") == {
+        ("pvegpu.engines.vllm.build", "pvegpu.engines.sglang.old_unit")
+    }
+
+
+def test_every_import_counts_type_checking_and_functions(tmp_path: Path) -> None:
+    """Control: with `every`, an import under TYPE_CHECKING and one in a function are
+    edges, as the never rules and the cycle check count them."""
+    path = tmp_path / "pvegpu" / "x" / "m.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from pvegpu import typed_only\n"
+        "def f():\n"
+        "    from pvegpu import lazy\n"
+    )
+    known = {"pvegpu.typed_only", "pvegpu.lazy"}
+    assert imports_of("pvegpu.x.m", path, known, every=True) == known

@@ -36,7 +36,8 @@ from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.planning.planner import plan
 from pvegpu.pvefiles import lxcconf
 from pvegpu.rendering.boot_units import boot_nodes
-from pvegpu.rendering.bundle import bundle_files, write_bundle
+from pvegpu.rendering.bundle import write_bundle
+from pvegpu.rendering.bundle_layout import bundle_files
 from pvegpu.rendering.registry import render
 from pvegpu.rendering.review.apply_doc import manifest_header
 from pvegpu.vendors import CONTAINER_NODES

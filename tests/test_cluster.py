@@ -24,8 +24,8 @@ from pvegpu.cli import main
 from pvegpu.errors import PlanError, SpecError
 from pvegpu.host.discover import discover
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.plan import ClusterPlan
 from pvegpu.pipeline import discover_cluster, plan_and_render_cluster
-from pvegpu.planning.cluster import ClusterPlan
 from pvegpu.planning.planner import plan
 from pvegpu.pvefiles import pcicfg
 from pvegpu.rendering.cluster import NodeArtifacts, cluster_files

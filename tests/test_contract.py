@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import bundled
 from pvegpu.apply.bundle import bundle_from_files
 from pvegpu.errors import BundleError
-from pvegpu.rendering.bundle import MANIFEST, bundle_files
+from pvegpu.rendering.bundle_layout import MANIFEST, bundle_files
 from pvegpu.rendering.registry import render
 from pvegpu.rendering.review.actions import Action
 from pvegpu.rendering.review.apply_doc import apply_contract, manifest_header

@@ -41,8 +41,8 @@ from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Plan
 from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_for, plan_and_render
-from pvegpu.rendering.bundle import bundle_files as bundle_contents
 from pvegpu.rendering.bundle import write_bundle
+from pvegpu.rendering.bundle_layout import bundle_files as bundle_contents
 from pvegpu.rendering.registry import render
 from pvegpu.rendering.split import UNIT_PATH
 from pvegpu.spec.load import load_spec

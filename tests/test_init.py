@@ -23,6 +23,7 @@ from pvegpu.cli.diffs import current
 from pvegpu.errors import SpecError
 from pvegpu.host.discover import discover
 from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW
+from pvegpu.model.current import CurrentSplit
 from pvegpu.model.paths import (
     OWN_SCRIPTS,
     OWN_UNITS,
@@ -32,7 +33,7 @@ from pvegpu.model.paths import (
 )
 from pvegpu.model.references import Holder
 from pvegpu.pipeline import discover_for, init_host, plan_and_render
-from pvegpu.planning.current import CurrentSplit, current_split, poolable
+from pvegpu.planning.current import current_split, poolable
 from pvegpu.spec.load import load_spec
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"

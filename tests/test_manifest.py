@@ -14,7 +14,7 @@ from pvegpu.apply.bundle import bundle_from_files, read_bundle_dir
 from pvegpu.errors import BundleError
 from pvegpu.model.artifact import REVERT_BUNDLE
 from pvegpu.model.manifest import MANIFEST, Manifest, ManifestError
-from pvegpu.rendering.bundle import bundle_files
+from pvegpu.rendering.bundle_layout import bundle_files
 from pvegpu.rendering.registry import render
 from pvegpu.rendering.review.apply_doc import manifest_header
 

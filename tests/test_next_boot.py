@@ -279,6 +279,31 @@ def test_the_upgrade_story(tmp_path: Path) -> None:
     assert "systemctl restart sglang-qwen" in upgrade.expect
 
 
+def test_the_upgrade_is_recorded_on_the_plan_and_the_runbook_writes_the_record(
+    tmp_path: Path,
+) -> None:
+    """CT 129's upgrade is decided by plan() (`Plan.host_changes`), and the runbook's
+    step formats that record: it decides no upgrade of its own."""
+    planned = _kpro6(tmp_path, up.kpro6_upgrade())
+    (upgrade,) = planned.host_changes.userspace_upgrades
+    assert upgrade.vmid == 129
+    assert upgrade.command.startswith("pct exec 129 -- sh -c 'apt install libnvidia")
+    artifacts = plan_and_render(planned.facts, planned.spec)[1]
+    title = "After the next reboot of kpro6, which loads nvidia 590.48.01"
+    assert _step(runbook(planned, artifacts), title).commands[0] == upgrade.command
+    recorded = attrs.evolve(
+        planned,
+        host_changes=attrs.evolve(
+            planned.host_changes, userspace_upgrades=(attrs.evolve(upgrade, command="true"),)
+        ),
+    )
+    assert _step(runbook(recorded, artifacts), title).commands[0] == "true"
+    nothing = attrs.evolve(
+        planned, host_changes=attrs.evolve(planned.host_changes, userspace_upgrades=())
+    )
+    assert not any(s.title.startswith(title) for s in runbook(nothing, artifacts))
+
+
 def test_a_driver_upgrade_for_the_running_kernel(tmp_path: Path) -> None:
     """`apt` replaced 580 by 590 and DKMS rebuilt it for the running kernel, which boots
     again: the driver changes, the kernel does not."""

@@ -21,7 +21,8 @@ from pvegpu.cli import main
 from pvegpu.errors import RenderError
 from pvegpu.model.artifact import REVIEW, Artifact
 from pvegpu.rendering import cluster, outdir
-from pvegpu.rendering.bundle import MANIFEST, MANIFEST_SCHEMA, write_bundle
+from pvegpu.rendering.bundle import write_bundle
+from pvegpu.rendering.bundle_layout import MANIFEST, MANIFEST_SCHEMA
 
 SUMMARY = Artifact("SUMMARY.md", "# summary\n", "summary", target=REVIEW)
 SNIPPET = Artifact("snippets/qemu-server/200.conf", "hostpci0: mapping=x\n", "vm", target=REVIEW)

@@ -23,7 +23,8 @@ from pvegpu.apply.undo import revert
 from pvegpu.cli import main
 from pvegpu.cli.check import drift
 from pvegpu.pipeline import discover_for, plan_and_render, reconcile_bundle, reconcile_host
-from pvegpu.rendering.bundle import bundle_files, write_bundle
+from pvegpu.rendering.bundle import write_bundle
+from pvegpu.rendering.bundle_layout import bundle_files
 from pvegpu.rendering.review.apply_doc import manifest_header
 from sysfs_sim import KernelSim, natural_drivers
 

@@ -1,9 +1,11 @@
-"""PCI addresses and CPU lists: the two small value types everything else is keyed by."""
+"""PCI addresses and CPU lists: the two small value types everything else is keyed by,
+and `PciIds`, what vendors/ tells a PCI function by."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Protocol
 
 import attrs
 
@@ -143,3 +145,18 @@ class CpuList:
 
     def __bool__(self) -> bool:
         return bool(self.cpus)
+
+
+class PciIds(Protocol):
+    """The ids a PCI function's config space gives, all that `vendors/` reads to tell what
+    a function is (`vendor_of`, `is_switch`). Discovery's `model.facts.PciFunction` is
+    one; vendors/ sits below the facts, so it names this and not that."""
+
+    @property
+    def vendor(self) -> int: ...
+
+    @property
+    def device(self) -> int: ...
+
+    @property
+    def pci_class(self) -> int: ...

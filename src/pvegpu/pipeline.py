@@ -18,10 +18,9 @@ from pvegpu.model.schema import Spec
 from pvegpu.planning.planner import plan
 
 if TYPE_CHECKING:
+    from pvegpu.model.current import CurrentPool, CurrentSplit
     from pvegpu.model.observed import ObservedHost
-    from pvegpu.model.plan import Finding
-    from pvegpu.planning.cluster import ClusterPlan
-    from pvegpu.planning.current import CurrentPool, CurrentSplit
+    from pvegpu.model.plan import ClusterPlan, Finding
     from pvegpu.planning.host_checks import RunningUnit
     from pvegpu.rendering.cluster import NodeArtifacts
     from pvegpu.rendering.review.reconcile import Reconciliation
@@ -142,7 +141,7 @@ def render_bundle(
     """Plan and render into the files `pvegpu render --out` writes (path -> content, mode),
     in memory, MANIFEST.json with its apply steps: what `apply --spec` and the Ansible
     module `pvegpu.proxmox.gpu_split` apply. `source` names the spec in MANIFEST.json."""
-    from pvegpu.rendering.bundle import bundle_files
+    from pvegpu.rendering.bundle_layout import bundle_files
     from pvegpu.rendering.review.apply_doc import manifest_header
 
     planned, artifacts = plan_and_render(facts, spec)
@@ -165,7 +164,7 @@ def reconcile_bundle(
 ) -> dict[str, tuple[str, int]]:
     """The files of a reconcile's bundle (path -> content, mode): the files it writes and
     a MANIFEST.json whose steps are the reconcile's."""
-    from pvegpu.rendering.bundle import bundle_files
+    from pvegpu.rendering.bundle_layout import bundle_files
     from pvegpu.rendering.review.reconcile import reconcile_document
 
     return bundle_files(

@@ -86,7 +86,7 @@ def _confirm(question: str, yes: bool, command: str) -> None:
 
 def _from_spec(args: argparse.Namespace, host: LiveHost, out: _Output) -> Bundle:
     from pvegpu.pipeline import discover_for, plan_and_render
-    from pvegpu.rendering.bundle import bundle_files
+    from pvegpu.rendering.bundle_layout import bundle_files
     from pvegpu.rendering.review.apply_doc import manifest_header
     from pvegpu.spec.load import load_spec
 

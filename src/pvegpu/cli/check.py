@@ -22,7 +22,7 @@ CHECK_SCHEMA = "pvegpu.check/1"
 def _spec_bundle(args: argparse.Namespace) -> tuple[Bundle | None, tuple[Finding, ...]]:
     from pvegpu.apply.bundle import bundle_from_files
     from pvegpu.pipeline import discover_for, plan_and_render
-    from pvegpu.rendering.bundle import bundle_files
+    from pvegpu.rendering.bundle_layout import bundle_files
     from pvegpu.rendering.review.apply_doc import manifest_header
     from pvegpu.spec.load import load_spec
 

@@ -20,10 +20,11 @@ from pvegpu.cli.brief import Painter, colour_wanted, file_counts, finding_counts
 from pvegpu.cli.diffs import diff
 from pvegpu.errors import PlanError, Problem
 from pvegpu.model.artifact import REVERT_BUNDLE, REVIEW
+from pvegpu.model.plan import ClusterPlan
 from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_cluster, plan_and_render_cluster
-from pvegpu.planning.cluster import ClusterPlan, root_problems
-from pvegpu.rendering.bundle import manifest_entry
+from pvegpu.planning.cluster import root_problems
+from pvegpu.rendering.bundle_layout import manifest_entry
 from pvegpu.rendering.cluster import NodeArtifacts, write_cluster
 from pvegpu.spec.load import load_spec
 

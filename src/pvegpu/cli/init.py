@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from pvegpu.errors import Problem, RenderError
+from pvegpu.model.current import CurrentSplit
 from pvegpu.pipeline import init_host
-from pvegpu.planning.current import CurrentSplit
 from pvegpu.rendering.init_spec import pool_summaries
 
 SCHEMA = "pvegpu.init/1"

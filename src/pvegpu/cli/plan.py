@@ -19,7 +19,8 @@ from pvegpu.model.artifact import REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.model.plan import Plan
 from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_for, plan_and_render
-from pvegpu.rendering.bundle import manifest_entry, write_bundle
+from pvegpu.rendering.bundle import write_bundle
+from pvegpu.rendering.bundle_layout import manifest_entry
 from pvegpu.spec.load import load_spec
 
 if TYPE_CHECKING:

@@ -13,8 +13,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from pvegpu.model.facts import GPU, CharMajor, MigCap, PciFunction
-from pvegpu.model.references import driver_order
+from pvegpu.model.facts import GPU, CharMajor, MigCap, PciFunction, driver_order
 from pvegpu.pci import PciAddress
 from pvegpu.pvefiles.hostpci import HostId
 from pvegpu.values import value_class

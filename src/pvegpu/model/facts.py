@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import TypeVar
 
@@ -263,6 +263,19 @@ class GPU:
     @property
     def functions(self) -> tuple[PciFunction, ...]:
         return (self.function, *self.companions)
+
+
+def driver_order(gpus: Iterable[GPU]) -> tuple[PciAddress, ...]:
+    """The GPUs a vendor's own driver numbers (`node_minor`), in PCI order: how its tools
+    and container hook index them (NVML's order for NVIDIA)."""
+    return tuple(
+        g.address
+        for g in sorted(gpus, key=lambda g: g.address)
+        if g.node_minor is not None
+        and (vendor := g.vendor) is not None
+        and vendor.nodes is not None
+        and not vendor.nodes.drm
+    )
 
 
 @value_class

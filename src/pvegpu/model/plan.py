@@ -8,6 +8,7 @@ import attrs
 
 from pvegpu.model.decision import SglangServing
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts, NumaNode, PciFunction
+from pvegpu.model.host_changes import HostChanges
 from pvegpu.model.released import ContainerGpusRemoved, MapLinesMoved
 from pvegpu.model.schema import CpusetPolicy, DeviceStyle, Spec, UserspacePolicy
 from pvegpu.pvefiles.lxcconf import PLAIN, GpuLines, NodeNaming
@@ -16,6 +17,7 @@ from pvegpu.pvefiles.pcicfg import PciMapping as PciMapping
 from pvegpu.pvefiles.qemuconf import NumaPin
 from pvegpu.values import value_class
 from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
+from pvegpu.vendors.partitions import VgpuSource
 
 
 class PoolKind(StrEnum):
@@ -164,6 +166,9 @@ class Pool:
     """A vGPU pool (planning/vgpu.py): a vfio pool of NVIDIA vGPU virtual functions, which
     stay on the host driver; each VM gets this type on one of them (`mdev=`) when it
     starts. None: the pool's GPUs move to vfio-pci."""
+    vgpu_source: VgpuSource | None = None
+    """A vGPU pool's vendor's vGPU files, where its virtual functions show their types
+    (the runbook's check reads them); None for every other pool."""
 
     @property
     def size(self) -> int:
@@ -206,6 +211,9 @@ class Plan:
     shared_pci_cfg: SharedPciCfg | None = None
     """Set when the node is planned as part of a cluster: pci.cfg is then written once,
     whole, by the writer's bundle, and by no other node's."""
+    host_changes: HostChanges = attrs.field(factory=HostChanges)
+    """What the plan does to the host's drivers and services (`model/host_changes.py`),
+    decided once by plan() for the split's files, the runbook and the manual revert."""
 
     @property
     def vfio_pools(self) -> tuple[Pool, ...]:
@@ -220,3 +228,25 @@ class Plan:
     @property
     def lxc_pools(self) -> tuple[Pool, ...]:
         return tuple(p for p in self.pools if p.kind is PoolKind.LXC)
+
+
+@value_class
+@attrs.frozen(eq=False, repr=False)
+class ClusterPlan:
+    """Every node of a cluster spec planned at once (`planning.cluster.plan_cluster`)."""
+
+    spec: Spec
+    plans: tuple[Plan, ...]
+    """One plan per node, in the spec's order of `nodes`."""
+    shared: SharedPciCfg | None = None
+    """The cluster's pci.cfg; None when no pool of any node has a mapping."""
+    findings: tuple[Finding, ...] = ()
+    """What concerns several nodes (a mapping's devices differ in subsystem id or memory);
+    each node's own findings stay on its plan."""
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(p.facts.node for p in self.plans)
+
+    def plan_of(self, node: str) -> Plan:
+        return next(p for p in self.plans if p.facts.node == node)

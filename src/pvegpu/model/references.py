@@ -16,18 +16,12 @@ reference to a GPU its plan moves, renumbers or gives to another guest
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 import attrs
 
 from pvegpu.pci import PciAddress
 from pvegpu.values import value_class
-
-if TYPE_CHECKING:
-    # Only a type: facts.py holds the references, so it cannot be imported from here.
-    from pvegpu.model.facts import GPU
 
 
 class Holder(StrEnum):
@@ -170,16 +164,3 @@ class GpuReference:
     def pending(self) -> bool:
         """In a pending section: applied at the guest's next start."""
         return (self.section or "").lower() in ("pve:pending", "pending")
-
-
-def driver_order(gpus: Iterable[GPU]) -> tuple[PciAddress, ...]:
-    """The GPUs a vendor's own driver numbers (`node_minor`), in PCI order: how its tools
-    and container hook index them (NVML's order for NVIDIA)."""
-    return tuple(
-        g.address
-        for g in sorted(gpus, key=lambda g: g.address)
-        if g.node_minor is not None
-        and (vendor := g.vendor) is not None
-        and vendor.nodes is not None
-        and not vendor.nodes.drm
-    )

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from pvegpu.model.facts import HostFacts
+from pvegpu.model.facts import HostFacts, driver_order
 from pvegpu.model.plan import Finding, Pool, Severity
-from pvegpu.model.references import GpuReference, driver_order
+from pvegpu.model.references import GpuReference
 from pvegpu.pci import PciAddress
 from pvegpu.planning.claims import by_destination
 from pvegpu.planning.numbering import Renumbering

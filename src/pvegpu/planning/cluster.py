@@ -17,34 +17,13 @@ import attrs
 
 from pvegpu.errors import PlanError, Problem, PvegpuError, SpecError
 from pvegpu.model.facts import HostFacts
-from pvegpu.model.plan import Finding, Plan, SharedPciCfg
+from pvegpu.model.plan import ClusterPlan, Plan
 from pvegpu.model.schema import Spec
 from pvegpu.planning.cluster_mapping import shared_pci_cfg
 from pvegpu.planning.planner import plan
 from pvegpu.pvefiles import pcicfg
-from pvegpu.values import value_class
 
 _POOL_PATH = re.compile(r"^pools\[(\d+)\]")
-
-
-@value_class
-@attrs.frozen(eq=False, repr=False)
-class ClusterPlan:
-    spec: Spec
-    plans: tuple[Plan, ...]
-    """One plan per node, in the spec's order of `nodes`."""
-    shared: SharedPciCfg | None = None
-    """The cluster's pci.cfg; None when no pool of any node has a mapping."""
-    findings: tuple[Finding, ...] = ()
-    """What concerns several nodes (a mapping's devices differ in subsystem id or memory);
-    each node's own findings stay on its plan."""
-
-    @property
-    def nodes(self) -> tuple[str, ...]:
-        return tuple(p.facts.node for p in self.plans)
-
-    def plan_of(self, node: str) -> Plan:
-        return next(p for p in self.plans if p.facts.node == node)
 
 
 def root_problems(spec: Spec, names: Collection[str]) -> Iterator[Problem]:

@@ -33,75 +33,19 @@ import attrs
 
 from pvegpu.errors import PvegpuError
 from pvegpu.hardware import VFIO_DRIVER
+from pvegpu.model.current import CurrentNote, CurrentPool, CurrentSplit
 from pvegpu.model.facts import GPU, HostFacts
 from pvegpu.model.plan import PoolKind
 from pvegpu.model.references import GpuReference, Holder, ReferenceKind
 from pvegpu.pci import PciAddress
-from pvegpu.planning.current_servers import CurrentServer, container_servers
+from pvegpu.planning.current_servers import container_servers
 from pvegpu.pvefiles import pcicfg
-from pvegpu.values import value_class
 
 _DEV_KINDS = frozenset({ReferenceKind.DEV_ENTRY})
 _RAW_KINDS = frozenset(
     {ReferenceKind.CGROUP2_RULE, ReferenceKind.CGROUP1_RULE, ReferenceKind.MOUNT_ENTRY}
 )
 _VM_KINDS = frozenset({ReferenceKind.HOSTPCI})
-
-
-@value_class
-@attrs.frozen(eq=False, repr=False)
-class CurrentNote:
-    """Something of the host's GPU use the spec cannot say, or says only in a comment."""
-
-    subject: str
-    """The GPU (`0000:39:00.0`), guest (`CT 129`) or file it is about."""
-    message: str
-    gpu: PciAddress | None = None
-    """The GPU it is about, if one: the note is written at that GPU's line."""
-    expressed: bool = True
-    """False: the host does something the spec written cannot express (the GPU is left
-    out of the pools); True: only information (a host-side binding, a pending change)."""
-
-
-@value_class
-@attrs.frozen(eq=False, repr=False)
-class CurrentPool:
-    """One pool of the current split."""
-
-    name: str
-    kind: PoolKind
-    gpus: tuple[PciAddress, ...]
-    vmid: int | None
-    """The container (lxc) or the VM (vfio) holding the GPUs; None: a vfio pool no VM
-    uses yet."""
-    devices: str | None = None
-    """`dev` or `raw`: how the container's config gives the nodes (lxc pools)."""
-    mode: str | None = None
-    """The nodes' `mode=` its `devN` lines set (`dev` pools)."""
-    gid: int | None = None
-    """The nodes' `gid=` its `devN` lines set, if any (`dev` pools)."""
-    mapping: str | None = None
-    mapping_description: str | None = None
-    held_by: tuple[str, ...] = ()
-    """Where the guest's config holds them (`etc/pve/lxc/129.conf line 4`), for the comment."""
-    servers: tuple[CurrentServer, ...] = ()
-    """The servers the container's units start (lxc pools), said in a comment."""
-
-
-@value_class
-@attrs.frozen(eq=False, repr=False)
-class CurrentSplit:
-    """What `pvegpu init` writes: the pools of the host's current state and the notes."""
-
-    node: str
-    pools: tuple[CurrentPool, ...]
-    free: tuple[PciAddress, ...]
-    """GPUs on their host driver that no guest holds: a later pool may take them."""
-    notes: tuple[CurrentNote, ...]
-
-    @property
-    def unexpressed(self) -> tuple[CurrentNote, ...]:
-        return tuple(n for n in self.notes if not n.expressed)
 
 
 def poolable(gpu: GPU) -> bool:
@@ -271,7 +215,8 @@ def current_split(
         *_idle_pools(facts, idle, mappings, notes),
     ]
     kept = _unique_names(_whole_guests(facts, pools, notes))
-    return CurrentSplit(facts.node, kept, tuple(free), tuple(notes))
+    poolable_gpus = tuple(g.address for g in facts.gpus if poolable(g))
+    return CurrentSplit(facts.node, kept, tuple(free), tuple(notes), poolable_gpus)
 
 
 _NAME_MAX = 64

@@ -12,33 +12,13 @@ from __future__ import annotations
 
 import posixpath
 
-import attrs
-
 from pvegpu.host.container_units import ENABLING_DIRS
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs, rootfs_dirs
+from pvegpu.model.current import CurrentServer
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.paths import UNIT_DIR
 from pvegpu.planning.unit_gpus import unit_demand
 from pvegpu.serving.unitfile import parse_unit
-from pvegpu.values import value_class
-
-
-@value_class
-@attrs.frozen(eq=False, repr=False)
-class CurrentServer:
-    """A server one of the container's units starts."""
-
-    unit: str
-    """The unit's name (`sglang-qwen.service`)."""
-    path: str
-    """Its file, relative to the host root."""
-    server: str
-    """`SGLang` or `vLLM`."""
-    size: str
-    """The options that set its parallel size, as written."""
-    enabled: bool
-    gpus: int | None = None
-    """The GPUs it opens (its parallel size), None when unknown."""
 
 
 def container_servers(facts: HostFacts, vmid: int) -> tuple[CurrentServer, ...]:

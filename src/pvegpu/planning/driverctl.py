@@ -96,8 +96,3 @@ def driverctl_findings(facts: HostFacts, pools: Sequence[Pool] = ()) -> Iterator
             else f"driverctl binds {override.address} ({now}) to {override.driver} at every "
             "boot, next to any split unit",
         )
-
-
-def boot_driver(facts: HostFacts, address: PciAddress) -> str | None:
-    """The driver driverctl binds `address` to at boot, None when it has no override."""
-    return next((o.driver for o in facts.driverctl if o.address == address), None)

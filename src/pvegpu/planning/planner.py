@@ -33,6 +33,7 @@ from pvegpu.planning.fabric import (
 from pvegpu.planning.findings import plan_findings
 from pvegpu.planning.guest_ids import guest_id_problems
 from pvegpu.planning.guests import lxc_container, pin_containers, vm_guest
+from pvegpu.planning.host_changes import host_changes
 from pvegpu.planning.host_guests import judge_host
 from pvegpu.planning.leftover_servers import leftover_servers
 from pvegpu.planning.mapping import pci_cfg_findings, pci_cfg_problems, pool_mapping
@@ -43,7 +44,7 @@ from pvegpu.planning.numbering import Renumbering, next_boot_numbers, renumberin
 from pvegpu.planning.references import reference_judgments
 from pvegpu.planning.split import split_problems
 from pvegpu.planning.sriov import sriov_findings, sriov_problems, vf_device
-from pvegpu.planning.vgpu import is_vgpu_vf, vgpu_problems
+from pvegpu.planning.vgpu import is_vgpu_vf, vgpu_problems, vgpu_source
 from pvegpu.planning.vm_numa import vm_numa_findings, vm_numa_problems
 from pvegpu.planning.vm_start import vm_start_findings, vm_start_problems
 from pvegpu.pvefiles.lxcconf import NodeNaming
@@ -174,7 +175,8 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     # Each server is decided here, once, and carried on its pool: the checks (TP vs
     # heads, memory fit, container driver, P2P) need the whole plan; they raise
     # PlanError themselves and otherwise add their findings. Renderers only read them.
-    return pin_containers(decided_servings(result))
+    result = pin_containers(decided_servings(result))
+    return attrs.evolve(result, host_changes=host_changes(facts, result.pools))
 
 
 def _select(
@@ -427,6 +429,9 @@ def _build_pool(
         mapping=mapping,
         nvswitches=switches,
         vgpu_type=vgpu_type if kind is PoolKind.VFIO else None,
+        vgpu_source=(
+            vgpu_source(gpus) if kind is PoolKind.VFIO and vgpu_type is not None else None
+        ),
     )
 
 

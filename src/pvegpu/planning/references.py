@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from pvegpu.errors import Problem
-from pvegpu.model.facts import HostFacts
+from pvegpu.model.facts import HostFacts, driver_order
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
-from pvegpu.model.references import GpuReference, Holder, ReferenceKind, driver_order
+from pvegpu.model.references import GpuReference, Holder, ReferenceKind
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pci import PciAddress
 from pvegpu.planning.cdi import cdi_findings

@@ -23,18 +23,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-import attrs
-
 from pvegpu.errors import Problem, RenderError
 from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
+from pvegpu.model.host_changes import LateVfPf, MovedFunction
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.pci import PciAddress
+from pvegpu.planning.split import revert_driver
 from pvegpu.planning.vgpu import is_vgpu_vf
 from pvegpu.pvefiles import hostpci, pcicfg
 from pvegpu.pvefiles.guestconf import split_sections
 from pvegpu.pvefiles.hostpci import HostId
-from pvegpu.values import value_class
 from pvegpu.wording import plural
 
 
@@ -47,22 +46,6 @@ def vf_device(facts: HostFacts, function: PciFunction) -> GPU | None:
     if pf is None or facts.gpu(pf.address) is None:
         return None
     return GPU(function)
-
-
-@value_class
-@attrs.frozen(eq=False, repr=False)
-class LateVfPf:
-    """A PF whose VFs the split pins when they are created (`late_vf_pfs`)."""
-
-    function: PciFunction
-    vfs: tuple[PciFunction, ...]
-    """Its VFs that go to vfio-pci, in address order."""
-    sibling_driver: str | None
-    """The driver its other VFs are pinned to when they appear (autoprobe is off, so
-    without a pin no driver would take them): the one a discovered sibling VF is on,
-    else the PF's own host driver. None: not known (they are left unbound)."""
-    autoprobe: bool
-    """`sriov_drivers_autoprobe` as discovered: what `revert` writes back."""
 
 
 def late_vf_pfs(facts: HostFacts, pools: Iterable[Pool]) -> tuple[LateVfPf, ...]:
@@ -81,6 +64,7 @@ def late_vf_pfs(facts: HostFacts, pools: Iterable[Pool]) -> tuple[LateVfPf, ...]
             continue  # a document without its PF: nothing to switch off autoprobe on
         vfs = tuple(sorted(moved[address]))
         own = {f.address for f in vfs}
+        movers = tuple(MovedFunction(f, host_driver(f), revert_driver(facts, f)) for f in vfs)
         siblings = [
             f.driver
             for f in facts.virtual_functions(address)
@@ -89,7 +73,7 @@ def late_vf_pfs(facts: HostFacts, pools: Iterable[Pool]) -> tuple[LateVfPf, ...]
         found.append(
             LateVfPf(
                 function=pf,
-                vfs=vfs,
+                vfs=movers,
                 sibling_driver=siblings[0] if siblings else host_driver(pf),
                 autoprobe=pf.sriov.drivers_autoprobe if pf.sriov is not None else True,
             )

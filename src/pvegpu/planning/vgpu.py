@@ -51,6 +51,12 @@ def vgpu_vendor(function: PciFunction) -> Vendor | None:
     return vendor if vendor is not None and vendor.vgpu is not None else None
 
 
+def vgpu_source(gpus: Iterable[GPU]) -> VgpuSource | None:
+    """Where a vGPU pool's virtual functions show their types: their vendor's vGPU files."""
+    vendors = (vgpu_vendor(g.function) for g in gpus)
+    return next((v.vgpu for v in vendors if v is not None), None)
+
+
 def is_vgpu_vf(function: PciFunction) -> bool:
     """An SR-IOV virtual function of a vendor that runs vGPUs on its VFs (NVIDIA's exist
     for nothing else): it is handed to a VM as a vGPU, never moved to vfio-pci."""

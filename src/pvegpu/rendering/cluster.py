@@ -19,9 +19,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pvegpu.model.artifact import REVERT_BUNDLE, Artifact
-from pvegpu.planning.cluster import ClusterPlan
+from pvegpu.model.plan import ClusterPlan
 from pvegpu.pvefiles import pcicfg
-from pvegpu.rendering.bundle import MANIFEST, bundle_files, manifest_entry
+from pvegpu.rendering.bundle_layout import MANIFEST, bundle_files, manifest_entry
 from pvegpu.rendering.cluster_summary import cluster_summary
 from pvegpu.rendering.outdir import Files, check_replaceable, previous_files, replace_directory
 from pvegpu.rendering.registry import render

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pvegpu.model.artifact import APPLY_BUNDLE, REVIEW, Artifact
-from pvegpu.model.plan import Finding, Plan
-from pvegpu.planning.cluster import ClusterPlan
+from pvegpu.model.plan import ClusterPlan, Finding, Plan
 from pvegpu.pvefiles import pcicfg
 from pvegpu.rendering.review.render import SEVERITY_HEADINGS, cell
 from pvegpu.wording import plural

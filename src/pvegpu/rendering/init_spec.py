@@ -14,11 +14,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from pvegpu.formats.toml import basic_string, comment
+from pvegpu.model.current import CurrentNote, CurrentPool, CurrentSplit
 from pvegpu.model.facts import GPU, HostFacts
 from pvegpu.model.plan import PoolKind
 from pvegpu.model.references import Holder
 from pvegpu.pci import PciAddress
-from pvegpu.planning.current import CurrentNote, CurrentPool, CurrentSplit, poolable
 
 _WIDTH = 88
 
@@ -46,12 +46,13 @@ def _place(gpu: GPU) -> str:
     return f"{numa}, {group}"
 
 
-def _models(facts: HostFacts) -> list[str]:
-    """One line per vendor:device id: its model and how many GPUs are one."""
+def _models(facts: HostFacts, split: CurrentSplit) -> list[str]:
+    """One line per vendor:device id: its model and how many GPUs a pool may name are one."""
     count: dict[str, int] = defaultdict(int)
     name: dict[str, str] = {}
+    poolable = set(split.poolable)
     for gpu in facts.gpus:
-        if poolable(gpu):
+        if gpu.address in poolable:
             count[gpu.vendor_device] += 1
             name.setdefault(gpu.vendor_device, gpu.model or "model not known")
     return [_c(f"  {vd}  {name[vd]} ({n})", "    ") for vd, n in sorted(count.items())]
@@ -86,7 +87,7 @@ def _header(
             + (f", {drivers}" if drivers else "")
         ),
         _c("Models (vendor:device, how many):"),
-        *_models(facts),
+        *_models(facts, split),
         _c("GPUs (id, NUMA node, IOMMU group, driver: held by):"),
     ]
     for gpu in sorted(facts.gpus, key=lambda g: g.address):
@@ -110,8 +111,9 @@ def _header(
         if vfs:
             lines.append(_c(f"      {len(vfs)} SR-IOV virtual functions: not pooled by init"))
     by_node: dict[int | None, list[str]] = defaultdict(list)
+    poolable = set(split.poolable)
     for gpu in sorted(facts.gpus, key=lambda g: g.address):
-        if poolable(gpu):
+        if gpu.address in poolable:
             by_node[gpu.numa_node].append(gpu.address.short)
     for node in facts.numa_nodes:
         gpus = " ".join(by_node.get(node.id, ())) or "-"
@@ -202,8 +204,10 @@ def _example(facts: HostFacts, split: CurrentSplit) -> list[str]:
         said = "the free GPUs to container 100"
         selector = f"gpus = [{', '.join(basic_string(str(a)) for a in split.free)}]"
     else:
+        poolable = set(split.poolable)
         numa = min(
-            (g.numa_node for g in facts.gpus if poolable(g) and g.numa_node is not None), default=0
+            (g.numa_node for g in facts.gpus if g.address in poolable and g.numa_node is not None),
+            default=0,
         )
         said = f"every GPU of NUMA node {numa} to container 100"
         selector = f"numa_node = {numa}"

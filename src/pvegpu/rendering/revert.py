@@ -19,14 +19,13 @@ from pvegpu.model.paths import (
     NODES_SCRIPT,
     NODES_UNIT_NAME,
     SPLIT_SCRIPT,
-    SPLIT_UDEV_RULE,
     SPLIT_UNIT_NAME,
     USERSPACE_SCRIPT,
     USERSPACE_UNIT_NAME,
 )
 from pvegpu.model.plan import Plan
 from pvegpu.redact import holds_secret, redact_text
-from pvegpu.rendering.bundle import bundle_path
+from pvegpu.rendering.bundle_layout import bundle_path
 from pvegpu.values import value_class
 
 SPLIT_UNIT = SPLIT_UNIT_NAME
@@ -161,7 +160,7 @@ def render_revert(plan: Plan, applied: Sequence[Artifact]) -> tuple[Artifact, ..
             _ContainerSteps.of(vmid, serving, ct_restores, ct_pulled) for vmid in containers
         ],
         has_split=any(a.path == SPLIT_SCRIPT for a in installed),
-        has_udev_rule=any(a.path == SPLIT_UDEV_RULE for a in installed),
+        has_udev_rule=any(a.path in plan.host_changes.udev_rules for a in installed),
         boot_units=[
             unit
             for script, unit in (

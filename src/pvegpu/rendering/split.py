@@ -8,7 +8,8 @@ looks like the one it was generated for (a BIOS update or a moved card renumbers
 So is where `revert` takes each VM function: the driver it was on before the split.
 
 plan() refused whatever the script could not carry (planning/split.py, and the IOMMU
-group checks of planning/planner.py): this module only formats an accepted plan.
+group checks of planning/planner.py) and decided the groups, their members' drivers and
+the PFs whose VFs are pinned late (`Plan.host_changes`): this module only formats them.
 
 Rendering again over a host that holds these files (discovery reads them) patches them:
 each artifact's `base` is the installed file, so the revert bundle restores it.
@@ -24,6 +25,7 @@ from pvegpu.formats.templating import render_template
 from pvegpu.hardware import host_driver
 from pvegpu.model.artifact import HOST, Artifact
 from pvegpu.model.facts import PciFunction
+from pvegpu.model.host_changes import LateVfPf, MovedFunction
 from pvegpu.model.paths import (
     SPLIT_INITRAMFS_HOOK,
     SPLIT_MODPROBE,
@@ -33,8 +35,6 @@ from pvegpu.model.paths import (
 )
 from pvegpu.model.plan import Plan, Pool
 from pvegpu.pci import PciAddress
-from pvegpu.planning.split import revert_driver
-from pvegpu.planning.sriov import LateVfPf, late_vf_pfs
 from pvegpu.values import value_class
 from pvegpu.vendors import VENDORS
 from pvegpu.vendors.nvswitch import is_switch
@@ -54,21 +54,6 @@ _COMMENT_UNSAFE = re.compile(r"[^A-Za-z0-9 ._:,()/-]")
 
 @value_class
 @attrs.frozen(eq=False, repr=False)
-class _Group:
-    """One IOMMU group that goes to vfio-pci, as the script's data lists it."""
-
-    id: int
-    pool: str
-    gpu: PciAddress | None
-    members: tuple[PciFunction, ...]
-    host_drivers: tuple[str | None, ...]
-    """Per member, the driver that claims it when nothing overrides it (the softdeps)."""
-    revert_drivers: tuple[str | None, ...]
-    """Per member, the driver `revert` returns it to (revert_driver)."""
-
-
-@value_class
-@attrs.frozen(eq=False, repr=False)
 class _HostPool:
     """One LXC pool's functions as the script's host-side pin data lists them."""
 
@@ -83,12 +68,14 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
     if not plan.split_pools:
         return ()
     facts = plan.facts
-    groups = _vfio_groups(plan)
+    groups = plan.host_changes.vfio_groups
     host_pools = [_host_pool(pool) for pool in plan.lxc_pools]
-    late = late_vf_pfs(facts, plan.pools)
+    late = plan.host_changes.late_vf_pfs
 
     node = _comment(facts.node)
-    vm_drivers = sorted({d for g in groups for d in g.host_drivers if d is not None})
+    vm_drivers = sorted(
+        {m.host_driver for g in groups for m in g.members if m.host_driver is not None}
+    )
     # A service that loads a vendor's driver (which binds every GPU of it it finds free)
     # is only worth naming, and ordering the unit against, where the host has its GPUs.
     vendors = [v for v in VENDORS if any(gpu.vendor is v for gpu in facts.gpus)]
@@ -102,14 +89,15 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
                 "gpu": str(g.gpu) if g.gpu else _no_gpu(g.members),
                 "group": g.id,
                 "rows": [
-                    f"{f.address} {f.vendor_device} {_numa(f)} {g.id} {drv or '-'}"
-                    for f, drv in zip(g.members, g.revert_drivers, strict=True)
+                    f"{m.function.address} {m.function.vendor_device} {_numa(m.function)} "
+                    f"{g.id} {m.revert_driver or '-'}"
+                    for m in g.members
                 ],
             }
             for g in groups
         ],
         host_pools=host_pools,
-        sriov=_sriov_rows(plan, late) if late else None,
+        sriov=_sriov_rows(late) if late else None,
     )
     script_abs = "/" + SCRIPT_PATH
     unit = render_template(
@@ -188,7 +176,7 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
     )
 
 
-def _sriov_rows(plan: Plan, late: tuple[LateVfPf, ...]) -> dict[str, list[str]]:
+def _sriov_rows(late: tuple[LateVfPf, ...]) -> dict[str, list[str]]:
     """The script's PFS and VFS data: the PFs whose autoprobe goes off, and their VFs
     that go to vfio-pci (with the PF and the driver revert returns each to)."""
     pfs = []
@@ -199,8 +187,8 @@ def _sriov_rows(plan: Plan, late: tuple[LateVfPf, ...]) -> dict[str, list[str]]:
             f"{f.address} {f.vendor_device} {_numa(f)} {int(pf.autoprobe)} "
             f"{pf.sibling_driver or '-'}"
         )
-        for vf in pf.vfs:
-            drv = revert_driver(plan.facts, vf)
+        for moved in pf.vfs:
+            vf, drv = moved.function, moved.revert_driver
             vfs.append(f"{vf.address} {vf.vendor_device} {_numa(vf)} {f.address} {drv or '-'}")
     return {"pfs": pfs, "vfs": vfs}
 
@@ -214,7 +202,7 @@ def _udev_rule(plan: Plan, late: tuple[LateVfPf, ...], script: str) -> tuple[Art
         node=_comment(plan.facts.node),
         script=script,
         pfs=[str(pf.function.address) for pf in late],
-        vfs=[str(vf.address) for pf in late for vf in pf.vfs],
+        vfs=[str(vf.function.address) for pf in late for vf in pf.vfs],
     )
     return (
         Artifact(
@@ -245,40 +233,10 @@ def _comment(text: str) -> str:
     return _COMMENT_UNSAFE.sub("_", text)
 
 
-def _vfio_groups(plan: Plan) -> list[_Group]:
-    pool_of: dict[PciAddress, str] = {}
-    by_group: dict[int, list[PciFunction]] = {}
-    for pool in plan.split_pools:
-        for function in _pool_functions(pool):
-            pool_of.setdefault(function.address, pool.name)
-            # Bridges stay on pcieport; they do not spoil a group's viability. Every other
-            # function plan() moves is a member of a group (gpu-without-iommu-group).
-            # SR-IOV VFs are the script's VFS data: they may not exist yet at boot.
-            if function.is_bridge or function.iommu_group is None or function.physfn:
-                continue
-            by_group.setdefault(function.iommu_group, []).append(function)
-    gpus = {gpu.address for pool in plan.split_pools for gpu in pool.gpus}
-
-    groups: list[_Group] = []
-    for group_id, functions in by_group.items():
-        members = tuple(sorted({f.address: f for f in functions}.values(), key=_address))
-        gpu = next((f.address for f in members if f.address in gpus), None)
-        groups.append(
-            _Group(
-                id=group_id,
-                pool=pool_of[gpu or members[0].address],
-                gpu=gpu,
-                members=members,
-                host_drivers=tuple(host_driver(f) for f in members),
-                revert_drivers=tuple(revert_driver(plan.facts, f) for f in members),
-            )
-        )
-    return sorted(groups, key=lambda g: g.members[0].address)
-
-
-def _no_gpu(members: tuple[PciFunction, ...]) -> str:
+def _no_gpu(members: tuple[MovedFunction, ...]) -> str:
     """The comment of a group without a GPU: a whole board's NVSwitch says what it is."""
-    return "none (an NVSwitch of the board)" if any(is_switch(f) for f in members) else "none"
+    switch = any(is_switch(m.function) for m in members)
+    return "none (an NVSwitch of the board)" if switch else "none"
 
 
 def _address(function: PciFunction) -> PciAddress:

@@ -77,7 +77,6 @@ from pvegpu.testing.hostspec import (
     DeviceSpec,
     DrmInfo,
     HostSpec,
-    HostSpecError,
     IommuUnit,
     Link,
     NvidiaInfo,
@@ -87,8 +86,9 @@ from pvegpu.testing.kernels import DkmsBuild, GrubSpec, KernelSpec, KernelsSpec
 from pvegpu.testing.partitions import MdevSpec, MdevTypeSpec, MigInstance, VgpuSpec, caps_minor
 from pvegpu.testing.resources import CpuSpec, NodeMemory
 from pvegpu.testing.synthetic import mixed_host
+from pvegpu.testing.tree_files import DIR_MODE, FILE_MODE, HostSpecError
 from pvegpu.testing.trees import TreeEntry, tree_entries
-from pvegpu.testing.writer import DIR_MODE, FILE_MODE, write_host
+from pvegpu.testing.writer import write_host
 
 __all__ = [
     "BASE_CHAR_DEVICES",

@@ -20,9 +20,9 @@ from pvegpu.testing.partitions import (
     MdevTypeSpec,
     MigInstance,
     VgpuSpec,
-    check_partitions,
 )
 from pvegpu.testing.resources import CpuSpec, NodeMemory, check_bars
+from pvegpu.testing.tree_files import HostSpecError
 from pvegpu.values import value_class
 from pvegpu.vendors.nvswitch import SWITCH_CLASS
 
@@ -277,10 +277,6 @@ class HostSpec:
     `symlinks` are written after it, so a test can replace one of them."""
 
 
-class HostSpecError(ValueError):
-    """The description cannot be a real host (a dangling parent, a duplicate address)."""
-
-
 def check(desc: HostSpec) -> dict[str, DeviceSpec]:
     """Every device by address, or HostSpecError naming the first impossible part."""
     by_address: dict[str, DeviceSpec] = {}
@@ -337,3 +333,18 @@ def _check_virtual_function(vf: DeviceSpec, pf: DeviceSpec | None) -> None:
         raise HostSpecError(f"{vf.address}: physfn {vf.physfn} is not a physical function here")
     if pf.parent != vf.parent:
         raise HostSpecError(f"{vf.address}: a virtual function sits next to {pf.address}")
+
+
+def check_partitions(desc: HostSpec, by_address: dict[str, DeviceSpec]) -> str | None:
+    """What no kernel would show of the GPU partitions, or None."""
+    for mdev in desc.mdevs:
+        parent = by_address.get(mdev.parent)
+        if parent is None or mdev.type_id not in {t.type_id for t in parent.mdev_types}:
+            return f"mdev {mdev.uuid}: {mdev.parent} offers no type {mdev.type_id}"
+    for dev in desc.devices:
+        if dev.vgpu is not None and dev.physfn is None:
+            return f"{dev.address}: vGPU types live on an SR-IOV virtual function"
+        mig = dev.nvidia.mig if dev.nvidia is not None else ()
+        if mig and dev.driver != "nvidia":
+            return f"{dev.address}: MIG instances need the GPU on nvidia"
+    return None

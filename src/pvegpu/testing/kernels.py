@@ -16,7 +16,7 @@ import attrs
 from pvegpu.values import value_class
 
 if TYPE_CHECKING:
-    from pvegpu.testing.writer import _Writer
+    from pvegpu.testing.tree_files import TreeFiles
 
 ARCH = "x86_64"
 NVIDIA_MODULES = ("nvidia", "nvidia-modeset", "nvidia-drm", "nvidia-uvm", "nvidia-peermem")
@@ -88,11 +88,8 @@ class KernelsSpec:
     grub: GrubSpec | None = None
 
 
-def write_kernels(writer: _Writer) -> None:
-    """/boot, lib/modules, the DKMS tree, the pins and GRUB's files of `writer`'s host."""
-    spec = writer.desc.kernels
-    if spec is None:
-        return
+def write_kernels(writer: TreeFiles, spec: KernelsSpec) -> None:
+    """/boot, lib/modules, the DKMS tree, the pins and GRUB's files of a host's `spec`."""
     writer.file("proc/sys/kernel/osrelease", spec.running + "\n")
     sources: set[tuple[str, str]] = set()
     for kernel in spec.installed:
@@ -120,7 +117,7 @@ def write_kernels(writer: _Writer) -> None:
 
 
 def _write_dkms(
-    writer: _Writer, release: str, build: DkmsBuild, sources: set[tuple[str, str]]
+    writer: TreeFiles, release: str, build: DkmsBuild, sources: set[tuple[str, str]]
 ) -> list[str]:
     """One build in the DKMS tree (and installed under updates/dkms): its modules.dep lines."""
     tree = f"var/lib/dkms/{build.module}"

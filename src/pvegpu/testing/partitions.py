@@ -7,6 +7,7 @@ as before these existed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -14,8 +15,7 @@ import attrs
 from pvegpu.values import value_class
 
 if TYPE_CHECKING:
-    from pvegpu.testing.hostspec import DeviceSpec, HostSpec
-    from pvegpu.testing.writer import _Writer
+    from pvegpu.testing.tree_files import TreeFiles
 
 MIG_GPU_INSTANCES = 15
 """GPU instance ids the driver numbers capability minors for, per GPU (gi0..gi14)."""
@@ -84,58 +84,44 @@ def _access(minor: int, mode: int) -> str:
     return f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n"
 
 
-def check_partitions(desc: HostSpec, by_address: dict[str, DeviceSpec]) -> str | None:
-    """What no kernel would show, or None."""
-    for mdev in desc.mdevs:
-        parent = by_address.get(mdev.parent)
-        if parent is None or mdev.type_id not in {t.type_id for t in parent.mdev_types}:
-            return f"mdev {mdev.uuid}: {mdev.parent} offers no type {mdev.type_id}"
-    for dev in desc.devices:
-        if dev.vgpu is not None and dev.physfn is None:
-            return f"{dev.address}: vGPU types live on an SR-IOV virtual function"
-        mig = dev.nvidia.mig if dev.nvidia is not None else ()
-        if mig and dev.driver != "nvidia":
-            return f"{dev.address}: MIG instances need the GPU on nvidia"
-    return None
-
-
-def write_device_partitions(writer: _Writer, dev: DeviceSpec, path: str) -> None:
-    """A function's `mdev_supported_types/` and vGPU manager directory."""
-    for kind in dev.mdev_types:
+def write_device_partitions(
+    writer: TreeFiles, path: str, mdev_types: Sequence[MdevTypeSpec], vgpu: VgpuSpec | None
+) -> None:
+    """A function's (its sysfs directory `path`) `mdev_supported_types/` and vGPU manager
+    directory."""
+    for kind in mdev_types:
         at = f"{path}/mdev_supported_types/{kind.type_id}"
         writer.file(f"{at}/name", kind.name + "\n")
         writer.file(f"{at}/available_instances", f"{kind.available_instances}\n")
         writer.file(f"{at}/device_api", kind.device_api + "\n")
         writer.file(f"{at}/create", "")
         writer.dir(f"{at}/devices")
-    if dev.vgpu is not None:
-        lines = "".join(f"{i:<5} : {name}\n" for i, name in dev.vgpu.creatable)
+    if vgpu is not None:
+        lines = "".join(f"{i:<5} : {name}\n" for i, name in vgpu.creatable)
         writer.file(f"{path}/nvidia/creatable_vgpu_types", "ID    : vGPU Name\n" + lines)
-        writer.file(f"{path}/nvidia/current_vgpu_type", f"{dev.vgpu.current}\n")
+        writer.file(f"{path}/nvidia/current_vgpu_type", f"{vgpu.current}\n")
 
 
-def write_host_partitions(writer: _Writer) -> None:
-    """The mediated devices and the MIG capabilities of the whole host."""
-    desc = writer.desc
-    for mdev in sorted(desc.mdevs, key=lambda m: m.uuid):
-        parent = writer.device_dir(writer.by_address[mdev.parent])
+def write_host_partitions(
+    writer: TreeFiles,
+    mdevs: Sequence[tuple[MdevSpec, str]],
+    mig: Sequence[tuple[int, Sequence[MigInstance]]],
+) -> None:
+    """The mediated devices (each with its parent's sysfs directory) and the MIG
+    capabilities (each NVIDIA GPU's minor and instances) of the whole host."""
+    for mdev, parent in mdevs:
         home = f"{parent}/{mdev.uuid}"
         writer.file(f"{home}/remove", "")
         writer.rel_link(f"{home}/mdev_type", f"{parent}/mdev_supported_types/{mdev.type_id}")
         writer.rel_link(f"{parent}/mdev_supported_types/{mdev.type_id}/devices/{mdev.uuid}", home)
         writer.rel_link(f"sys/bus/mdev/devices/{mdev.uuid}", home)
-    gpus = [
-        d for d in writer.ordered if d.driver == "nvidia" and d.nvidia is not None and d.nvidia.mig
-    ]
-    if not gpus:
+    if not mig:
         return
     # Mode 0400 for config (root only), 0444 for monitor and the instances.
     writer.file(f"{_CAPS}/mig/config", _access(CONFIG_MINOR, 256))
     writer.file(f"{_CAPS}/mig/monitor", _access(MONITOR_MINOR, 292))
-    for dev in gpus:
-        assert dev.nvidia is not None  # filtered above; for mypy
-        minor = dev.nvidia.minor
-        for instance in dev.nvidia.mig:
+    for minor, instances in mig:
+        for instance in instances:
             gi = instance.gpu_instance
             at = f"{_CAPS}/gpu{minor}/mig/gi{gi}"
             writer.file(f"{at}/access", _access(caps_minor(minor, gi), 292))

@@ -7,7 +7,6 @@ made once, so writing a host of 16,384 functions takes seconds, not hours.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -21,18 +20,16 @@ from pvegpu.testing.hostspec import (
     DeviceSpec,
     DrmInfo,
     HostSpec,
-    HostSpecError,
     NvidiaInfo,
     check,
 )
 from pvegpu.testing.kernels import write_kernels
 from pvegpu.testing.partitions import write_device_partitions, write_host_partitions
 from pvegpu.testing.resources import BarPlacer, cpuinfo_text, meminfo_text
+from pvegpu.testing.tree_files import DIR_MODE, HostSpecError, TreeFiles
 from pvegpu.testing.userspace import nvidia_userspace
 
-FILE_MODE = 0o644
 DRM_MAJOR = 226
-DIR_MODE = 0o755
 
 _DEFAULT_BUILD = "Release Build  (dvs-builder@U22-I3-AF03-09-1)  Thu Nov 27 02:18:11 UTC 2025"
 
@@ -44,10 +41,10 @@ def write_host(desc: HostSpec, root: Path) -> None:
     _Writer(desc, root).write()
 
 
-class _Writer:
+class _Writer(TreeFiles):
     def __init__(self, desc: HostSpec, root: Path) -> None:
+        super().__init__(root)
         self.desc = desc
-        self.root = root
         self.by_address = check(desc)
         self.ordered = sorted(self.by_address.values(), key=lambda d: d.pci_address)
         self.position = {d.address: i for i, d in enumerate(self.ordered)}
@@ -61,59 +58,12 @@ class _Writer:
         self.functions_per_slot = Counter(self._slot(d) for d in self.ordered)
         self.node_cpus = [CpuList.parse(text) for text in desc.numa]
         self.all_cpus = CpuList([c for cpus in self.node_cpus for c in cpus.cpus])
-        self.made: set[str] = {""}
         self.bars = BarPlacer()
 
     @staticmethod
     def _slot(dev: DeviceSpec) -> tuple[int, int, int]:
         address = dev.pci_address
         return (address.domain, address.bus, address.device)
-
-    # -- low level: every write goes through here, so modes never depend on the umask
-
-    def dir(self, rel: str) -> None:
-        if rel in self.made:
-            return
-        self.dir(rel.rpartition("/")[0])
-        path = self.root / rel
-        try:
-            path.mkdir()
-            path.chmod(DIR_MODE)
-        except FileExistsError:
-            if not path.is_dir():  # a link to a directory (pmxcfs's etc/pve/lxc) is fine
-                raise
-        self.made.add(rel)
-
-    def put(self, rel: str, content: bytes) -> None:
-        """A new file at a path the writer chose (no links on the way, never outside)."""
-        self.dir(rel.rpartition("/")[0])
-        try:
-            fd = os.open(self.root / rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-        except FileExistsError:
-            raise HostSpecError(f"{rel} is written twice") from None
-        try:
-            os.write(fd, content)
-            os.fchmod(fd, FILE_MODE)
-        finally:
-            os.close(fd)
-
-    def file(self, rel: str, content: str) -> None:
-        """A file the description names: followed through links, kept under the root."""
-        root = Path(os.path.realpath(self.root))
-        # Resolved so that files given as etc/pve/lxc/... land in pmxcfs's node directory.
-        real = Path(os.path.realpath(self.root / rel))
-        if not real.is_relative_to(root):
-            raise HostSpecError(f"{rel} would be written outside the root, at {real}")
-        self.put(real.relative_to(root).as_posix(), content.encode())
-
-    def link(self, rel: str, target: str) -> None:
-        self.dir(rel.rpartition("/")[0])
-        (self.root / rel).symlink_to(target)
-
-    def rel_link(self, rel: str, target_rel: str) -> None:
-        """A relative link like the kernel's, from `rel` to `target_rel` (both root-relative)."""
-        parent = rel.rpartition("/")[0] or "."
-        self.link(rel, os.path.relpath(target_rel, parent))
 
     # -- the tree
 
@@ -126,8 +76,22 @@ class _Writer:
         self.write_modules()
         self.write_proc()
         self.write_etc()
-        write_host_partitions(self)
-        write_kernels(self)
+        self.write_partitions()
+        if self.desc.kernels is not None:
+            write_kernels(self, self.desc.kernels)
+
+    def write_partitions(self) -> None:
+        """The mediated devices, each in its parent's directory, and the MIG capabilities."""
+        mdevs = [
+            (mdev, self.device_dir(self.by_address[mdev.parent]))
+            for mdev in sorted(self.desc.mdevs, key=lambda m: m.uuid)
+        ]
+        mig = [
+            (dev.nvidia.minor, dev.nvidia.mig)
+            for dev in self.ordered
+            if dev.driver == "nvidia" and dev.nvidia is not None and dev.nvidia.mig
+        ]
+        write_host_partitions(self, mdevs, mig)
 
     def device_dir(self, dev: DeviceSpec) -> str:
         chain = [dev]
@@ -227,7 +191,7 @@ class _Writer:
             self.write_drm(path, dev.drm)
         for index, vf in enumerate(virtfns):
             self.rel_link(f"{path}/virtfn{index}", self.device_dir(vf))
-        write_device_partitions(self, dev, path)
+        write_device_partitions(self, path, dev.mdev_types, dev.vgpu)
 
     def write_drm(self, path: str, drm: DrmInfo) -> None:
         """The DRM core's class devices under the GPU, each with its `dev` (major:minor)

@@ -37,7 +37,7 @@ from pvegpu.vendors.vendor import (
 )
 
 if TYPE_CHECKING:
-    from pvegpu.model.facts import PciFunction
+    from pvegpu.pci import PciIds
 
 __all__ = [
     "CONTAINER_NODES",
@@ -111,7 +111,7 @@ LOCKED_MODULE_VENDORS: tuple[Vendor, ...] = tuple(v for v in VENDORS if v.module
 the module the next boot's kernel loads for each (`HostFacts.boot.kernels.modules`)."""
 
 
-def vendor_of(function: PciFunction) -> Vendor | None:
+def vendor_of(function: PciIds) -> Vendor | None:
     """The vendor of a GPU's function, when pvegpu knows it."""
     return _BY_ID.get(function.vendor)
 

@@ -17,7 +17,7 @@ import attrs
 from pvegpu.values import value_class
 
 if TYPE_CHECKING:
-    from pvegpu.model.facts import PciFunction
+    from pvegpu.pci import PciIds
 
 PCI_VENDOR = 0x10DE
 
@@ -78,12 +78,12 @@ _MODE_LINE = re.compile(r"^[ \t]*FABRIC_MODE[ \t]*=(?P<value>[^\n#]*)", re.M)
 _DIGITS = re.compile(r"[0-9]+")
 
 
-def is_switch(function: PciFunction) -> bool:
+def is_switch(function: PciIds) -> bool:
     """An NVIDIA function of class 0x0680: an NVSwitch of an HGX/DGX baseboard."""
     return function.vendor == PCI_VENDOR and function.pci_class >> 8 == SWITCH_CLASS
 
 
-def is_sxm_gpu(function: PciFunction) -> bool:
+def is_sxm_gpu(function: PciIds) -> bool:
     """An NVIDIA GPU of a model that sits on an NVSwitch baseboard (`SXM_GPUS`)."""
     return function.vendor == PCI_VENDOR and function.device in SXM_GPUS
 

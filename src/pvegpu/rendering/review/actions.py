@@ -19,7 +19,7 @@ import attrs
 
 from pvegpu.formats.shell import word as sh
 from pvegpu.pci import PciAddress
-from pvegpu.rendering.bundle import MANIFEST as MANIFEST_FILE
+from pvegpu.rendering.bundle_layout import MANIFEST as MANIFEST_FILE
 from pvegpu.rendering.revert import ABSENT_SUFFIX, KEPT_SUFFIX
 from pvegpu.rendering.review.changes import BACKUP_DIR, container_vmid
 from pvegpu.rendering.review.commands import SPLIT_SCRIPT, driver_check

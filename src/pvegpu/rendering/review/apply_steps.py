@@ -18,11 +18,10 @@ from pvegpu.formats.shell import word as sh
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.artifact import HOST, Artifact
 from pvegpu.model.facts import GPU, PciFunction
-from pvegpu.model.paths import CONTAINER_DRIVER_DIR, SPLIT_UDEV_RULE
+from pvegpu.model.paths import CONTAINER_DRIVER_DIR
 from pvegpu.model.plan import Finding, Plan, Pool
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pci import PciAddress
-from pvegpu.planning.vgpu import vgpu_vendor
 from pvegpu.rendering.revert import (
     ABSENT_SUFFIX,
     kept_in_container,
@@ -80,7 +79,6 @@ from pvegpu.rendering.review.next_boot_steps import reboot_note, userspace_upgra
 from pvegpu.values import value_class
 from pvegpu.vendors import CONTAINER_TOOL, nvswitch
 from pvegpu.vendors.drm import node_path as drm_node_path
-from pvegpu.vendors.partitions import VgpuSource
 from pvegpu.wording import plural
 
 
@@ -286,8 +284,7 @@ def _host_changes(plan: Plan, writes: _Writes, installed: tuple[Artifact, ...]) 
     # Other containers that lose every GPU: they hold their nodes open too.
     yield from (Step.of(*parts) for parts in stop_steps(plan))
 
-    manager = plan.facts.fabric_manager
-    if any(p.nvswitches for p in plan.vfio_pools) and (manager.installed or manager.enabled):
+    if plan.host_changes.stops_fabric_manager:
         # It holds the NVSwitches open: unbinding them from the driver would block.
         yield Step.of(
             "Stop Fabric Manager on the host: the NVSwitches go to the VM",
@@ -322,7 +319,7 @@ def _host_changes(plan: Plan, writes: _Writes, installed: tuple[Artifact, ...]) 
         initramfs = any(in_initramfs(a.path) for a in system_files)
         if initramfs:
             installs.extend(HostCommand(c, rerun_on_revert=True) for c in boot.initramfs_apply)
-        if any(a.path == SPLIT_UDEV_RULE for a in system_files):
+        if any(a.path in plan.host_changes.udev_rules for a in system_files):
             # The rule must be live before a PF's driver creates VFs: udevd is told to
             # read it now, and again after a revert removes it.
             installs.append(HostCommand("udevadm control --reload", rerun_on_revert=True))
@@ -364,12 +361,6 @@ def _host_changes(plan: Plan, writes: _Writes, installed: tuple[Artifact, ...]) 
             tuple(WritePveFile(in_bundle(a), a.path) for a in pve_files),
             "pmxcfs shares /etc/pve with the whole cluster at once.",
         )
-
-
-def vgpu_source(pool: Pool) -> VgpuSource | None:
-    """Where a vGPU pool's virtual functions show their types (its vendor's vGPU files)."""
-    vendors = (vgpu_vendor(g.function) for g in pool.gpus) if pool.vgpu_type else ()
-    return next((v.vgpu for v in vendors if v is not None), None)
 
 
 def vgpu_functions(plan: Plan) -> dict[str, list[PciAddress]]:
@@ -505,7 +496,7 @@ def _afterwards(plan: Plan, writes: _Writes) -> Iterator[Step]:
         if pool.vm is not None and pool.vm.config is not None:
             vmid = pool.vm.vmid
             vgpu = ""
-            source = vgpu_source(pool)
+            source = pool.vgpu_source
             if pool.vgpu_type is not None and source is not None:
                 vgpu = (
                     f" It then writes the id of {pool.vgpu_type} to a free VF's "

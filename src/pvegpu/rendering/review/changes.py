@@ -14,7 +14,7 @@ import attrs
 from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Plan
-from pvegpu.rendering.bundle import bundle_path
+from pvegpu.rendering.bundle_layout import bundle_path
 from pvegpu.rendering.revert import pulled_units
 from pvegpu.values import value_class
 

@@ -8,9 +8,7 @@ from pvegpu.engines import health_url
 from pvegpu.formats.shell import word as sh
 from pvegpu.model.artifact import HOST, Artifact
 from pvegpu.model.facts import PciFunction
-from pvegpu.model.paths import SPLIT_UDEV_RULE
 from pvegpu.model.plan import Plan
-from pvegpu.planning.driverctl import boot_driver
 from pvegpu.rendering.revert import ABSENT_SUFFIX, KEPT_SUFFIX, kept_in_container, pulled_copy
 from pvegpu.rendering.review.actions import lines_of
 from pvegpu.rendering.review.apply_steps import Step, container_pools, vfio_functions
@@ -84,9 +82,10 @@ def _restore(entries: RevertEntries, changed: ChangedFile) -> str | None:
 
 def _at_boot(plan: Plan, functions: Sequence[PciFunction]) -> str:
     """What driverctl does to the reverted functions at the next boot (its overrides)."""
+    boot = {o.address: o.driver for o in plan.host_changes.boot_overrides}
     said = []
     for function in functions:
-        driver = boot_driver(plan.facts, function.address)
+        driver = boot.get(function.address)
         if driver is not None:
             said.append(
                 f" At every boot driverctl binds {function.address} to {driver} again: run "
@@ -159,7 +158,7 @@ def _revert(
             commands.append("systemctl daemon-reload")
         if any(in_initramfs(f.artifact.path) for f in host):
             commands.extend(plan.facts.boot.initramfs_apply)
-        if any(f.artifact.path == SPLIT_UDEV_RULE for f in host):
+        if any(f.artifact.path in plan.host_changes.udev_rules for f in host):
             commands.append("udevadm control --reload")  # udevd forgets the removed rule
     missing = [f.where for f, c in restores if c is None]
     if commands or missing:

@@ -11,7 +11,6 @@ admin reboots.
 from __future__ import annotations
 
 from pvegpu.model.plan import Plan
-from pvegpu.planning.next_boot import userspace_upgrades
 from pvegpu.rendering.review.actions import Action, Manual
 from pvegpu.serving.next_boot import HOST_USERSPACE, next_driver
 from pvegpu.vendors import CONTAINER_TOOL
@@ -24,7 +23,7 @@ def userspace_upgrade_step(plan: Plan, *, rebooted: bool) -> StepParts | None:
     """(title, actions, what success looks like) of the step, or None when no container
     needs it. `rebooted`: the runbook's reboot step comes just before it."""
     pending = next_driver(plan.facts)
-    upgrades = userspace_upgrades(plan.facts, plan.pools)
+    upgrades = [(u.vmid, u.command) for u in plan.host_changes.userspace_upgrades]
     if pending is None or not upgrades:
         return None
     version = pending.next_version

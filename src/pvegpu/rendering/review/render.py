@@ -31,7 +31,6 @@ from pvegpu.rendering.review import (
     review_only,
     runbook,
 )
-from pvegpu.rendering.review.apply_steps import vgpu_source
 from pvegpu.rendering.review.gpu_layout import moving_nvswitches
 from pvegpu.rendering.review.topology import topology_mermaid, topology_svg
 from pvegpu.serving.checks import ENGINE_LABELS
@@ -147,7 +146,7 @@ def _attach(plan: Plan, artifacts: Sequence[Artifact]) -> list[dict[str, Any]]:
                 "vm": vm,
                 "lines": hostpci_lines(pool),
                 "qm_set": qm_set_command(pool),
-                "vgpu": vgpu_source(pool),
+                "vgpu": pool.vgpu_source,
                 "cpus": cpus,
                 "snippet": snippet,
             }
