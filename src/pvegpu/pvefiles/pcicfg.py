@@ -371,7 +371,9 @@ def _emit(mapping_id: str, maps: Iterable[str], options: Iterable[tuple[str, str
 
 def _checked_id(mapping: PciMapping) -> str:
     if not _MAPPING_ID.fullmatch(mapping.id):
-        raise _invalid(mapping.id, "a mapping id is a letter, then one or more letters, digits, _ or -")
+        raise _invalid(
+            mapping.id, "a mapping id is a letter, then one or more letters, digits, _ or -"
+        )
     if not mapping.maps:
         raise _invalid(mapping.id, "a mapping needs at least one map line (device)")
     return mapping.id
