@@ -5,11 +5,21 @@ Recognised servers (anywhere in the command, also inside `sh -c '...'` and after
 - SGLang: `-m sglang.launch_server`, `-m sglang_router.launch_server`, `sglang serve`.
   GPUs: `--tp-size`/`--tensor-parallel-size`/`--tp` x `--pp-size`/
   `--pipeline-parallel-size`/`--pp`, times `--dp-size`/`--data-parallel-size`/`--dp`
-  unless `--enable-dp-attention` (then the DP ranks share the TP GPUs), divided over
-  `--nnodes`; `--base-gpu-id` and `--gpu-id-step` move the highest device it opens.
+  replicas, divided over `--nnodes`; `--base-gpu-id` and `--gpu-id-step` move the
+  highest device it opens. Attention data parallelism runs inside the TP group and adds
+  no GPUs: `--attn-dp-size`/`--attention-data-parallel-size` (0.5.22 on) and the
+  deprecated `--dp-size N --enable-dp-attention`, which SGLang reads as
+  `--attn-dp-size N --dp-size 1` (before 0.5.22 the same count: the DP ranks share the
+  TP GPUs). SGLang 0.5.23's `compute_world_size` in `sglang/srt/server_args.py` is
+  dp x tp x pp, and `handle_deprecated_dp_attention` in
+  `sglang/srt/arg_groups/parallel_hook.py` is the rewrite.
 - vLLM: `vllm serve`, `-m vllm.entrypoints.openai.api_server` (or `.api_server`). GPUs:
   `--tensor-parallel-size`/`-tp` x `--pipeline-parallel-size`/`-pp` x
-  `--data-parallel-size-local`/`-dpl` (else `--data-parallel-size`/`-dp`).
+  `--prefill-context-parallel-size`/`-pcp` (0.12 on), times
+  `--data-parallel-size-local`/`-dpl` (else `--data-parallel-size`/`-dp`). vLLM's world
+  size is PP x TP x PCP (`ParallelConfig.__post_init__` in `vllm/config/parallel.py` of
+  vLLM 0.12.0 and 0.33.0); `--decode-context-parallel-size`/`-dcp` reuses the TP ranks
+  and adds none.
 
 The last occurrence of an option wins (argparse). `${NAME}` and `$NAME` are expanded from
 the unit's Environment= (and assignments before the command, `env X=1 cmd`, `X=1 cmd`),
@@ -72,6 +82,8 @@ _SIZES: dict[str, dict[str, str]] = {
         "-dp": "dp",
         "--data-parallel-size-local": "dpl",
         "-dpl": "dpl",
+        "--prefill-context-parallel-size": "pcp",
+        "-pcp": "pcp",
     },
 }
 _DP_ATTENTION = "--enable-dp-attention"
@@ -89,7 +101,8 @@ class SizeOption:
     """One parallel-size option of the command line, as the unit writes it."""
 
     kind: str
-    """`tp`, `pp`, `dp`, `dpl` (vLLM's local DP), `nnodes`, `base`, `step`."""
+    """`tp`, `pp`, `dp`, `dpl` (vLLM's local DP), `pcp` (vLLM's prefill context
+    parallelism), `nnodes`, `base`, `step`."""
     spelling: str
     written: str
     """`--tp 8` or `--tp=8`: how the fix names it."""
@@ -130,7 +143,7 @@ class ServerDemand:
         size = {o.kind: o.value or 0 for o in self.options}
         tp, pp = size.get("tp", 1), size.get("pp", 1)
         if self.server == VLLM:
-            return tp * pp * size.get("dpl", size.get("dp", 1))
+            return tp * pp * size.get("pcp", 1) * size.get("dpl", size.get("dp", 1))
         dp = 1 if self.dp_attention else size.get("dp", 1)
         per_node = math.ceil(tp * pp * dp / max(size.get("nnodes", 1), 1))
         return size.get("base", 0) + (per_node - 1) * size.get("step", 1) + 1
