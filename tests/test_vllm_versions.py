@@ -133,6 +133,15 @@ def test_release_boundaries_of_the_rules() -> None:
     switch = load_table("0.33.0").option_strings["--disable-custom-all-reduce"]
     assert "--enable-custom-all-reduce" in switch.accepted
     assert load_table("0.5.2").option_strings["--disable-custom-all-reduce"].action == "store_true"
+    # Context parallelism: the flags from the releases that first list them, and the DCP
+    # rule that changed when PCP could span DCP (vllm/config/parallel.py of 0.26.0).
+    assert load_table("0.9.2").find("--decode-context-parallel-size") is None
+    assert load_table("0.10.2").find("--decode-context-parallel-size") is not None
+    assert load_table("0.11.2").find("--prefill-context-parallel-size") is None
+    assert load_table("0.12.0").find("--prefill-context-parallel-size") is not None
+    assert versions.RULES.dcp_rule("0.9.2") is None
+    assert not versions.RULES.dcp_rule("0.25.1").spans_pcp  # type: ignore[union-attr]
+    assert versions.RULES.dcp_rule("0.26.0").spans_pcp  # type: ignore[union-attr]
 
 
 def test_golden_kpro6_oldest(golden: Callable[[str], SnapshotAssertion]) -> None:

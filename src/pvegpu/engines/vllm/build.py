@@ -21,6 +21,7 @@ from pvegpu.engines.common.server import (
     refusal,
 )
 from pvegpu.engines.sglang.old_unit import OldUnit, unit_base
+from pvegpu.engines.vllm import versions
 from pvegpu.engines.vllm.command import (
     extra_args,
     kv_cache_bits,
@@ -32,6 +33,7 @@ from pvegpu.engines.vllm.installed import serving_release
 from pvegpu.engines.vllm.option_check import parse_command_line
 from pvegpu.engines.vllm.options import OptionTable
 from pvegpu.engines.vllm.unit import unit_content
+from pvegpu.engines.vllm.versions import ParallelLayout
 from pvegpu.errors import PvegpuError, SpecError
 from pvegpu.model.decision import DECIDED, VllmServing
 from pvegpu.model.plan import Finding, Severity
@@ -57,17 +59,8 @@ def decide_serving(
     version = release.version if release is not None else ""
     _check_scalars(checks)
     gpus = len(context.gpus)
-    pp = spec.pipeline_parallel_size or 1
-    if gpus % pp:
-        checks.problem(
-            "vllm-pipeline-does-not-divide",
-            f"pipeline_parallel_size {pp} does not divide the pool's {gpus} GPUs: vLLM "
-            "needs TP x PP = the GPUs it is given",
-            "set pipeline_parallel_size to a divisor of the pool's GPU count",
-            subject=f"{checks.where}.pipeline_parallel_size",
-        )
-        pp = 1
-    tp = gpus // pp
+    layout = _layout(checks, gpus, version)
+    pp = layout.pp
     model = context.model
     if model is not None and pp > 1 and model.num_hidden_layers < pp:
         checks.problem(
@@ -81,14 +74,14 @@ def decide_serving(
     p2p = context.p2p
     extra = extra_args(checks, table)
     # The fit is neutral; the KV cache's element size is vLLM's --kv-cache-dtype. Each GPU
-    # holds 1/(TP x PP) of the weights.
+    # holds 1/(TP x PP) of the weights: every prefill context-parallel rank holds them all.
     kv_bits = kv_cache_bits(table, extra)
     fit = (
         memory_fit(
             checks,
             context.runtime,
             model,
-            gpus,
+            layout.tp * layout.pp,
             kv_bits,
             default_fraction=DEFAULT_GPU_MEMORY_UTILIZATION,
         )
@@ -97,7 +90,7 @@ def decide_serving(
     )
     old_unit = unit_base(checks, context.vmid, context.rootfs)
     base = old_unit.base
-    options = serve_options(checks, table, tp, pp, p2p, mtp, extra) if table else ()
+    options = serve_options(checks, table, layout, p2p, mtp, extra) if table else ()
     environment = service_environment(checks, context.runtime, p2p, context.visible_devices)
     if table is not None and options:
         check_whole_line(
@@ -127,7 +120,7 @@ def decide_serving(
         runtime=context.runtime,
         visible_devices=context.visible_devices,
         gpus=context.gpus,
-        tp_size=tp,
+        tp_size=layout.tp,
         options=options,
         environment=environment,
         p2p=p2p,
@@ -146,6 +139,8 @@ def decide_serving(
         pp_size=pp,
         executable=release.executable,
         mtp_config=mtp,
+        pcp_size=layout.pcp,
+        dcp_size=layout.dcp,
     )
     if old_unit.running and table is not None:
         _report_drops(checks, serving, old_unit, table)
@@ -161,6 +156,47 @@ def _report_drops(checks: Checks, serving: VllmServing, old: OldUnit, table: Opt
     message = drops_message(compare_services(old.running, after, table), serving.unit_path)
     if message is not None:
         checks.finding(Severity.WARNING, "serving-drops-settings", message)
+
+
+def _layout(checks: Checks, gpus: int, version: str) -> ParallelLayout:
+    """TP, PP, PCP and DCP for the pool's `gpus`: vLLM opens PP x TP x PCP GPUs
+    (`versions`), so TP is the GPU count over PP x PCP; a size that does not fit is a
+    problem naming vLLM's rule, and counts as 1 for the checks that follow."""
+    spec = checks.spec
+    pp = spec.pipeline_parallel_size or 1
+    if gpus % pp:
+        checks.problem(
+            "vllm-pipeline-does-not-divide",
+            f"pipeline_parallel_size {pp} does not divide the pool's {gpus} GPUs: vLLM "
+            "needs TP x PP = the GPUs it is given",
+            "set pipeline_parallel_size to a divisor of the pool's GPU count",
+            subject=f"{checks.where}.pipeline_parallel_size",
+        )
+        pp = 1
+    pcp = spec.prefill_context_parallel_size or 1
+    if (gpus // pp) % pcp:
+        checks.problem(
+            "vllm-context-parallel-does-not-divide",
+            f"prefill_context_parallel_size {pcp} x pipeline_parallel_size {pp} does not "
+            f"divide the pool's {gpus} GPUs: vLLM opens TP x PP x PCP GPUs (its world "
+            "size), so TP would not be a whole number",
+            "set prefill_context_parallel_size so that PP x PCP divides the pool's GPU count",
+            subject=f"{checks.where}.prefill_context_parallel_size",
+        )
+        pcp = 1
+    layout = ParallelLayout(tp=gpus // (pp * pcp), pp=pp, pcp=pcp)
+    dcp = spec.decode_context_parallel_size or 1
+    rule = versions.RULES.dcp_rule(version)
+    if dcp > 1 and rule is not None and dcp not in (sizes := rule.sizes(layout)):
+        checks.problem(
+            "vllm-decode-context-parallel-invalid",
+            f"decode_context_parallel_size {dcp} is not one vLLM {version} takes: "
+            f"{rule.text(layout)}",
+            "set decode_context_parallel_size to one of " + ", ".join(map(str, sizes)),
+            subject=f"{checks.where}.decode_context_parallel_size",
+        )
+        dcp = 1
+    return ParallelLayout(tp=layout.tp, pp=pp, pcp=pcp, dcp=dcp)
 
 
 def _check_scalars(checks: Checks) -> None:
