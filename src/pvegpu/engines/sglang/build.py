@@ -30,6 +30,7 @@ from pvegpu.engines.sglang.environment import service_environment
 from pvegpu.engines.sglang.old_unit import OldUnit, unit_base
 from pvegpu.engines.sglang.option_check import parse_command_line
 from pvegpu.engines.sglang.options import OptionTable
+from pvegpu.engines.sglang.parallel import check_parallel_sizes
 from pvegpu.engines.sglang.unit import unit_content
 from pvegpu.errors import PvegpuError
 from pvegpu.model.decision import DECIDED, SglangServing
@@ -68,6 +69,9 @@ def decide_serving(
     p2p = context.p2p
     numa = context.numa
     extra = extra_args(checks, table)
+    if table is not None:
+        # What extra_args add to TP, counted as SGLang counts the GPUs it opens.
+        check_parallel_sizes(checks, table, tp, extra)
     # The fit is neutral; the KV cache's element size is SGLang's --kv-cache-dtype.
     kv_bits = kv_cache_bits(table, extra)
     fit = memory_fit(checks, context.runtime, model, tp, kv_bits) if model is not None else None
