@@ -38,6 +38,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import attrs
 
+from pvegpu.engines.common.deprecations import CODE as DEPRECATED_CODE
 from pvegpu.errors import Problem
 from pvegpu.host.container_units import (
     ENABLING_DIRS,
@@ -270,6 +271,7 @@ def _judge(
     container: _Container, unit: _Unit, problems: list[Problem], findings: list[Finding]
 ) -> None:
     for server in unit.demand.servers:
+        findings.extend(_deprecated(container, unit, server))
         need = server.gpus
         if need is None:
             if container.after < container.before:
@@ -428,6 +430,20 @@ def _unknown(container: _Container, unit: _Unit, server: ServerDemand) -> Findin
         f"many GPUs it opens is unknown: {why}; {container.gets}. Check that it needs no "
         f"more: pct exec {container.vmid} -- systemctl cat {unit.name}",
     )
+
+
+def _deprecated(container: _Container, unit: _Unit, server: ServerDemand) -> Iterator[Finding]:
+    """A flag the engine deprecates: the unit starts today, and not on a release past the
+    removal, which a routine upgrade of the container brings."""
+    for gone in server.deprecated:
+        where = f"{unit.name} (enabled in CT {container.vmid})"
+        yield Finding(
+            Severity.WARNING,
+            DEPRECATED_CODE,
+            unit.source,
+            f"{gone.message(server.server, gone.flag, where)}; write `{gone.replacement}` "
+            f"instead: edit {unit.edit(container.vmid)}",
+        )
 
 
 def _unchecked(container: _Container, volume: str, why: str) -> Finding:

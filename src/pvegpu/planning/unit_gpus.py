@@ -40,6 +40,8 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
+from pvegpu.engines.common.deprecations import FlagDeprecation
+from pvegpu.engines.sglang import versions as sglang_versions
 from pvegpu.serving.unitfile import (
     ENVIRONMENT,
     ENVIRONMENT_FILE,
@@ -127,6 +129,8 @@ class ServerDemand:
     """`--config FILE`: sizes may be set there, where pvegpu does not look."""
     visible: tuple[str, ...] | None = None
     """The visible-devices variable as the server gets it; None: not set."""
+    deprecated: tuple[FlagDeprecation, ...] = ()
+    """Flags of the line the engine's release table deprecates (`--enable-dp-attention`)."""
 
     def option(self, kind: str) -> SizeOption | None:
         return next((o for o in self.options if o.kind == kind), None)
@@ -286,6 +290,7 @@ def _server(server: str, words: Sequence[str], visible: tuple[str, ...] | None) 
     chosen: dict[str, SizeOption] = {}
     dp_attention = False
     config: str | None = None
+    deprecated: dict[str, FlagDeprecation] = {}
     i = 0
     while i < len(words):
         word = words[i]
@@ -293,6 +298,8 @@ def _server(server: str, words: Sequence[str], visible: tuple[str, ...] | None) 
         if server == VLLM and name.startswith("--"):
             name = "--" + name[2:].replace("_", "-")  # vLLM takes --tensor_parallel_size
         i += 1
+        if server == SGLANG and (gone := sglang_versions.RULES.deprecation(name)) is not None:
+            deprecated.setdefault(name, gone)
         if name == _DP_ATTENTION and server == SGLANG:
             dp_attention = True
             continue
@@ -309,4 +316,11 @@ def _server(server: str, words: Sequence[str], visible: tuple[str, ...] | None) 
             chosen.pop(names[name], None)
             chosen[names[name]] = SizeOption(names[name], name, written, number)
     # Re-inserted at each occurrence: the dict is in the order of the ones that count.
-    return ServerDemand(server, tuple(chosen.values()), dp_attention, config, visible)
+    return ServerDemand(
+        server,
+        tuple(chosen.values()),
+        dp_attention,
+        config,
+        visible,
+        tuple(deprecated.values()),
+    )

@@ -8,6 +8,7 @@ already made (`serving.context.ServingContext`).
 
 from __future__ import annotations
 
+from pvegpu.engines.common.deprecations import CODE as DEPRECATED_CODE
 from pvegpu.engines.common.drops import drops_message
 from pvegpu.engines.common.environment import P2P_ENV
 from pvegpu.engines.common.server import (
@@ -25,7 +26,7 @@ from pvegpu.engines.sglang.command import (
     launch_options,
     option_table,
 )
-from pvegpu.engines.sglang.drops import compare_services
+from pvegpu.engines.sglang.drops import compare_services, deprecated_flags
 from pvegpu.engines.sglang.environment import service_environment
 from pvegpu.engines.sglang.old_unit import OldUnit, unit_base
 from pvegpu.engines.sglang.option_check import parse_command_line
@@ -148,6 +149,16 @@ def _report_drops(checks: Checks, serving: SglangServing, old: OldUnit, table: O
     message = drops_message(comparison, serving.unit_path)
     if message is not None:
         checks.finding(Severity.WARNING, "serving-drops-settings", message)
+    for written, gone in deprecated_flags(old.running, table):
+        where = f"the container's current unit (/{serving.unit_path.lstrip('/')})"
+        checks.finding(
+            Severity.WARNING,
+            DEPRECATED_CODE,
+            gone.message("SGLang", written, where)
+            + "; the rendered unit does not carry it over: set "
+            f"`{gone.replacement}` in serving.extra_args instead (pvegpu refuses the "
+            "deprecated flag there)",
+        )
 
 
 def _check_scalars(checks: Checks) -> None:
