@@ -215,6 +215,12 @@ def _units(facts: HostFacts, rootfs: str, variable: str) -> tuple[list[_Unit], l
     the enabled ones (/etc's file or its template, else what the enabling link names),
     then those installed in /etc that no link names (nor an instance of them)."""
     unit_dir = f"{rootfs}/{UNIT_DIR}/"
+
+    def config_text(inside: str) -> str | None:
+        # A server's --config file, as discovery read it (host.container_units).
+        found = facts.file(f"{rootfs}/{inside.lstrip('/')}")
+        return found.content if found is not None else None
+
     links: dict[str, ConfigFile] = {}
     installed: dict[str, ConfigFile] = {}
     dropins: dict[str, list[ConfigFile]] = {}
@@ -242,7 +248,7 @@ def _units(facts: HostFacts, rootfs: str, variable: str) -> tuple[list[_Unit], l
             base,
         )
         inside = "/" + source.path[len(rootfs) + 1 :]
-        demand = unit_demand(merge_units(f.content for f in files), variable)
+        demand = unit_demand(merge_units(f.content for f in files), variable, config_text)
         visible = next((f for f in reversed(files) if _sets_visible(f.content, variable)), source)
         return _Unit(name, source.path, inside, demand, visible.path, source is link)
 
@@ -421,7 +427,7 @@ def _unknown(container: _Container, unit: _Unit, server: ServerDemand) -> Findin
             " (EnvironmentFile= is not read)" if unit.demand.environment_file else ""
         )
     else:
-        why = f"its sizes may be set in {server.config}, which is not read"
+        why = f"its sizes may be set in {server.config}, which {server.config_problem}"
     return Finding(
         Severity.WARNING,
         "container-unit-gpus-unknown",

@@ -1,0 +1,110 @@
+"""An engine's `--config FILE.yaml`, read as the engine turns it into command-line words.
+
+Both engines take `--config` with a YAML mapping whose keys are option names, and insert
+its options *before* the command line's own, so a flag on the command line overrides the
+file (argparse keeps the last): `ConfigArgumentMerger.merge_config_with_args` in
+`sglang/srt/server_args_config_parser.py` of SGLang 0.5.3 (`sglang/srt/utils/` in 0.5.23),
+`FlexibleArgumentParser._pull_args_from_config` in `vllm/utils/__init__.py` of vLLM 0.10.2
+(`vllm/utils/argparse_utils.py` in 0.33.0). A key becomes `--key`; `true` the bare flag,
+`false` nothing; any other scalar `--key str(value)`; both refuse a file not named
+`.yaml`/`.yml`.
+
+**Decision: no YAML library.** pvegpu depends on attrs, cattrs and jinja2 only, and these
+files are flat `key: value` lists in practice, so this reads that subset of YAML (plain,
+single- or double-quoted scalars, comments, `---`). A key whose value is a nested block,
+a list or a flow collection is kept as not read (`UNREAD`), so a size set that way is
+unknown rather than guessed; a line that is not `key: value` at all makes the whole file
+unread, with the line named.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from pvegpu.values import value_class
+
+SUFFIXES = (".yaml", ".yml")
+"""What both engines take as a config file."""
+
+UNREAD = object()
+"""The value of a key whose YAML is more than a scalar (a nested mapping, a list)."""
+
+_KEY = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.-]*)\s*:(?:\s+(.*?))?\s*")
+_COMMENT = re.compile(r"\s+#.*$")
+_BOOLS = {
+    # YAML 1.1, as PyYAML's safe_load (which both engines use) reads them.
+    **dict.fromkeys(("true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"), True),
+    **dict.fromkeys(("false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"), False),
+}
+_NULLS = ("", "~", "null", "Null", "NULL")
+
+
+@value_class
+@attrs.frozen(eq=False, repr=False)
+class EngineConfig:
+    """The options a config file sets, or why it could not be read."""
+
+    values: tuple[tuple[str, object], ...] = ()
+    """(key, value) in file order: bool, None, str, or UNREAD."""
+    problem: str | None = None
+    """Why the file is not read (`line 3 is not \\`key: value\\``); None when it is."""
+
+    def words(self) -> tuple[str, ...]:
+        """The command-line words the engines make of it (before the line's own)."""
+        out: list[str] = []
+        for key, value in self.values:
+            if value is True:
+                out.append(f"--{key}")
+            elif value is UNREAD or value is False or value is None:
+                continue
+            else:
+                out.extend((f"--{key}", str(value)))
+        return tuple(out)
+
+    def unread(self) -> tuple[str, ...]:
+        """The keys whose value is not a scalar, as `--key`."""
+        return tuple(f"--{k}" for k, v in self.values if v is UNREAD)
+
+
+def parse_config(text: str) -> EngineConfig:
+    """The flat `key: value` subset of YAML the engines' config files use."""
+    values: dict[str, object] = {}
+    block: str | None = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.rstrip()
+        stripped = line.lstrip()
+        if not stripped or stripped.startswith("#") or (number == 1 and line == "---"):
+            continue
+        if line[0] in " \t-":
+            # The block of the key before: a nested mapping or a list.
+            if block is None:
+                return EngineConfig(problem=f"line {number} is indented with no key before it")
+            values[block] = UNREAD
+            continue
+        match = _KEY.fullmatch(_COMMENT.sub("", line))
+        if match is None:
+            return EngineConfig(problem=f"line {number} is not `key: value`")
+        key, value = match.group(1), match.group(2) or ""
+        values.pop(key, None)  # a repeated key: PyYAML keeps the last
+        values[key] = _scalar(value)
+        block = key if value == "" else None
+    return EngineConfig(tuple(values.items()))
+
+
+def _scalar(value: str) -> object:
+    if value in _NULLS:
+        return None
+    if value in _BOOLS:
+        return _BOOLS[value]
+    if value[0] in "[{&*!|>%@`":
+        return UNREAD  # flow collection, anchor, alias, tag, block scalar: not read
+    if len(value) >= 2 and value[0] == value[-1] == "'":
+        return value[1:-1].replace("''", "'")
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        inner = value[1:-1]
+        return UNREAD if "\\" in inner else inner
+    if value[0] in "'\"":
+        return UNREAD  # a quoted scalar over several lines
+    return value
