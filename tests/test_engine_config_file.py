@@ -4,13 +4,25 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
 
+from bundled import copy_tree, example_spec, fixture_root
+from pvegpu.engines import installed_files
 from pvegpu.engines.common.config_file import UNREAD, parse_config
+from pvegpu.errors import PvegpuError
+from pvegpu.host.serving_files import read_serving_files
+from pvegpu.model.facts import ConfigFile
+from pvegpu.model.plan import Plan
+from pvegpu.planning.decide import decided_servings
 from pvegpu.planning.unit_gpus import unit_demand
 from pvegpu.serving.unitfile import parse_unit
+from strategies_serving import ROOTFS, kpro6_plan, qwen_serving
 from test_leftover_servers import UNIT, codes, host, planned, refused, write
+from test_vllm_versions import kpro6_plan as vllm_plan
+from test_vllm_versions import vllm_serving
 
 CT = "rpool/data/subvol-129-disk-0"
 
@@ -124,3 +136,81 @@ def test_a_missing_config_is_unknown_naming_the_file(tmp_path: Path) -> None:
     assert codes(result) == {"container-unit-gpus-unknown"}
     (finding,) = [f for f in result.findings if f.code == "container-unit-gpus-unknown"]
     assert "(/root/conf/sglang.yaml in the container) is not read" in finding.message
+
+
+# ------------------------------------------------------------------ in a spec's extra_args
+
+
+def sglang_with_config(text: str | None, **overrides: Any) -> Plan:
+    extra = (ConfigFile(f"{ROOTFS}/etc/sglang.yaml", text),) if text is not None else ()
+    spec = qwen_serving(extra_args=("--config", "/etc/sglang.yaml"), **overrides)
+    return kpro6_plan(spec, extra=extra)
+
+
+def test_extra_args_config_sizes_count_for_sglang() -> None:
+    with pytest.raises(PvegpuError) as err:
+        decided_servings(sglang_with_config("dp-size: 2\n"))
+    (problem,) = [p for p in err.value.problems if p.code == "sglang-parallel-size-mismatch"]
+    assert "2 x 4 x 1 = 8" in problem.message and "`--config /etc/sglang.yaml`" in problem.message
+    assert "from extra_args or `--config /etc/sglang.yaml`" in problem.fix
+    # pvegpu's --tp-size overrides the file's: SGLang puts the file's options first.
+    (pool,) = decided_servings(sglang_with_config("tp-size: 8\nattn-dp-size: 2\n")).pools
+    assert pool.serving is not None and pool.serving.tp_size == 4
+
+
+def test_an_extra_args_config_not_read_is_a_warning() -> None:
+    found = decided_servings(sglang_with_config(None)).findings
+    (finding,) = [f for f in found if f.code == "serving-config-unread"]
+    assert "`--config /etc/sglang.yaml`" in finding.message
+    assert "(/etc/sglang.yaml in CT 129) is not read" in finding.message
+    nested = decided_servings(sglang_with_config("dp-size:\n  - 2\n")).findings
+    assert [f for f in nested if f.code == "serving-config-unread"]
+
+
+def vllm_with_config(text: str, **overrides: Any) -> Plan:
+    extra = (ConfigFile(f"{ROOTFS}/root/vllm.yaml", text),)
+    spec = vllm_serving(
+        extra_args=("--config", "vllm.yaml"),
+        working_directory="/root",
+        model_config=None,
+        **overrides,
+    )
+    return vllm_plan(spec, extra=extra)
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides", "refused"),
+    [
+        ("pipeline-parallel-size: 2\n", {}, True),  # the line writes no PP: the file's stands
+        ("pipeline-parallel-size: 2\n", {"pipeline_parallel_size": 2}, False),  # overridden
+        ("prefill_context_parallel_size: 2\n", {}, True),
+        ("data-parallel-size: 2\n", {}, True),
+        ("tensor-parallel-size: 8\npipeline-parallel-size: 1\n", {}, False),
+    ],
+)
+def test_extra_args_config_sizes_the_vllm_line_does_not_override_are_refused(
+    text: str, overrides: dict[str, Any], refused: bool
+) -> None:
+    plan = vllm_with_config(text, **overrides)
+    if not refused:
+        decided_servings(plan)
+        return
+    with pytest.raises(PvegpuError) as err:
+        decided_servings(plan)
+    assert [p.code for p in err.value.problems] == ["vllm-config-sets-parallel-size"]
+    assert "`--config vllm.yaml`" in err.value.problems[0].message
+
+
+def test_discovery_reads_the_config_extra_args_pass(tmp_path: Path) -> None:
+    root = copy_tree(fixture_root("kpro6"), tmp_path / "root")
+    write(root, f"{CT}/root/conf/s.yaml", "dp-size: 2\n")
+    spec = example_spec("kpro6")
+    pool = spec.pools[0]
+    assert pool.lxc is not None and pool.lxc.serving is not None
+    serving = attrs.evolve(pool.lxc.serving, extra_args=("--config", "conf/s.yaml"))
+    changed = attrs.evolve(
+        spec,
+        pools=(attrs.evolve(pool, lxc=attrs.evolve(pool.lxc, serving=serving)), *spec.pools[1:]),
+    )
+    files = read_serving_files(root, changed, installed_files)
+    assert any(f.path == f"{CT}/root/conf/s.yaml" for f in files.files)

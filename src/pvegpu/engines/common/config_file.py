@@ -20,10 +20,15 @@ unread, with the line named.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 import attrs
 
+from pvegpu.model.paths import engine_config_path
+from pvegpu.model.plan import Severity
+from pvegpu.serving.checks import Checks
 from pvegpu.values import value_class
+from pvegpu.wording import plural
 
 SUFFIXES = (".yaml", ".yml")
 """What both engines take as a config file."""
@@ -108,3 +113,49 @@ def _scalar(value: str) -> object:
     if value[0] in "'\"":
         return UNREAD  # a quoted scalar over several lines
     return value
+
+
+@value_class
+@attrs.frozen(eq=False, repr=False)
+class ExtraConfig:
+    """The `--config` file the spec's extra_args pass, as the engine would read it."""
+
+    path: str
+    config: EngineConfig
+
+
+def extra_args_config(
+    checks: Checks, rootfs: str | None, sizes: Collection[str]
+) -> ExtraConfig | None:
+    """The last `--config FILE` of extra_args, read from the facts (discovery read it from
+    the container); None when there is none. A file not read, or one that sets a size
+    (`sizes`: its option strings) as more than a plain value, is a warning: the sizes it
+    may set are not checked against the pool."""
+    words = checks.spec.extra_args
+    path = None
+    for i, word in enumerate(words):
+        if word == "--config" and i + 1 < len(words):
+            path = words[i + 1]
+        elif word.startswith("--config="):
+            path = word.partition("=")[2]
+    if path is None:
+        return None
+    inside = engine_config_path(path, checks.spec.working_directory)
+    found = checks.facts.file(f"{rootfs}/{inside.lstrip('/')}") if inside and rootfs else None
+    if found is None:
+        where = f" ({inside} in CT {checks.pool.lxc.vmid})" if inside and checks.pool.lxc else ""
+        config = EngineConfig(problem=f"{where.strip()} is not read".strip())
+    else:
+        config = parse_config(found.content)
+    unread = [k for k in config.unread() if k in sizes]
+    if config.problem is not None or unread:
+        why = config.problem or f"sets {', '.join(unread)} as more than a plain value"
+        checks.finding(
+            Severity.WARNING,
+            "serving-config-unread",
+            f"extra_args pass `--config {path}`, which {why}: the parallel sizes it may "
+            f"set are not checked against the pool's {plural(len(checks.pool.gpus), 'GPU')}, "
+            "and one the rendered line does not override makes the server open other GPUs "
+            "than the pool's (check it by hand, or give the sizes in the spec)",
+        )
+    return ExtraConfig(path, config)

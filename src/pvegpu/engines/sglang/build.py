@@ -8,6 +8,7 @@ already made (`serving.context.ServingContext`).
 
 from __future__ import annotations
 
+from pvegpu.engines.common.config_file import extra_args_config
 from pvegpu.engines.common.deprecations import CODE as DEPRECATED_CODE
 from pvegpu.engines.common.drops import drops_message
 from pvegpu.engines.common.environment import P2P_ENV
@@ -31,7 +32,7 @@ from pvegpu.engines.sglang.environment import service_environment
 from pvegpu.engines.sglang.old_unit import OldUnit, unit_base
 from pvegpu.engines.sglang.option_check import parse_command_line
 from pvegpu.engines.sglang.options import OptionTable
-from pvegpu.engines.sglang.parallel import check_parallel_sizes
+from pvegpu.engines.sglang.parallel import SIZE_OPTIONS, check_parallel_sizes
 from pvegpu.engines.sglang.unit import unit_content
 from pvegpu.errors import PvegpuError
 from pvegpu.model.decision import DECIDED, SglangServing
@@ -71,8 +72,10 @@ def decide_serving(
     numa = context.numa
     extra = extra_args(checks, table)
     if table is not None:
-        # What extra_args add to TP, counted as SGLang counts the GPUs it opens.
-        check_parallel_sizes(checks, table, tp, extra)
+        # What extra_args (and a --config file they pass) add to TP, counted as SGLang
+        # counts the GPUs it opens.
+        config = extra_args_config(checks, context.rootfs.path, SIZE_OPTIONS)
+        check_parallel_sizes(checks, table, tp, extra, config)
     # The fit is neutral; the KV cache's element size is SGLang's --kv-cache-dtype.
     kv_bits = kv_cache_bits(table, extra)
     fit = memory_fit(checks, context.runtime, model, tp, kv_bits) if model is not None else None

@@ -15,14 +15,17 @@ parallelism, and SGLang counts them as its releases do:
   which is how releases before 0.5.22 counted it too (their world size leaves dp out
   with `--enable-dp-attention`).
 
-The same count reads an old unit's line (`planning/unit_gpus.py`).
+The same count reads an old unit's line (`planning/unit_gpus.py`). A `--config` file in
+extra_args counts too, its options before the line's own (`engines.common.config_file`):
+pvegpu's `--tp-size` overrides the file's, its `--dp-size` does not.
 """
 
 from __future__ import annotations
 
 import attrs
 
-from pvegpu.engines.sglang.option_check import ParsedCommandLine, ParsedOption
+from pvegpu.engines.common.config_file import ExtraConfig
+from pvegpu.engines.sglang.option_check import ParsedCommandLine, ParsedOption, parse_command_line
 from pvegpu.engines.sglang.options import OptionSpec, OptionTable
 from pvegpu.serving.checks import Checks
 from pvegpu.values import value_class
@@ -65,17 +68,36 @@ def parallel_sizes(table: OptionTable, line: ParsedCommandLine) -> ParallelSizes
     return ParallelSizes(written=written, **sizes)
 
 
+SIZE_OPTIONS = frozenset({*DP_SIZE, *PP_SIZE, *ATTN_DP_SIZE, DP_ATTENTION})
+"""The option strings whose value the count reads (a `--config` key that sets one as more
+than a plain value leaves it unchecked)."""
+
+
 def check_parallel_sizes(
-    checks: Checks, table: OptionTable, tp: int, extra: ParsedCommandLine | None
+    checks: Checks,
+    table: OptionTable,
+    tp: int,
+    extra: ParsedCommandLine | None,
+    config: ExtraConfig | None = None,
 ) -> None:
     """Refuse extra_args whose sizes make SGLang open other than the pool's GPUs, or an
-    attention-DP size that does not divide TP; each names SGLang's own rule."""
+    attention-DP size that does not divide TP; each names SGLang's own rule. `config`:
+    the `--config` file extra_args pass, its options counted before theirs."""
     if extra is None:
         return
-    sizes = parallel_sizes(table, extra)
+    line = extra
+    where = "extra_args"
+    if config is not None and config.config.problem is None:
+        where = f"extra_args or `--config {config.path}`"
+        words = [*config.config.words(), *(w for o in extra.options for w in o.tokens)]
+        # The file's own mistakes are SGLang's to report; only its sizes count here.
+        line = parse_command_line(table, words, subject="", complete=False)
+    sizes = parallel_sizes(table, line)
     version = table.version
     subject = f"{checks.where}.extra_args"
-    shown = " ".join(f"`{w}`" for w in sizes.written)
+    note = f" (extra_args with the options of `--config {config.path}`)" if config else ""
+    shown = " ".join(f"`{w}`" for w in sizes.written) + (note if where != "extra_args" else "")
+    removed = " ".join(f"`{w}`" for w in sizes.written)
     world = sizes.world_size(tp)
     if world != tp:
         inside = table.find(*ATTN_DP_SIZE)
@@ -89,7 +111,7 @@ def check_parallel_sizes(
             f"{shown} make SGLang {version} open dp x tp x pp = {sizes.dp} x {tp} x "
             f"{sizes.pp} = {world} GPUs ({_SOURCE}); the pool has {tp}, so the server "
             "fails to start",
-            f"remove {shown} from extra_args (a pool is one TP group: one pool per replica), "
+            f"remove {removed} from {where} (a pool is one TP group: one pool per replica), "
             f"or for attention data parallelism inside TP use {instead}",
             subject=subject,
         )

@@ -11,6 +11,7 @@ table, the unit, and what the container's current unit loses.
 
 from __future__ import annotations
 
+from pvegpu.engines.common.config_file import extra_args_config
 from pvegpu.engines.common.drops import drops_message
 from pvegpu.engines.common.environment import P2P_ENV, service_environment
 from pvegpu.engines.common.server import (
@@ -21,7 +22,6 @@ from pvegpu.engines.common.server import (
     refusal,
 )
 from pvegpu.engines.sglang.old_unit import OldUnit, unit_base
-from pvegpu.engines.vllm import versions
 from pvegpu.engines.vllm.command import (
     extra_args,
     kv_cache_bits,
@@ -32,8 +32,8 @@ from pvegpu.engines.vllm.drops import compare_services
 from pvegpu.engines.vllm.installed import serving_release
 from pvegpu.engines.vllm.option_check import parse_command_line
 from pvegpu.engines.vllm.options import OptionTable
+from pvegpu.engines.vllm.parallel import SIZE_OPTIONS, check_config_sizes, parallel_layout
 from pvegpu.engines.vllm.unit import unit_content
-from pvegpu.engines.vllm.versions import ParallelLayout
 from pvegpu.errors import PvegpuError, SpecError
 from pvegpu.model.decision import DECIDED, VllmServing
 from pvegpu.model.plan import Finding, Severity
@@ -59,7 +59,7 @@ def decide_serving(
     version = release.version if release is not None else ""
     _check_scalars(checks)
     gpus = len(context.gpus)
-    layout = _layout(checks, gpus, version)
+    layout = parallel_layout(checks, gpus, version)
     pp = layout.pp
     model = context.model
     if model is not None and pp > 1 and model.num_hidden_layers < pp:
@@ -73,6 +73,10 @@ def decide_serving(
     mtp = mtp_config(checks, version, table, model.model_type if model else None)
     p2p = context.p2p
     extra = extra_args(checks, table)
+    if table is not None:
+        # A --config file in extra_args: the sizes it sets that the line does not.
+        config = extra_args_config(checks, context.rootfs.path, SIZE_OPTIONS)
+        check_config_sizes(checks, table, layout, config)
     # The fit is neutral; the KV cache's element size is vLLM's --kv-cache-dtype. Each GPU
     # holds 1/(TP x PP) of the weights: every prefill context-parallel rank holds them all.
     kv_bits = kv_cache_bits(table, extra)
@@ -156,47 +160,6 @@ def _report_drops(checks: Checks, serving: VllmServing, old: OldUnit, table: Opt
     message = drops_message(compare_services(old.running, after, table), serving.unit_path)
     if message is not None:
         checks.finding(Severity.WARNING, "serving-drops-settings", message)
-
-
-def _layout(checks: Checks, gpus: int, version: str) -> ParallelLayout:
-    """TP, PP, PCP and DCP for the pool's `gpus`: vLLM opens PP x TP x PCP GPUs
-    (`versions`), so TP is the GPU count over PP x PCP; a size that does not fit is a
-    problem naming vLLM's rule, and counts as 1 for the checks that follow."""
-    spec = checks.spec
-    pp = spec.pipeline_parallel_size or 1
-    if gpus % pp:
-        checks.problem(
-            "vllm-pipeline-does-not-divide",
-            f"pipeline_parallel_size {pp} does not divide the pool's {gpus} GPUs: vLLM "
-            "needs TP x PP = the GPUs it is given",
-            "set pipeline_parallel_size to a divisor of the pool's GPU count",
-            subject=f"{checks.where}.pipeline_parallel_size",
-        )
-        pp = 1
-    pcp = spec.prefill_context_parallel_size or 1
-    if (gpus // pp) % pcp:
-        checks.problem(
-            "vllm-context-parallel-does-not-divide",
-            f"prefill_context_parallel_size {pcp} x pipeline_parallel_size {pp} does not "
-            f"divide the pool's {gpus} GPUs: vLLM opens TP x PP x PCP GPUs (its world "
-            "size), so TP would not be a whole number",
-            "set prefill_context_parallel_size so that PP x PCP divides the pool's GPU count",
-            subject=f"{checks.where}.prefill_context_parallel_size",
-        )
-        pcp = 1
-    layout = ParallelLayout(tp=gpus // (pp * pcp), pp=pp, pcp=pcp)
-    dcp = spec.decode_context_parallel_size or 1
-    rule = versions.RULES.dcp_rule(version)
-    if dcp > 1 and rule is not None and dcp not in (sizes := rule.sizes(layout)):
-        checks.problem(
-            "vllm-decode-context-parallel-invalid",
-            f"decode_context_parallel_size {dcp} is not one vLLM {version} takes: "
-            f"{rule.text(layout)}",
-            "set decode_context_parallel_size to one of " + ", ".join(map(str, sizes)),
-            subject=f"{checks.where}.decode_context_parallel_size",
-        )
-        dcp = 1
-    return ParallelLayout(tp=layout.tp, pp=pp, pcp=pcp, dcp=dcp)
 
 
 def _check_scalars(checks: Checks) -> None:
