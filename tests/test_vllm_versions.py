@@ -161,6 +161,14 @@ def test_golden_kpro6_newest(golden: Callable[[str], SnapshotAssertion]) -> None
     assert unit(SHIPPED[-1]).content == golden("service")
 
 
+def test_golden_kpro6_context_parallel(golden: Callable[[str], SnapshotAssertion]) -> None:
+    """The newest release, the 4 GPUs as 2 prefill context-parallel ranks of TP 2 with
+    decode context parallelism over each TP group (no model_config: the 122B model does
+    not fit TP 2)."""
+    spec = {"prefill_context_parallel_size": 2, "decode_context_parallel_size": 2}
+    assert unit(SHIPPED[-1], model_config=None, **spec).content == golden("service")
+
+
 def test_pipeline_stages_divide_the_gpus_between_tp_and_pp() -> None:
     serving = decided(vllm_serving(pipeline_parallel_size=2))
     assert (serving.tp_size, serving.pp_size) == (2, 2)
