@@ -123,7 +123,7 @@ def _check_tp(instance: SglangServing, attribute: attrs.Attribute[int], value: i
     gpus = len(instance.visible_devices)
     if value < 1 or value * instance.pipeline_stages != gpus:
         raise ValueError(
-            f"tp_size {value} x {instance.pipeline_stages} pipeline stages != {gpus} pool GPUs"
+            f"tp_size {value} x {instance.pipeline_stages} TP groups != {gpus} pool GPUs"
         )
 
 
@@ -212,6 +212,10 @@ class VllmServing(SglangServing):
     """The `vllm` console script of the unit's Python environment."""
     mtp_config: str | None
     """The `--speculative-config` JSON MTP writes, or None."""
+    pcp_size: int = 1
+    """`--prefill-context-parallel-size`: TP x PP x PCP = the pool's GPU count."""
+    dcp_size: int = 1
+    """`--decode-context-parallel-size`: reuses the TP ranks (no GPUs of its own)."""
 
     @property
     def engine(self) -> str:
@@ -219,7 +223,8 @@ class VllmServing(SglangServing):
 
     @property
     def pipeline_stages(self) -> int:
-        return self.pp_size
+        """TP groups: vLLM's world size is PP x TP x PCP (vllm/config/parallel.py)."""
+        return self.pp_size * self.pcp_size
 
     @property
     def argv(self) -> tuple[str, ...]:

@@ -97,6 +97,12 @@ class ServingSpec:
     secrets (HF_TOKEN, API keys). pvegpu never reads it, so no secret reaches a bundle."""
     pipeline_parallel_size: int | None = None
     """vLLM only: pipeline stages; TP is then the pool's GPU count divided by them."""
+    prefill_context_parallel_size: int | None = None
+    """vLLM only (0.12 on): prefill context-parallel ranks; each is a TP x PP group of its
+    own GPUs, so TP is the pool's GPU count over PP x PCP."""
+    decode_context_parallel_size: int | None = None
+    """vLLM only (0.10 on): decode context-parallel ranks; they reuse the TP ranks and add
+    no GPUs (the release's rule: it divides TP)."""
 
 
 @value_class

@@ -72,12 +72,13 @@ class ServingContext:
     findings: tuple[Finding, ...]
 
     stages: int = 1
-    """Pipeline stages (vLLM's `pipeline_parallel_size`): 1 unless the spec asks for more
-    and they divide the pool's GPUs (the engine refuses them otherwise)."""
+    """TP groups the pool's GPUs hold: vLLM's pipeline stages x prefill context-parallel
+    ranks (`pipeline_parallel_size` x `prefill_context_parallel_size`); 1 unless the spec
+    asks for more and they divide the pool's GPUs (the engine refuses them otherwise)."""
 
     @property
     def tp(self) -> int:
-        """Tensor parallelism is the pool's GPU count over the pipeline stages, for any engine."""
+        """Tensor parallelism is the pool's GPU count over its TP groups, for any engine."""
         return len(self.gpus) // self.stages
 
     def checks(self, spec: ServingSpec) -> Checks:
@@ -188,6 +189,7 @@ def _runtime(checks: Checks) -> ComputeRuntime | PvegpuError:
 
 
 def pipeline_stages(spec: ServingSpec, gpus: int) -> int:
-    """The spec's pipeline stages when they divide the pool's `gpus`, else 1."""
-    stages = spec.pipeline_parallel_size or 1
+    """The spec's TP groups (pipeline stages x prefill context-parallel ranks) when they
+    divide the pool's `gpus`, else 1."""
+    stages = (spec.pipeline_parallel_size or 1) * (spec.prefill_context_parallel_size or 1)
     return stages if stages >= 1 and gpus % stages == 0 else 1

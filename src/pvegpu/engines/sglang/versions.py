@@ -15,6 +15,7 @@ from enum import StrEnum
 
 import attrs
 
+from pvegpu.engines.common.deprecations import FlagDeprecation
 from pvegpu.values import value_class
 
 _RELEASE = re.compile(r"^(\d+(?:\.\d+)*)")
@@ -152,6 +153,11 @@ class VersionRules:
     environment: tuple[EnvironmentRule, ...]
     retired: tuple[RetiredVariable, ...]
     balance: tuple[MemoryBalance, ...] = ()
+    deprecations: tuple[FlagDeprecation, ...] = ()
+
+    def deprecation(self, flag: str) -> FlagDeprecation | None:
+        """The deprecation of `flag` (exactly as written), if the table has one."""
+        return next((d for d in self.deprecations if d.flag == flag), None)
 
     def options_for(self, version: str, holds: Collection[When]) -> tuple[OptionRule, ...]:
         """The options to write, in table order (the order of the ExecStart lines)."""
@@ -253,6 +259,19 @@ RULES = VersionRules(
             "0",
             frozenset({"false", "0", "no", "n"}),
             "an EnvBool, true by default: false, 0, no or n turns the refusal into a warning",
+        ),
+    ),
+    deprecations=(
+        # 0.5.22 made attention DP its own size: `--dp-size N --enable-dp-attention` is
+        # read as `--attn-dp-size N` (handle_deprecated_dp_attention), and the flag and
+        # its field go "after 2026-12-31" (the TODOs of sglang/srt/server_args.py and
+        # sglang/srt/arg_groups/fields/parallel.py, 0.5.22 and 0.5.23).
+        FlagDeprecation(
+            "--enable-dp-attention",
+            "--attn-dp-size <dp-size>",
+            "0.5.22",
+            "after 2026-12-31",
+            "sglang/srt/server_args.py of SGLang 0.5.22 and 0.5.23",
         ),
     ),
 )
