@@ -12,7 +12,7 @@ from pathlib import Path
 from bundled import FIXTURES, copy_tree, example_spec
 from pvegpu.apply.check import check
 from pvegpu.apply.host_checks import serving_unit
-from pvegpu.engines.sglang.dropins import effective_dropins
+from pvegpu.engines.common.dropins import effective_dropins
 from pvegpu.host.discover import discover
 from pvegpu.host.reader import RootReader
 from pvegpu.model.facts import ConfigFile

@@ -13,9 +13,9 @@ import pytest
 
 from pvegpu import engines
 from pvegpu.engines import ENGINE_NAMES, Engine, engine_for
+from pvegpu.engines.common.installed_files import RootFiles
 from pvegpu.engines.sglang.engine import SGLANG
 from pvegpu.errors import PlanError, PvegpuError
-from pvegpu.host.reader import RootReader
 from pvegpu.model.decision import SglangServing
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Finding, Plan
@@ -64,7 +64,7 @@ class _Recording:
         return SGLANG.unit_content(serving)
 
     def installed_files(
-        self, reader: RootReader, rootfs: str, python: str
+        self, reader: RootFiles, rootfs: str, python: str
     ) -> tuple[ConfigFile, ...]:
         self.asked.append(f"installed {rootfs} {python}")
         return SGLANG.installed_files(reader, rootfs, python)
@@ -157,7 +157,7 @@ class _Stub:
         return SGLANG.unit_content(serving)
 
     def installed_files(
-        self, reader: RootReader, rootfs: str, python: str
+        self, reader: RootFiles, rootfs: str, python: str
     ) -> tuple[ConfigFile, ...]:
         return SGLANG.installed_files(reader, rootfs, python)
 

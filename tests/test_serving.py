@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 from bundled import spec_path
 from pvegpu.engines import installed_files
 from pvegpu.engines.common.drops import DroppedSetting
+from pvegpu.engines.common.releases import Versions
 from pvegpu.engines.sglang import versions
 from pvegpu.engines.sglang.drops import compare_units
 from pvegpu.engines.sglang.options import load_table
 from pvegpu.engines.sglang.unit import unit_content
-from pvegpu.engines.sglang.versions import EnvironmentRule, Versions, When
+from pvegpu.engines.sglang.versions import EnvironmentRule, When
 from pvegpu.errors import PlanError, PvegpuError, SpecError
 from pvegpu.hardware import GPU_MEMORY
 from pvegpu.host.serving_files import read_serving_files, with_serving_files

@@ -16,8 +16,8 @@ from collections.abc import Iterator, Sequence
 import attrs
 
 from pvegpu.apply.boot_checks import absent_node_findings, staged_userspace_findings
+from pvegpu.engines.common.dropins import effective_dropins
 from pvegpu.engines.common.environment import P2P_ENV
-from pvegpu.engines.sglang.dropins import effective_dropins
 from pvegpu.errors import PvegpuError
 from pvegpu.formats.accounts import group_ids
 from pvegpu.host.reader import RootReader

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from pvegpu.engines.common.installed_files import RootFiles
     from pvegpu.errors import PvegpuError
-    from pvegpu.host.reader import RootReader
     from pvegpu.model.decision import SglangServing
     from pvegpu.model.facts import ConfigFile
     from pvegpu.model.plan import Finding
@@ -52,7 +52,7 @@ class Engine(Protocol):
         ...
 
     def installed_files(
-        self, reader: RootReader, rootfs: str, python: str
+        self, reader: RootFiles, rootfs: str, python: str
     ) -> tuple[ConfigFile, ...]:
         """The files of the container whose root file system is `rootfs` (root-relative)
         that its `decide` reads the release installed for `python` from, read through
@@ -89,9 +89,7 @@ def engine_for(name: str) -> Engine | None:
     return factory() if factory is not None else None
 
 
-def installed_files(
-    reader: RootReader, serving: ServingSpec, rootfs: str
-) -> tuple[ConfigFile, ...]:
+def installed_files(reader: RootFiles, serving: ServingSpec, rootfs: str) -> tuple[ConfigFile, ...]:
     """What the engine of `serving` reads of its release in the container at `rootfs`:
     how discovery (`pipeline.discover_for`, `pvegpu snapshot --spec`) asks the engine,
     handed to `host.serving_files` so that host/ imports no engine. Nothing for an

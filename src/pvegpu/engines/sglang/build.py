@@ -12,6 +12,7 @@ from pvegpu.engines.common.config_file import extra_args_config
 from pvegpu.engines.common.deprecations import CODE as DEPRECATED_CODE
 from pvegpu.engines.common.drops import drops_message
 from pvegpu.engines.common.environment import P2P_ENV
+from pvegpu.engines.common.old_unit import OldUnit, unit_base
 from pvegpu.engines.common.server import (
     check_rules,
     check_whole_line,
@@ -29,7 +30,6 @@ from pvegpu.engines.sglang.command import (
 )
 from pvegpu.engines.sglang.drops import compare_services, deprecated_flags
 from pvegpu.engines.sglang.environment import service_environment
-from pvegpu.engines.sglang.old_unit import OldUnit, unit_base
 from pvegpu.engines.sglang.option_check import parse_command_line
 from pvegpu.engines.sglang.options import OptionTable
 from pvegpu.engines.sglang.parallel import SIZE_OPTIONS, check_parallel_sizes

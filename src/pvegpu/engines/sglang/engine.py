@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import attrs
 
+from pvegpu.engines.common.installed_files import RootFiles
 from pvegpu.engines.common.server import health_url
 from pvegpu.engines.sglang.build import decide_serving
 from pvegpu.engines.sglang.installed_files import read_installed_sglang
 from pvegpu.engines.sglang.unit import unit_content
 from pvegpu.errors import PvegpuError
-from pvegpu.host.reader import RootReader
 from pvegpu.model.decision import SglangServing
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Finding
@@ -34,7 +34,7 @@ class SglangEngine:
         return unit_content(serving)
 
     def installed_files(
-        self, reader: RootReader, rootfs: str, python: str
+        self, reader: RootFiles, rootfs: str, python: str
     ) -> tuple[ConfigFile, ...]:
         return read_installed_sglang(reader, rootfs, python)
 

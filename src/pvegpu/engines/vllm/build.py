@@ -14,6 +14,7 @@ from __future__ import annotations
 from pvegpu.engines.common.config_file import extra_args_config
 from pvegpu.engines.common.drops import drops_message
 from pvegpu.engines.common.environment import P2P_ENV, service_environment
+from pvegpu.engines.common.old_unit import OldUnit, unit_base
 from pvegpu.engines.common.server import (
     check_rules,
     check_whole_line,
@@ -21,7 +22,6 @@ from pvegpu.engines.common.server import (
     p2p_finding,
     refusal,
 )
-from pvegpu.engines.sglang.old_unit import OldUnit, unit_base
 from pvegpu.engines.vllm.command import (
     extra_args,
     kv_cache_bits,

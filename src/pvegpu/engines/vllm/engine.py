@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import attrs
 
+from pvegpu.engines.common.installed_files import RootFiles
 from pvegpu.engines.common.server import health_url
 from pvegpu.engines.vllm.build import decide_serving
 from pvegpu.engines.vllm.installed_files import read_installed_vllm
 from pvegpu.engines.vllm.unit import unit_content
 from pvegpu.errors import PvegpuError
-from pvegpu.host.reader import RootReader
 from pvegpu.model.decision import SglangServing, VllmServing
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Finding
@@ -35,7 +35,7 @@ class VllmEngine:
         return unit_content(serving)
 
     def installed_files(
-        self, reader: RootReader, rootfs: str, python: str
+        self, reader: RootFiles, rootfs: str, python: str
     ) -> tuple[ConfigFile, ...]:
         return read_installed_vllm(reader, rootfs, python)
 

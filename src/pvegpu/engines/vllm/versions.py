@@ -22,7 +22,7 @@ import json
 
 import attrs
 
-from pvegpu.engines.sglang.versions import Versions
+from pvegpu.engines.common.releases import Versions
 from pvegpu.values import value_class
 
 
