@@ -16,7 +16,7 @@ from pvegpu.engines import ENGINE_NAMES, Engine, engine_for
 from pvegpu.engines.common.installed_files import RootFiles
 from pvegpu.engines.sglang.engine import SGLANG
 from pvegpu.errors import PlanError, PvegpuError
-from pvegpu.model.decision import SglangServing
+from pvegpu.model.decision import DecidedServer
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Finding, Plan
 from pvegpu.model.schema import P2PSetting, ServingSpec
@@ -52,14 +52,15 @@ class _Recording:
 
     asked: list[str]
     name: str = "sglang"
+    label: str = "SGLang"
 
     def decide(
         self, context: ServingContext, spec: ServingSpec
-    ) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
+    ) -> tuple[DecidedServer, tuple[Finding, ...]] | PvegpuError:
         self.asked.append(f"decide {context.pool.name} {context.where}")
         return SGLANG.decide(context, spec)
 
-    def unit_content(self, serving: SglangServing) -> str:
+    def unit_content(self, serving: DecidedServer) -> str:
         self.asked.append(f"unit {serving.pool}")
         return SGLANG.unit_content(serving)
 
@@ -69,7 +70,7 @@ class _Recording:
         self.asked.append(f"installed {rootfs} {python}")
         return SGLANG.installed_files(reader, rootfs, python)
 
-    def health_url(self, serving: SglangServing) -> str:
+    def health_url(self, serving: DecidedServer) -> str:
         self.asked.append(f"health {serving.unit}")
         return SGLANG.health_url(serving)
 
@@ -137,10 +138,11 @@ class _Stub:
 
     name: str
     contexts: list[ServingContext]
+    label: str = "Stub"
 
     def decide(
         self, context: ServingContext, spec: ServingSpec
-    ) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
+    ) -> tuple[DecidedServer, tuple[Finding, ...]] | PvegpuError:
         # Everything neutral is already decided when an engine is asked.
         assert context.visible_devices == (0, 1, 2, 3)
         assert context.tp == len(context.gpus) == 4
@@ -153,7 +155,7 @@ class _Stub:
         self.contexts.append(context)
         return SGLANG.decide(context, attrs.evolve(spec, engine="sglang"))
 
-    def unit_content(self, serving: SglangServing) -> str:
+    def unit_content(self, serving: DecidedServer) -> str:
         return SGLANG.unit_content(serving)
 
     def installed_files(
@@ -161,7 +163,7 @@ class _Stub:
     ) -> tuple[ConfigFile, ...]:
         return SGLANG.installed_files(reader, rootfs, python)
 
-    def health_url(self, serving: SglangServing) -> str:
+    def health_url(self, serving: DecidedServer) -> str:
         return SGLANG.health_url(serving)
 
 

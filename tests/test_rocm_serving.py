@@ -23,7 +23,7 @@ from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
 from pvegpu.host.facts_json import facts_from_json, facts_to_json
 from pvegpu.host.reader import RootReader
-from pvegpu.model.decision import SglangServing
+from pvegpu.model.decision import DecidedServer
 from pvegpu.model.plan import Plan
 from pvegpu.pipeline import discover_for
 from pvegpu.planning.planner import plan
@@ -47,7 +47,7 @@ def planned(text: str, root: Path = FIXTURES / EXAMPLE) -> Plan:
     return plan(discover_for(spec, root), spec)
 
 
-def serving_of(result: Plan) -> SglangServing:
+def serving_of(result: Plan) -> DecidedServer:
     (serving,) = [p.serving for p in result.pools if p.serving is not None]
     return serving
 

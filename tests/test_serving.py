@@ -15,6 +15,7 @@ from pvegpu.engines import installed_files
 from pvegpu.engines.common.drops import DroppedSetting
 from pvegpu.engines.common.releases import Versions
 from pvegpu.engines.sglang import versions
+from pvegpu.engines.sglang.decision import SglangServing
 from pvegpu.engines.sglang.drops import compare_units
 from pvegpu.engines.sglang.options import load_table
 from pvegpu.engines.sglang.unit import unit_content
@@ -22,7 +23,7 @@ from pvegpu.engines.sglang.versions import EnvironmentRule, When
 from pvegpu.errors import PlanError, PvegpuError, SpecError
 from pvegpu.hardware import GPU_MEMORY
 from pvegpu.host.serving_files import read_serving_files, with_serving_files
-from pvegpu.model.decision import P2PSource, SglangServing
+from pvegpu.model.decision import P2PSource
 from pvegpu.model.facts import ConfigFile, FileStat, IommuGroupType
 from pvegpu.model.model_config import (
     ModelConfig,
@@ -85,6 +86,7 @@ def llama() -> ModelConfig:
 def only(plan: Plan) -> SglangServing:
     """The one server plan() decides for `plan` (undecided, as the test helpers make it)."""
     (serving,) = (p.serving for p in decided_servings(plan).pools if p.serving is not None)
+    assert isinstance(serving, SglangServing)
     return serving
 
 

@@ -12,10 +12,10 @@ import pytest
 import bundled
 from pvegpu import engines
 from pvegpu.apply.host_checks import host_checks, serving_unit
+from pvegpu.engines.vllm.decision import VllmServing
 from pvegpu.errors import PvegpuError, SpecError
 from pvegpu.host.discover import read_host
 from pvegpu.host.reader import RootReader
-from pvegpu.model.decision import VllmServing
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Finding, Plan, Severity
 from pvegpu.model.schema import P2PSetting, ServingSpec

@@ -15,12 +15,12 @@ from syrupy.assertion import SnapshotAssertion
 import bundled
 from pvegpu.engines.common.installed import InstalledRelease
 from pvegpu.engines.vllm import versions
+from pvegpu.engines.vllm.decision import VllmServing
 from pvegpu.engines.vllm.installed import executable
 from pvegpu.engines.vllm.option_check import parse_command_line
 from pvegpu.engines.vllm.options import load_table, shipped_versions
 from pvegpu.errors import PlanError, PvegpuError, SpecError
 from pvegpu.model.artifact import Artifact
-from pvegpu.model.decision import VllmServing
 from pvegpu.model.plan import Plan
 from pvegpu.model.schema import ServingSpec, Spec
 from pvegpu.pipeline import discover_for

@@ -70,6 +70,8 @@ class ServingContext:
     problems: tuple[Problem, ...]
     """What refuses the plan whatever the engine; the engine adds its own after them."""
     findings: tuple[Finding, ...]
+    engine_label: str
+    """The engine as its messages name it (`Engine.label`), for the checks' wording."""
 
     stages: int = 1
     """TP groups the pool's GPUs hold: vLLM's pipeline stages x prefill context-parallel
@@ -83,7 +85,9 @@ class ServingContext:
 
     def checks(self, spec: ServingSpec) -> Checks:
         """A collector for the engine's own checks, holding what the context found first."""
-        checks = Checks(self.facts, self.pools, self.pool, spec, self.where)
+        checks = Checks(
+            self.facts, self.pools, self.pool, spec, self.where, engine_label=self.engine_label
+        )
         checks.plan_problems.extend(self.problems)
         checks.findings.extend(self.findings)
         return checks
@@ -96,14 +100,18 @@ def serving_context(
     spec: ServingSpec,
     where: str,
     *,
+    engine_label: str,
     after_reboot: bool = False,
 ) -> ServingContext | PvegpuError:
     """The neutral decisions `spec` needs of `pool`, or an error when it has no container.
 
     `pools`: every pool of the plan; `where`: the spec path problems point at;
+    `engine_label`: the engine as messages name it (`Engine.label`);
     `after_reboot`: the runbook reboots before the server starts (`Checks.after_reboot`).
     """
-    checks = Checks(facts, pools, pool, spec, where, after_reboot=after_reboot)
+    checks = Checks(
+        facts, pools, pool, spec, where, engine_label=engine_label, after_reboot=after_reboot
+    )
     if pool.lxc is None:
         return PlanError.one(
             "serving-needs-lxc",
@@ -144,6 +152,7 @@ def serving_context(
         problems=tuple(checks.plan_problems),
         findings=tuple(checks.findings),
         stages=stages,
+        engine_label=engine_label,
     )
 
 

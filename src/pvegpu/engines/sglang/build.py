@@ -28,6 +28,7 @@ from pvegpu.engines.sglang.command import (
     launch_options,
     option_table,
 )
+from pvegpu.engines.sglang.decision import SglangServing
 from pvegpu.engines.sglang.drops import compare_services, deprecated_flags
 from pvegpu.engines.sglang.environment import service_environment
 from pvegpu.engines.sglang.option_check import parse_command_line
@@ -35,7 +36,7 @@ from pvegpu.engines.sglang.options import OptionTable
 from pvegpu.engines.sglang.parallel import SIZE_OPTIONS, check_parallel_sizes
 from pvegpu.engines.sglang.unit import unit_content
 from pvegpu.errors import PvegpuError
-from pvegpu.model.decision import DECIDED, SglangServing
+from pvegpu.model.decision import DECIDED
 from pvegpu.model.plan import Finding, Severity
 from pvegpu.model.schema import ServingSpec
 from pvegpu.serving.checks import Checks

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import attrs
 
+from pvegpu.engines import Engine
 from pvegpu.engines.common.installed_files import RootFiles
 from pvegpu.engines.common.server import health_url
 from pvegpu.engines.sglang.build import decide_serving
+from pvegpu.engines.sglang.decision import SglangServing
 from pvegpu.engines.sglang.installed_files import read_installed_sglang
 from pvegpu.engines.sglang.unit import unit_content
 from pvegpu.errors import PvegpuError
-from pvegpu.model.decision import SglangServing
+from pvegpu.model.decision import DecidedServer
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Finding
 from pvegpu.model.schema import ServingSpec
@@ -24,13 +26,15 @@ class SglangEngine:
     """SGLang: `python -m sglang.launch_server` in a systemd unit of the container."""
 
     name: str = "sglang"
+    label: str = "SGLang"
 
     def decide(
         self, context: ServingContext, spec: ServingSpec
-    ) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
+    ) -> tuple[DecidedServer, tuple[Finding, ...]] | PvegpuError:
         return decide_serving(context, spec)
 
-    def unit_content(self, serving: SglangServing) -> str:
+    def unit_content(self, serving: DecidedServer) -> str:
+        assert isinstance(serving, SglangServing), "decided by this engine"
         return unit_content(serving)
 
     def installed_files(
@@ -38,8 +42,10 @@ class SglangEngine:
     ) -> tuple[ConfigFile, ...]:
         return read_installed_sglang(reader, rootfs, python)
 
-    def health_url(self, serving: SglangServing) -> str:
+    def health_url(self, serving: DecidedServer) -> str:
         return health_url(serving)
 
 
 SGLANG = SglangEngine()
+ENGINE: Engine = SGLANG
+"""What the registry (`pvegpu.engines`) hands out for `engine = "sglang"`."""

@@ -28,6 +28,7 @@ from pvegpu.engines.vllm.command import (
     mtp_config,
     serve_options,
 )
+from pvegpu.engines.vllm.decision import VllmServing
 from pvegpu.engines.vllm.drops import compare_services
 from pvegpu.engines.vllm.installed import serving_release
 from pvegpu.engines.vllm.option_check import parse_command_line
@@ -35,7 +36,7 @@ from pvegpu.engines.vllm.options import OptionTable
 from pvegpu.engines.vllm.parallel import SIZE_OPTIONS, check_config_sizes, parallel_layout
 from pvegpu.engines.vllm.unit import unit_content
 from pvegpu.errors import PvegpuError, SpecError
-from pvegpu.model.decision import DECIDED, VllmServing
+from pvegpu.model.decision import DECIDED
 from pvegpu.model.plan import Finding, Severity
 from pvegpu.model.schema import ServingSpec
 from pvegpu.serving.checks import Checks

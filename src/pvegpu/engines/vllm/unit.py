@@ -8,7 +8,7 @@ its layout, and its name for the memory share.
 from __future__ import annotations
 
 from pvegpu.engines.common.unit import server_unit
-from pvegpu.model.decision import VllmServing
+from pvegpu.engines.vllm.decision import VllmServing
 from pvegpu.serving.systemd import exec_option, exec_word
 
 
