@@ -14,6 +14,7 @@ import pytest
 from pvegpu import engines
 from pvegpu.engines import ENGINE_NAMES, Engine, engine_for
 from pvegpu.engines.common.installed_files import RootFiles
+from pvegpu.engines.common.server_line import ServerLine
 from pvegpu.engines.sglang.engine import SGLANG
 from pvegpu.errors import PlanError, PvegpuError
 from pvegpu.model.decision import DecidedServer
@@ -53,6 +54,10 @@ class _Recording:
     asked: list[str]
     name: str = "sglang"
     label: str = "SGLang"
+    server_line: ServerLine = SGLANG.server_line
+
+    def tp_groups(self, spec: ServingSpec, gpus: int) -> int:
+        return SGLANG.tp_groups(spec, gpus)
 
     def decide(
         self, context: ServingContext, spec: ServingSpec
@@ -139,6 +144,10 @@ class _Stub:
     name: str
     contexts: list[ServingContext]
     label: str = "Stub"
+    server_line: ServerLine = SGLANG.server_line
+
+    def tp_groups(self, spec: ServingSpec, gpus: int) -> int:
+        return SGLANG.tp_groups(spec, gpus)
 
     def decide(
         self, context: ServingContext, spec: ServingSpec

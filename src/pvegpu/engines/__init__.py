@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from pvegpu.engines.common.installed_files import RootFiles
+    from pvegpu.engines.common.server_line import ServerLine
     from pvegpu.errors import PvegpuError
     from pvegpu.model.decision import DecidedServer
     from pvegpu.model.facts import ConfigFile
@@ -40,6 +41,18 @@ class Engine(Protocol):
     @property
     def label(self) -> str:
         """The engine as the project spells it, in messages and the review (`SGLang`)."""
+        ...
+
+    @property
+    def server_line(self) -> ServerLine:
+        """How its server shows on a unit's command line and the GPUs that opens: a
+        container's old units are read by it (`planning/unit_gpus.py`)."""
+        ...
+
+    def tp_groups(self, spec: ServingSpec, gpus: int) -> int:
+        """The TP groups the server `spec` asks for makes of the pool's `gpus` (TP is
+        `gpus` over them), asked before any decision; 1 when they do not divide `gpus`
+        (`decide` refuses that)."""
         ...
 
     def decide(
@@ -105,6 +118,11 @@ def installed_files(reader: RootFiles, serving: ServingSpec, rootfs: str) -> tup
     engine pvegpu has none of (planning refuses it by name)."""
     engine = engine_for(serving.engine)
     return engine.installed_files(reader, rootfs, serving.python) if engine is not None else ()
+
+
+def every_engine() -> tuple[Engine, ...]:
+    """Every engine of the registry, in its order."""
+    return tuple(factory() for factory in _REGISTRY.values())
 
 
 def engine_label(name: str) -> str:

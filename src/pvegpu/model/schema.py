@@ -50,6 +50,10 @@ class MappingSpec:
     description: str | None = None
 
 
+DEFAULT_ENGINE = "sglang"
+"""The `engine` of a [pools.lxc.serving] table that sets none."""
+
+
 @value_class
 @attrs.frozen(eq=False, repr=False)
 class ServingSpec:
@@ -61,7 +65,9 @@ class ServingSpec:
     used, and a version here that differs from it is an error."""
     model_path: str
     """Path of the model directory as the container sees it."""
-    engine: str = "sglang"
+    engine: str = DEFAULT_ENGINE
+    """The engine registry's name of the server (`pvegpu.engines`); a spec that names none
+    gets the default."""
     unit: str = "sglang"
     """systemd unit name inside the container (`<unit>.service`)."""
     python: str = "/usr/bin/python3"

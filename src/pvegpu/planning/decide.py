@@ -19,7 +19,7 @@ from pvegpu.errors import PlanError, Problem, PvegpuError, SpecError
 from pvegpu.model.decision import DecidedServer
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Finding, Plan, Pool
-from pvegpu.model.schema import ServingSpec
+from pvegpu.model.schema import DEFAULT_ENGINE, ServingSpec
 from pvegpu.serving.context import serving_context
 
 
@@ -44,11 +44,18 @@ def decide_serving(
             f"engine {spec.engine!r}: pvegpu renders "
             + ", ".join(f'"{name}"' for name in ENGINE_NAMES)
             + " servers only",
-            'set engine = "sglang"',
+            f'set engine = "{DEFAULT_ENGINE}"',
         )
     # The neutral decisions first, the same for any engine; the engine adds its own.
     context = serving_context(
-        facts, pools, pool, spec, where, engine_label=engine.label, after_reboot=after_reboot
+        facts,
+        pools,
+        pool,
+        spec,
+        where,
+        engine_label=engine.label,
+        stages=engine.tp_groups(spec, len(pool.gpus)),
+        after_reboot=after_reboot,
     )
     if isinstance(context, PvegpuError):
         return context

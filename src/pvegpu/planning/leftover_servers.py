@@ -54,9 +54,8 @@ from pvegpu.model.facts import GPU, ConfigFile, HostFacts
 from pvegpu.model.paths import UNIT_DIR
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.model.released import ContainerGpusRemoved
-from pvegpu.model.schema import Spec
+from pvegpu.model.schema import DEFAULT_ENGINE, Spec
 from pvegpu.planning.unit_gpus import (
-    SGLANG,
     ServerDemand,
     UnitDemand,
     unit_demand,
@@ -338,7 +337,8 @@ def _ways(
     container: _Container, unit: _Unit, server: ServerDemand, after: int, *, enabled: bool = True
 ) -> str:
     ways: list[str] = []
-    if container.pools and server.server == SGLANG:
+    # The rewrite the hint offers sets no `engine`: right for the default engine's server.
+    if container.pools and server.engine == DEFAULT_ENGINE:
         ways.append(
             f"add [pools.lxc.serving] to pool {container.pools[0].name} with "
             f'unit = "{unit.name.removesuffix(".service")}" so pvegpu rewrites the unit for '

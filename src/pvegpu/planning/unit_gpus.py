@@ -1,25 +1,10 @@
 """How many GPUs a systemd unit's inference server needs, read from its ExecStart=. Pure.
 
 Recognised servers (anywhere in the command, also inside `sh -c '...'` and after `env`):
-
-- SGLang: `-m sglang.launch_server`, `-m sglang_router.launch_server`, `sglang serve`.
-  GPUs: `--tp-size`/`--tensor-parallel-size`/`--tp` x `--pp-size`/
-  `--pipeline-parallel-size`/`--pp`, times `--dp-size`/`--data-parallel-size`/`--dp`
-  replicas, divided over `--nnodes`; `--base-gpu-id` and `--gpu-id-step` move the
-  highest device it opens. Attention data parallelism runs inside the TP group and adds
-  no GPUs: `--attn-dp-size`/`--attention-data-parallel-size` (0.5.22 on) and the
-  deprecated `--dp-size N --enable-dp-attention`, which SGLang reads as
-  `--attn-dp-size N --dp-size 1` (before 0.5.22 the same count: the DP ranks share the
-  TP GPUs). SGLang 0.5.23's `compute_world_size` in `sglang/srt/server_args.py` is
-  dp x tp x pp, and `handle_deprecated_dp_attention` in
-  `sglang/srt/arg_groups/parallel_hook.py` is the rewrite.
-- vLLM: `vllm serve`, `-m vllm.entrypoints.openai.api_server` (or `.api_server`). GPUs:
-  `--tensor-parallel-size`/`-tp` x `--pipeline-parallel-size`/`-pp` x
-  `--prefill-context-parallel-size`/`-pcp` (0.12 on), times
-  `--data-parallel-size-local`/`-dpl` (else `--data-parallel-size`/`-dp`). vLLM's world
-  size is PP x TP x PCP (`ParallelConfig.__post_init__` in `vllm/config/parallel.py` of
-  vLLM 0.12.0 and 0.33.0); `--decode-context-parallel-size`/`-dcp` reuses the TP ranks
-  and adds none.
+every engine's, as its `ServerLine` shows it (`engines/<engine>/server_line.py`, handed
+through the engine registry): its `-m` modules or its `serve` command, the options that
+size it, and how many GPUs they open (SGLang's dp x tp x pp over its nodes, vLLM's world
+size TP x PP x PCP times its local DP replicas; each engine's module says its sources).
 
 The last occurrence of an option wins (argparse). `${NAME}` and `$NAME` are expanded from
 the unit's Environment= (and assignments before the command, `env X=1 cmd`, `X=1 cmd`),
@@ -35,7 +20,6 @@ the container does not have.
 
 from __future__ import annotations
 
-import math
 import posixpath
 import re
 import shlex
@@ -43,9 +27,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
+from pvegpu.engines import Engine, every_engine
 from pvegpu.engines.common.config_file import EngineConfig, parse_config
 from pvegpu.engines.common.deprecations import FlagDeprecation
-from pvegpu.engines.sglang import versions as sglang_versions
+from pvegpu.engines.common.server_line import ServerLine
 from pvegpu.model.paths import engine_config_path
 from pvegpu.serving.unitfile import (
     ENVIRONMENT,
@@ -60,41 +45,8 @@ from pvegpu.values import value_class
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 """The visible-devices variable read unless the caller names its GPUs' runtime's."""
-SGLANG = "SGLang"
-VLLM = "vLLM"
-_SGLANG_MODULES = ("sglang.launch_server", "sglang_router.launch_server")
-_VLLM_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _SHELLS = ("sh", "bash", "dash", "zsh")
-_SIZES: dict[str, dict[str, str]] = {
-    SGLANG: {
-        "--tp-size": "tp",
-        "--tensor-parallel-size": "tp",
-        "--tp": "tp",
-        "--pp-size": "pp",
-        "--pipeline-parallel-size": "pp",
-        "--pp": "pp",
-        "--dp-size": "dp",
-        "--data-parallel-size": "dp",
-        "--dp": "dp",
-        "--nnodes": "nnodes",
-        "--base-gpu-id": "base",
-        "--gpu-id-step": "step",
-    },
-    VLLM: {
-        "--tensor-parallel-size": "tp",
-        "-tp": "tp",
-        "--pipeline-parallel-size": "pp",
-        "-pp": "pp",
-        "--data-parallel-size": "dp",
-        "-dp": "dp",
-        "--data-parallel-size-local": "dpl",
-        "-dpl": "dpl",
-        "--prefill-context-parallel-size": "pcp",
-        "-pcp": "pcp",
-    },
-}
 _WORKING_DIRECTORY = "WorkingDirectory"
-_DP_ATTENTION = "--enable-dp-attention"
 _CONFIG = "--config"
 _RESTARTS = ("always", "on-failure")
 """Restart= values that start a server again after it exits with an error."""
@@ -109,8 +61,8 @@ class SizeOption:
     """One parallel-size option of the command line, as the unit writes it."""
 
     kind: str
-    """`tp`, `pp`, `dp`, `dpl` (vLLM's local DP), `pcp` (vLLM's prefill context
-    parallelism), `nnodes`, `base`, `step`."""
+    """`tp`, `pp`, `dp` or the engine's own (`ServerLine.sizes`: SGLang's `nnodes`,
+    `base`, `step`; vLLM's `dpl`, `pcp`)."""
     spelling: str
     written: str
     """`--tp 8` or `--tp=8`: how the fix names it."""
@@ -127,7 +79,11 @@ class SizeOption:
 class ServerDemand:
     """One server a unit starts and the GPUs it opens."""
 
+    engine: str
+    """The spec's `engine` value of the server's engine."""
     server: str
+    """The engine as messages name it (`SGLang`)."""
+    line: ServerLine
     options: tuple[SizeOption, ...]
     """The option of each kind that counts (the last), in the order they were written."""
     dp_attention: bool = False
@@ -152,13 +108,7 @@ class ServerDemand:
         """The devices it opens (its highest device index + 1); None when unknown."""
         if self.unresolved is not None or self.config_problem is not None:
             return None
-        size = {o.kind: o.value or 0 for o in self.options}
-        tp, pp = size.get("tp", 1), size.get("pp", 1)
-        if self.server == VLLM:
-            return tp * pp * size.get("pcp", 1) * size.get("dpl", size.get("dp", 1))
-        dp = 1 if self.dp_attention else size.get("dp", 1)
-        per_node = math.ceil(tp * pp * dp / max(size.get("nnodes", 1), 1))
-        return size.get("base", 0) + (per_node - 1) * size.get("step", 1) + 1
+        return self.line.count({o.kind: o.value or 0 for o in self.options}, self.dp_attention)
 
     @property
     def shown(self) -> str:
@@ -262,17 +212,20 @@ def _expand(word: str, environment: Mapping[str, str]) -> list[str]:
     return [_VARIABLE.sub(value, word)]
 
 
-def _marker(tokens: Sequence[str], i: int) -> tuple[str, int] | None:
-    """(server, index of its first option) when a server starts at tokens[i]."""
+def _marker(tokens: Sequence[str], i: int) -> tuple[Engine, int] | None:
+    """(engine, index of its first option) when an engine's server starts at tokens[i]."""
     word = tokens[i]
     after = tokens[i + 1] if i + 1 < len(tokens) else ""
-    if word == "-m" and after in _SGLANG_MODULES:
-        return SGLANG, i + 2
-    if word == "-m" and after in _VLLM_MODULES:
-        return VLLM, i + 2
+    engines = every_engine()
+    if word == "-m":
+        found = next((e for e in engines if after in e.server_line.modules), None)
+        if found is not None:
+            return found, i + 2
     name = posixpath.basename(word)
-    if after == "serve" and name in ("sglang", "vllm"):
-        return (SGLANG if name == "sglang" else VLLM), i + 2
+    if after == "serve":
+        found = next((e for e in engines if name == e.server_line.command), None)
+        if found is not None:
+            return found, i + 2
     return None
 
 
@@ -321,7 +274,7 @@ def _servers(
 
 
 def _server(
-    server: str, words: Sequence[str], visible: tuple[str, ...] | None, reader: _ConfigReader
+    engine: Engine, words: Sequence[str], visible: tuple[str, ...] | None, reader: _ConfigReader
 ) -> ServerDemand:
     path = _config_path(words)
     problem: str | None = None
@@ -329,12 +282,12 @@ def _server(
         # The file's options come first: the command line's own override them.
         found = reader.read(path)
         problem = found.problem
-        names = _SIZES[server]
-        unread = [k for k in found.unread() if _size_name(server, k) in names]
+        names = engine.server_line.size_kinds
+        unread = [k for k in found.unread() if engine.server_line.option_name(k) in names]
         if problem is None and unread:
             problem = f"sets {', '.join(unread)} as more than a plain value"
         words = [*found.words(), *words]
-    demand = _line(server, words, visible)
+    demand = _line(engine, words, visible)
     return attrs.evolve(demand, config=path, config_problem=problem)
 
 
@@ -349,15 +302,9 @@ def _config_path(words: Sequence[str]) -> str | None:
     return path
 
 
-def _size_name(server: str, word: str) -> str:
-    name = word.partition("=")[0]
-    if server == VLLM and name.startswith("--"):
-        name = "--" + name[2:].replace("_", "-")  # vLLM takes --tensor_parallel_size
-    return name
-
-
-def _line(server: str, words: Sequence[str], visible: tuple[str, ...] | None) -> ServerDemand:
-    names = _SIZES[server]
+def _line(engine: Engine, words: Sequence[str], visible: tuple[str, ...] | None) -> ServerDemand:
+    line = engine.server_line
+    names = line.size_kinds
     chosen: dict[str, SizeOption] = {}
     dp_attention = False
     config: str | None = None
@@ -366,11 +313,11 @@ def _line(server: str, words: Sequence[str], visible: tuple[str, ...] | None) ->
     while i < len(words):
         word = words[i]
         _, eq, value = word.partition("=")
-        name = _size_name(server, word)
+        name = line.option_name(word)
         i += 1
-        if server == SGLANG and (gone := sglang_versions.RULES.deprecation(name)) is not None:
+        if (gone := line.deprecation(name)) is not None:
             deprecated.setdefault(name, gone)
-        if name == _DP_ATTENTION and server == SGLANG:
+        if line.dp_attention is not None and name == line.dp_attention:
             dp_attention = True
             continue
         if name in names or name == _CONFIG:
@@ -387,7 +334,9 @@ def _line(server: str, words: Sequence[str], visible: tuple[str, ...] | None) ->
             chosen[names[name]] = SizeOption(names[name], name, written, number)
     # Re-inserted at each occurrence: the dict is in the order of the ones that count.
     return ServerDemand(
-        server,
+        engine.name,
+        engine.label,
+        line,
         tuple(chosen.values()),
         dp_attention,
         config,

@@ -74,9 +74,9 @@ class ServingContext:
     """The engine as its messages name it (`Engine.label`), for the checks' wording."""
 
     stages: int = 1
-    """TP groups the pool's GPUs hold: vLLM's pipeline stages x prefill context-parallel
-    ranks (`pipeline_parallel_size` x `prefill_context_parallel_size`); 1 unless the spec
-    asks for more and they divide the pool's GPUs (the engine refuses them otherwise)."""
+    """TP groups the pool's GPUs hold, as the engine counts them (`Engine.tp_groups`:
+    vLLM's pipeline stages x prefill context-parallel ranks); 1 unless the spec asks for
+    more and they divide the pool's GPUs (the engine refuses them otherwise)."""
 
     @property
     def tp(self) -> int:
@@ -101,12 +101,14 @@ def serving_context(
     where: str,
     *,
     engine_label: str,
+    stages: int = 1,
     after_reboot: bool = False,
 ) -> ServingContext | PvegpuError:
     """The neutral decisions `spec` needs of `pool`, or an error when it has no container.
 
     `pools`: every pool of the plan; `where`: the spec path problems point at;
-    `engine_label`: the engine as messages name it (`Engine.label`);
+    `engine_label`: the engine as messages name it (`Engine.label`); `stages`: the TP
+    groups it makes of the pool's GPUs (`Engine.tp_groups`);
     `after_reboot`: the runbook reboots before the server starts (`Checks.after_reboot`).
     """
     checks = Checks(
@@ -129,7 +131,6 @@ def serving_context(
     indices = container_indices(checks, vmid)
     checks.printable("python", spec.python)
     checks.printable("p2p_reason", spec.p2p_reason or "")
-    stages = pipeline_stages(spec, len(pool.gpus))
     model = checked_model(checks, len(pool.gpus) // stages)
     p2p = decide_p2p(checks)
     numa = numa_pinning(checks)
@@ -195,10 +196,3 @@ def _runtime(checks: Checks) -> ComputeRuntime | PvegpuError:
         + " or ".join(sorted(v.name for v in VENDORS if v.compute is not None))
         + " GPUs, or remove the pool's serving table",
     )
-
-
-def pipeline_stages(spec: ServingSpec, gpus: int) -> int:
-    """The spec's TP groups (pipeline stages x prefill context-parallel ranks) when they
-    divide the pool's `gpus`, else 1."""
-    stages = (spec.pipeline_parallel_size or 1) * (spec.prefill_context_parallel_size or 1)
-    return stages if stages >= 1 and gpus % stages == 0 else 1
