@@ -16,7 +16,7 @@ from pvegpu.engines.common.drops import DroppedSetting
 from pvegpu.engines.common.releases import Versions
 from pvegpu.engines.sglang import versions
 from pvegpu.engines.sglang.decision import SglangServing
-from pvegpu.engines.sglang.drops import compare_units
+from pvegpu.engines.sglang.drops import compare_units, launch_options
 from pvegpu.engines.sglang.options import load_table
 from pvegpu.engines.sglang.unit import unit_content
 from pvegpu.engines.sglang.versions import EnvironmentRule, When
@@ -41,7 +41,6 @@ from pvegpu.serving.container import container_driver_problems, container_driver
 from pvegpu.serving.unitfile import (
     environment_pairs,
     exec_words,
-    launch_options,
     parse_unit,
     unit_words,
 )

@@ -26,7 +26,15 @@ from pvegpu.engines.sglang.environment import retired_variable
 from pvegpu.engines.sglang.option_check import ParsedOption, parse_command_line
 from pvegpu.engines.sglang.options import OptionSpec, OptionTable, load_table, shipped_versions
 from pvegpu.redact import redact_argv
-from pvegpu.serving.unitfile import EXEC_START, UnitFile, launch_options, merge_units
+from pvegpu.serving.unitfile import EXEC_START, UnitFile, merge_units
+
+
+def launch_options(argv: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The words after `-m sglang.launch_server`, or None when argv does not run it."""
+    for i, word in enumerate(argv):
+        if word == "sglang.launch_server" and i > 0 and argv[i - 1] == "-m":
+            return argv[i + 1 :]
+    return None
 
 
 def compare_units(old: str, new: str, table: OptionTable) -> UnitComparison:
