@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
+import attrs
 import pytest
 
 from apply_fake import READ_ONLY, FakeHost, Killed
@@ -118,6 +119,30 @@ def test_apply_installs_the_bundle_moves_gpus_and_verifies(setup: Setup) -> None
     ct_stop = order.index(("pct", "stop", "129"))
     bind = order.index(("/usr/local/sbin/pvegpu-vfio-split", "bind"))
     assert stop < ct_stop < bind
+
+
+def _served(bundle: Bundle, **changed: object) -> Bundle:
+    serving = tuple({**s, **changed} for s in bundle.serving)
+    return attrs.evolve(bundle, contract=attrs.evolve(bundle.contract, serving=serving))
+
+
+def test_verify_counts_the_servers_gpus_not_its_tp(setup: Setup) -> None:
+    """A server of TP 2 over the pool's 4 GPUs (PP 2, or vLLM's PCP 2) is verified by the 4
+    GPUs it runs on, which the container lists; TP alone would call it a failure."""
+    pipelined = _served(setup.bundle, tp_size=2)
+    apply_bundle(setup.host(), pipelined, setup.lines.append)
+    assert any(line.startswith("verified:") for line in setup.lines)
+
+
+def test_verify_names_a_container_listing_other_gpus_than_the_server_runs_on(
+    setup: Setup,
+) -> None:
+    fewer = _served(setup.bundle, cuda_visible_devices="0,1")
+    with pytest.raises(ApplyError) as err:
+        apply_bundle(setup.host(), fewer, setup.lines.append)
+    assert [(p.code, p.subject, p.message) for p in err.value.problems] == [
+        ("verify-failed", "CT 129", "nvidia-smi -L lists 4 GPUs, the server runs on 2")
+    ]
 
 
 def test_second_apply_is_a_no_op(setup: Setup) -> None:

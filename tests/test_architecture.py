@@ -426,12 +426,6 @@ NEVER_EXCEPTIONS: dict[str, frozenset[tuple[str, str]]] = {
     # The facts part of issue 32 (item 1: typed facts at the edge) removes these.
     "no-host": frozenset(
         {
-            ("pvegpu.engines", "pvegpu.host.reader"),  # facts part
-            ("pvegpu.engines.common.installed_files", "pvegpu.host.reader"),  # facts part
-            ("pvegpu.engines.sglang.engine", "pvegpu.host.reader"),  # facts part
-            ("pvegpu.engines.sglang.installed_files", "pvegpu.host.reader"),  # facts part
-            ("pvegpu.engines.vllm.engine", "pvegpu.host.reader"),  # facts part
-            ("pvegpu.engines.vllm.installed_files", "pvegpu.host.reader"),  # facts part
             ("pvegpu.planning.acs", "pvegpu.host.acs"),  # facts part
             ("pvegpu.planning.boot", "pvegpu.host"),  # facts part
             ("pvegpu.planning.boot", "pvegpu.host.sysfs"),  # facts part
@@ -450,23 +444,7 @@ NEVER_EXCEPTIONS: dict[str, frozenset[tuple[str, str]]] = {
     ),
     "no-planning-in-rendering": frozenset(),
     "apply-through-pipeline": frozenset(),
-    # The engines part of issue 32 (item 5: engines as equal plug-ins) removes these.
-    "no-engine-imports-another": frozenset(
-        {
-            ("pvegpu.engines.vllm.build", "pvegpu.engines.sglang.old_unit"),  # engines part
-            (
-                "pvegpu.engines.vllm.field_kinds",
-                "pvegpu.engines.sglang.option_source",
-            ),  # engines part
-            (
-                "pvegpu.engines.vllm.option_reader",
-                "pvegpu.engines.sglang.option_source",
-            ),  # engines part
-            ("pvegpu.engines.vllm.options", "pvegpu.engines.sglang.option_source"),  # engines part
-            ("pvegpu.engines.vllm.options", "pvegpu.engines.sglang.versions"),  # engines part
-            ("pvegpu.engines.vllm.versions", "pvegpu.engines.sglang.versions"),  # engines part
-        }
-    ),
+    "no-engine-imports-another": frozenset(),
 }
 """The edges that still break a rule, each with the part of issue 32 removing it. The
 lists only shrink: an entry whose edge has gone fails `test_never_exceptions_are_needed`."""
@@ -521,7 +499,6 @@ def test_never_rules_find_their_edges() -> None:
     assert never_violations(graph, "no-host") == {
         ("pvegpu.planning.boot", "pvegpu.host.sysfs"),
         ("pvegpu.serving.container", "pvegpu.host.rootfs"),
-        ("pvegpu.engines", "pvegpu.host.reader"),
     }
     assert never_violations(graph, "no-planning-in-rendering") == {
         ("pvegpu.rendering.split", "pvegpu.planning.split")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pvegpu.engines.sglang.dropins import (
+from pvegpu.engines.common.dropins import (
     effective_dropins,
     guarded_settings,
     judge_dropins,

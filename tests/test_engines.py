@@ -13,10 +13,11 @@ import pytest
 
 from pvegpu import engines
 from pvegpu.engines import ENGINE_NAMES, Engine, engine_for
+from pvegpu.engines.common.installed_files import RootFiles
+from pvegpu.engines.common.server_line import ServerLine
 from pvegpu.engines.sglang.engine import SGLANG
 from pvegpu.errors import PlanError, PvegpuError
-from pvegpu.host.reader import RootReader
-from pvegpu.model.decision import SglangServing
+from pvegpu.model.decision import DecidedServer
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Finding, Plan
 from pvegpu.model.schema import P2PSetting, ServingSpec
@@ -52,24 +53,29 @@ class _Recording:
 
     asked: list[str]
     name: str = "sglang"
+    label: str = "SGLang"
+    server_line: ServerLine = SGLANG.server_line
+
+    def tp_groups(self, spec: ServingSpec, gpus: int) -> int:
+        return SGLANG.tp_groups(spec, gpus)
 
     def decide(
         self, context: ServingContext, spec: ServingSpec
-    ) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
+    ) -> tuple[DecidedServer, tuple[Finding, ...]] | PvegpuError:
         self.asked.append(f"decide {context.pool.name} {context.where}")
         return SGLANG.decide(context, spec)
 
-    def unit_content(self, serving: SglangServing) -> str:
+    def unit_content(self, serving: DecidedServer) -> str:
         self.asked.append(f"unit {serving.pool}")
         return SGLANG.unit_content(serving)
 
     def installed_files(
-        self, reader: RootReader, rootfs: str, python: str
+        self, reader: RootFiles, rootfs: str, python: str
     ) -> tuple[ConfigFile, ...]:
         self.asked.append(f"installed {rootfs} {python}")
         return SGLANG.installed_files(reader, rootfs, python)
 
-    def health_url(self, serving: SglangServing) -> str:
+    def health_url(self, serving: DecidedServer) -> str:
         self.asked.append(f"health {serving.unit}")
         return SGLANG.health_url(serving)
 
@@ -137,10 +143,15 @@ class _Stub:
 
     name: str
     contexts: list[ServingContext]
+    label: str = "Stub"
+    server_line: ServerLine = SGLANG.server_line
+
+    def tp_groups(self, spec: ServingSpec, gpus: int) -> int:
+        return SGLANG.tp_groups(spec, gpus)
 
     def decide(
         self, context: ServingContext, spec: ServingSpec
-    ) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
+    ) -> tuple[DecidedServer, tuple[Finding, ...]] | PvegpuError:
         # Everything neutral is already decided when an engine is asked.
         assert context.visible_devices == (0, 1, 2, 3)
         assert context.tp == len(context.gpus) == 4
@@ -153,15 +164,15 @@ class _Stub:
         self.contexts.append(context)
         return SGLANG.decide(context, attrs.evolve(spec, engine="sglang"))
 
-    def unit_content(self, serving: SglangServing) -> str:
+    def unit_content(self, serving: DecidedServer) -> str:
         return SGLANG.unit_content(serving)
 
     def installed_files(
-        self, reader: RootReader, rootfs: str, python: str
+        self, reader: RootFiles, rootfs: str, python: str
     ) -> tuple[ConfigFile, ...]:
         return SGLANG.installed_files(reader, rootfs, python)
 
-    def health_url(self, serving: SglangServing) -> str:
+    def health_url(self, serving: DecidedServer) -> str:
         return SGLANG.health_url(serving)
 
 

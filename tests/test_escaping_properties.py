@@ -47,9 +47,9 @@ from linters import (
     shellcheck_files,
     verify_files,
 )
+from pvegpu.engines.sglang.decision import SglangServing
 from pvegpu.errors import PlanError, RenderError, SpecError
 from pvegpu.model.artifact import APPLY_BUNDLE, HOST, REVERT_BUNDLE, REVIEW, Artifact
-from pvegpu.model.decision import SglangServing
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.paths import SPLIT_SCRIPT
 from pvegpu.model.plan import Plan
@@ -158,7 +158,7 @@ class Rendered:
     @property
     def serving(self) -> SglangServing:
         serving = self.plan.pools[0].serving
-        assert serving is not None
+        assert isinstance(serving, SglangServing)
         return serving
 
 

@@ -504,6 +504,14 @@ def demand(exec_start: str, extra: str = "") -> tuple[int | None, ...]:
         ("/usr/local/bin/vllm serve m -tp 2 --pipeline-parallel-size 2", (4,)),
         ("python -m vllm.entrypoints.openai.api_server --tensor_parallel_size 4", (4,)),
         ("vllm serve m -tp 2 -dp 2", (4,)),
+        # vLLM's world size is PP x TP x PCP; DCP reuses the TP ranks (vllm/config/parallel.py).
+        ("vllm serve m -tp 2 -pcp 2", (4,)),
+        ("vllm serve m --tensor-parallel-size 2 --prefill-context-parallel-size=2 -pp 2", (8,)),
+        ("vllm serve m -tp 4 -dcp 2", (4,)),
+        ("vllm serve m -tp 2 -pcp 2 -dcp 4 -dp 2", (8,)),
+        # SGLang: attention DP runs inside the TP group; plain DP replicates it.
+        ("python -m sglang.launch_server --tp 4 --attn-dp-size 4", (4,)),
+        ("python -m sglang.launch_server --tp 4 --dp-size 2", (8,)),
         (
             "/bin/bash -lc 'source /v/bin/activate && exec python -m sglang.launch_server --tp 8'",
             (8,),

@@ -11,6 +11,7 @@ from syrupy.assertion import SnapshotAssertion
 
 from pvegpu.engines import installed_files
 from pvegpu.engines.sglang import build
+from pvegpu.engines.sglang.decision import SglangServing
 from pvegpu.engines.sglang.option_check import parse_command_line
 from pvegpu.engines.sglang.options import load_table
 from pvegpu.errors import PlanError
@@ -126,7 +127,7 @@ def test_rendered_command_line_passes_the_version_table(version: str) -> None:
     """The ExecStart words after the module name are a clean line for that version."""
     (pool,) = decided_servings(kpro6_plan(qwen_serving(version=version))).pools
     serving = pool.serving
-    assert serving is not None
+    assert isinstance(serving, SglangServing)
     table = load_table(version)
     assert parse_command_line(table, serving.argv[3:], subject="t").problems == ()
     assert serving.argv[:3] == ("/root/ml-env/bin/python3", "-m", "sglang.launch_server")

@@ -21,7 +21,7 @@ from pvegpu.apply.check import check
 from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
 from pvegpu.host.facts_json import facts_from_json, facts_to_json
-from pvegpu.model.decision import SglangServing
+from pvegpu.model.decision import DecidedServer
 from pvegpu.model.plan import Plan
 from pvegpu.pipeline import check_host, discover_for, running_unit
 from pvegpu.planning.planner import plan
@@ -45,7 +45,7 @@ def planned(text: str, root: Path = FIXTURES / EXAMPLE) -> Plan:
     return plan(discover_for(spec, root), spec)
 
 
-def serving_of(result: Plan) -> SglangServing:
+def serving_of(result: Plan) -> DecidedServer:
     (serving,) = [p.serving for p in result.pools if p.serving is not None]
     return serving
 

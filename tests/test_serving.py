@@ -13,15 +13,17 @@ from hypothesis import strategies as st
 from bundled import spec_path
 from pvegpu.engines import installed_files
 from pvegpu.engines.common.drops import DroppedSetting
+from pvegpu.engines.common.releases import Versions
 from pvegpu.engines.sglang import versions
-from pvegpu.engines.sglang.drops import compare_units
+from pvegpu.engines.sglang.decision import SglangServing
+from pvegpu.engines.sglang.drops import compare_units, launch_options
 from pvegpu.engines.sglang.options import load_table
 from pvegpu.engines.sglang.unit import unit_content
-from pvegpu.engines.sglang.versions import EnvironmentRule, Versions, When
+from pvegpu.engines.sglang.versions import EnvironmentRule, When
 from pvegpu.errors import PlanError, PvegpuError, SpecError
 from pvegpu.hardware import GPU_MEMORY
 from pvegpu.host.serving_files import read_serving_files, with_serving_files
-from pvegpu.model.decision import P2PSource, SglangServing
+from pvegpu.model.decision import P2PSource
 from pvegpu.model.facts import ConfigFile, FileStat, IommuGroupType
 from pvegpu.model.model_config import (
     ModelConfig,
@@ -39,7 +41,6 @@ from pvegpu.serving.container import container_driver_problems, container_driver
 from pvegpu.serving.unitfile import (
     environment_pairs,
     exec_words,
-    launch_options,
     parse_unit,
     unit_words,
 )
@@ -84,6 +85,7 @@ def llama() -> ModelConfig:
 def only(plan: Plan) -> SglangServing:
     """The one server plan() decides for `plan` (undecided, as the test helpers make it)."""
     (serving,) = (p.serving for p in decided_servings(plan).pools if p.serving is not None)
+    assert isinstance(serving, SglangServing)
     return serving
 
 

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from pvegpu.engines.common.releases import version_key
 from pvegpu.engines.sglang.option_check import check_command_line, parse_command_line
 from pvegpu.engines.sglang.options import OptionSpec, OptionTable, load_table, shipped_versions
-from pvegpu.engines.sglang.versions import version_key
 from pvegpu.errors import RenderError, SpecError
 
 SHIPPED = shipped_versions()

@@ -11,8 +11,8 @@ import pytest
 
 import bundled
 from pvegpu import engines
+from pvegpu.engines.vllm.decision import VllmServing
 from pvegpu.errors import PvegpuError, SpecError
-from pvegpu.model.decision import VllmServing
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Finding, Plan, Severity
 from pvegpu.model.schema import P2PSetting, ServingSpec
@@ -295,3 +295,100 @@ def test_check_flags_a_vllm_unit_with_p2p_on_under_translation(kpro6_running: Pa
     ]
     assert [f.severity for f in found] == [Severity.ERROR]
     assert "TP 4" in found[0].message
+
+
+# ------------------------------------------------ context parallelism (PCP, DCP)
+
+
+def test_prefill_context_parallel_ranks_are_gpus_of_their_own() -> None:
+    """vLLM's world size is PP x TP x PCP: 4 GPUs with PCP 2 are TP 2."""
+    serving = decided(vllm_serving(prefill_context_parallel_size=2, model_config=None))
+    assert (serving.tp_size, serving.pp_size, serving.pcp_size) == (2, 1, 2)
+    line = words(serving)
+    assert line[line.index("--tensor-parallel-size") + 1] == "2"
+    assert line[line.index("--prefill-context-parallel-size") + 1] == "2"
+    content = engines.engine_for("vllm").unit_content(serving)  # type: ignore[union-attr]
+    assert "TP=2 x PCP=2" in content
+
+
+def test_prefill_context_parallel_ranks_make_tp_smaller_for_the_head_check() -> None:
+    """6 GPUs: TP=6 does not divide 32 heads; 3 PCP ranks of TP=2 do."""
+    gpus = kpro6_gpus()
+    files, stats = kpro6_files()
+    facts = host(gpus, files=files, stats=stats)
+    spec = vllm_serving(allow_multi_numa=True, prefill_context_parallel_size=3)
+    # TP 2 holds half the weights per GPU: more than one GPU has, which is the refusal.
+    assert codes(refused(plan_of(facts, lxc_pool(gpus[:6], spec, name="vllm")))) == [
+        "model-does-not-fit"
+    ]
+
+
+def test_each_prefill_context_parallel_rank_holds_the_whole_weights_share() -> None:
+    """Qwen3.5-122B fits 4 GPUs at TP 4; as 2 PCP ranks of TP 2 each GPU holds half."""
+    err = refused(kpro6_plan(vllm_serving(prefill_context_parallel_size=2)))
+    assert codes(err) == ["model-does-not-fit"]
+    assert "at TP=2" in err.problems[0].message
+
+
+def test_prefill_context_parallel_that_does_not_divide_the_gpus_is_refused() -> None:
+    err = refused(kpro6_plan(vllm_serving(prefill_context_parallel_size=3)))
+    assert codes(err) == ["vllm-context-parallel-does-not-divide"]
+    (problem,) = err.problems
+    assert problem.subject == "pools[0].lxc.serving.prefill_context_parallel_size"
+    assert "TP x PP x PCP" in problem.message
+
+
+def test_decode_context_parallel_reuses_the_tp_ranks() -> None:
+    serving = decided(vllm_serving(decode_context_parallel_size=2, model_config=None))
+    assert (serving.tp_size, serving.dcp_size) == (4, 2)
+    line = words(serving)
+    assert line[line.index("--decode-context-parallel-size") + 1] == "2"
+
+
+@pytest.mark.parametrize(
+    ("version", "pcp", "dcp", "refusal"),
+    [
+        ("0.33.0", 1, 3, "it divides TP (4)"),  # DCP divides TP without PCP, every release
+        ("0.25.1", 2, 4, "it divides TP (2)"),  # before 0.26: divides TP whatever PCP
+        ("0.26.0", 2, 4, None),  # from 0.26: DCP spans TP x PCP
+        ("0.33.0", 2, 4, None),
+        ("0.33.0", 2, 2, None),  # ... or the PCP axis
+        ("0.33.0", 4, 1, None),
+    ],
+)
+def test_decode_context_parallel_sizes_are_the_releases_own_rule(
+    version: str, pcp: int, dcp: int, refusal: str | None
+) -> None:
+    spec = vllm_serving(
+        version=version,
+        prefill_context_parallel_size=pcp,
+        decode_context_parallel_size=dcp,
+        model_config=None,
+    )
+    if refusal is None:
+        assert decided(spec).dcp_size == dcp
+        return
+    err = refused(kpro6_plan(spec))
+    assert codes(err) == ["vllm-decode-context-parallel-invalid"]
+    (problem,) = err.problems
+    assert refusal in problem.message and f"vLLM {version}" in problem.message
+    assert problem.subject == "pools[0].lxc.serving.decode_context_parallel_size"
+
+
+def test_a_release_without_prefill_context_parallelism_is_refused_by_its_table() -> None:
+    spec = vllm_serving(version="0.11.2", prefill_context_parallel_size=2, model_config=None)
+    err = refused(kpro6_plan(spec))
+    assert any("--prefill-context-parallel-size" in p.message for p in err.problems)
+
+
+@pytest.mark.parametrize("flag", ["-pcp", "--decode-context-parallel-size"])
+def test_context_parallel_sizes_are_not_extra_args(flag: str) -> None:
+    err = refused(kpro6_plan(vllm_serving(extra_args=(flag, "2"))))
+    assert "serving-extra-arg-owned" in codes(err)
+
+
+def test_context_parallel_keys_are_vllms_only() -> None:
+    for key in ("prefill_context_parallel_size", "decode_context_parallel_size"):
+        with pytest.raises(SpecError) as err:
+            parse_spec(SPEC.format(engine="sglang", extra=f"{key} = 2"))
+        assert [p.code for p in err.value.problems] == ["spec-engine-key"]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from pvegpu.engines.common.releases import version_key
 from pvegpu.engines.common.tables import BUNDLE
-from pvegpu.engines.sglang.versions import version_key
 from pvegpu.engines.vllm.option_reader import SourcesMissingError, read_option_table
 from pvegpu.engines.vllm.options import (
     TABLE_PACKAGE,

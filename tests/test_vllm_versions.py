@@ -15,12 +15,12 @@ from syrupy.assertion import SnapshotAssertion
 import bundled
 from pvegpu.engines.common.installed import InstalledRelease
 from pvegpu.engines.vllm import versions
+from pvegpu.engines.vllm.decision import VllmServing
 from pvegpu.engines.vllm.installed import executable
 from pvegpu.engines.vllm.option_check import parse_command_line
 from pvegpu.engines.vllm.options import load_table, shipped_versions
 from pvegpu.errors import PlanError, PvegpuError, SpecError
 from pvegpu.model.artifact import Artifact
-from pvegpu.model.decision import VllmServing
 from pvegpu.model.plan import Plan
 from pvegpu.model.schema import ServingSpec, Spec
 from pvegpu.pipeline import discover_for
@@ -133,6 +133,15 @@ def test_release_boundaries_of_the_rules() -> None:
     switch = load_table("0.33.0").option_strings["--disable-custom-all-reduce"]
     assert "--enable-custom-all-reduce" in switch.accepted
     assert load_table("0.5.2").option_strings["--disable-custom-all-reduce"].action == "store_true"
+    # Context parallelism: the flags from the releases that first list them, and the DCP
+    # rule that changed when PCP could span DCP (vllm/config/parallel.py of 0.26.0).
+    assert load_table("0.9.2").find("--decode-context-parallel-size") is None
+    assert load_table("0.10.2").find("--decode-context-parallel-size") is not None
+    assert load_table("0.11.2").find("--prefill-context-parallel-size") is None
+    assert load_table("0.12.0").find("--prefill-context-parallel-size") is not None
+    assert versions.RULES.dcp_rule("0.9.2") is None
+    assert not versions.RULES.dcp_rule("0.25.1").spans_pcp  # type: ignore[union-attr]
+    assert versions.RULES.dcp_rule("0.26.0").spans_pcp  # type: ignore[union-attr]
 
 
 def test_golden_kpro6_oldest(golden: Callable[[str], SnapshotAssertion]) -> None:
@@ -150,6 +159,14 @@ def test_golden_kpro6_newest(golden: Callable[[str], SnapshotAssertion]) -> None
     """The newest shipped release (0.33.0), MTP on."""
     assert SHIPPED[-1] == "0.33.0"
     assert unit(SHIPPED[-1]).content == golden("service")
+
+
+def test_golden_kpro6_context_parallel(golden: Callable[[str], SnapshotAssertion]) -> None:
+    """The newest release, the 4 GPUs as 2 prefill context-parallel ranks of TP 2 with
+    decode context parallelism over each TP group (no model_config: the 122B model does
+    not fit TP 2)."""
+    spec = {"prefill_context_parallel_size": 2, "decode_context_parallel_size": 2}
+    assert unit(SHIPPED[-1], model_config=None, **spec).content == golden("service")
 
 
 def test_pipeline_stages_divide_the_gpus_between_tp_and_pp() -> None:

@@ -32,9 +32,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
+from pvegpu.engines.common.releases import version_key  # noqa: E402
 from pvegpu.engines.common.tables import pack_bundle, unpack_bundle  # noqa: E402
 from pvegpu.engines.sglang.option_reader import read_options  # noqa: E402
-from pvegpu.engines.sglang.versions import version_key  # noqa: E402
 
 BUNDLE = REPO / "src/pvegpu/engines/sglang/data/tables.json.gz"
 FIRST = (0, 5)

@@ -38,8 +38,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
+from pvegpu.engines.common.releases import version_key  # noqa: E402
 from pvegpu.engines.common.tables import pack_bundle, unpack_bundle  # noqa: E402
-from pvegpu.engines.sglang.versions import version_key  # noqa: E402
 from pvegpu.engines.vllm.option_reader import read_option_table  # noqa: E402
 
 BUNDLE = REPO / "src/pvegpu/engines/vllm/data/tables.json.gz"

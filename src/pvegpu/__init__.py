@@ -32,9 +32,10 @@ __version__ = "0.1.0"
 `PYTHONPATH=src python3 -m pvegpu` does not have."""
 
 if TYPE_CHECKING:
+    from pvegpu.engines.sglang.decision import SglangServing
     from pvegpu.host.discover import discover
     from pvegpu.model.artifact import Artifact, ArtifactRole
-    from pvegpu.model.decision import SglangServing
+    from pvegpu.model.decision import DecidedServer
     from pvegpu.model.facts import GPU, HostFacts, IommuGroup, NumaNode, PciFunction
     from pvegpu.model.plan import (
         Finding,
@@ -71,7 +72,8 @@ _HOMES = {
     "pvegpu.model.artifact": ("Artifact", "ArtifactRole"),
     "pvegpu.rendering.bundle": ("write_bundle",),
     "pvegpu.rendering.registry": ("render",),
-    "pvegpu.model.decision": ("SglangServing",),
+    "pvegpu.model.decision": ("DecidedServer",),
+    "pvegpu.engines.sglang.decision": ("SglangServing",),
     "pvegpu.spec.load": ("load_spec", "parse_spec"),
     "pvegpu.model.schema": ("Spec",),
 }
@@ -98,6 +100,7 @@ __all__ = [
     "ArtifactRole",
     "BundleError",
     "CpuList",
+    "DecidedServer",
     "DiscoveryError",
     "Finding",
     "HostFacts",

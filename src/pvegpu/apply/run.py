@@ -125,9 +125,10 @@ def verify(host: Host, bundle: Bundle, say: Say) -> None:
         command = " ".join(argv)
         listed = checked(host, pct_exec(vmid, *argv), command).stdout
         gpus = [ln for ln in listed.splitlines() if ln.startswith(CONTAINER_TOOL.listed_prefix)]
-        if len(gpus) != int(serving["tp_size"]):
+        want = server_gpus(serving)
+        if len(gpus) != want:
             problems.append(
-                _problem(where, f"{command} lists {len(gpus)} GPUs, TP is {serving['tp_size']}")
+                _problem(where, f"{command} lists {len(gpus)} GPUs, the server runs on {want}")
             )
         wait = waits.get(vmid)
         url = str(serving["health_url"])
@@ -141,6 +142,16 @@ def verify(host: Host, bundle: Bundle, say: Say) -> None:
     if problems:
         raise ApplyError(problems)
     say("verified: split status, containers, servers, their GPUs and health")
+
+
+def server_gpus(serving: dict[str, object]) -> int:
+    """The GPUs the planned server runs on: its engine's world size (TP x PP x PCP for
+    vLLM, dp x tp x pp for SGLang), which plan() makes the pool's GPU count, the indices
+    the contract gives the runtime's visible-devices variable. Not `tp_size`: with a
+    pipeline, context or data parallel size past 1 the container lists more GPUs."""
+    # Named by the variable: cuda_visible_devices, hip_visible_devices (apply_doc.py).
+    visible = next((str(v) for k, v in serving.items() if k.endswith("_visible_devices")), "")
+    return len([i for i in visible.split(",") if i.strip()])
 
 
 def _problem(subject: str, message: str) -> Problem:

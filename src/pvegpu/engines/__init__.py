@@ -15,13 +15,15 @@ reads them for the engine and imports none.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from pvegpu.engines.common.installed_files import RootFiles
+    from pvegpu.engines.common.server_line import ServerLine
     from pvegpu.errors import PvegpuError
-    from pvegpu.host.reader import RootReader
-    from pvegpu.model.decision import SglangServing
+    from pvegpu.model.decision import DecidedServer
     from pvegpu.model.facts import ConfigFile
     from pvegpu.model.plan import Finding
     from pvegpu.model.schema import ServingSpec
@@ -36,9 +38,26 @@ class Engine(Protocol):
         """The spec's `engine` value that selects it."""
         ...
 
+    @property
+    def label(self) -> str:
+        """The engine as the project spells it, in messages and the review (`SGLang`)."""
+        ...
+
+    @property
+    def server_line(self) -> ServerLine:
+        """How its server shows on a unit's command line and the GPUs that opens: a
+        container's old units are read by it (`planning/unit_gpus.py`)."""
+        ...
+
+    def tp_groups(self, spec: ServingSpec, gpus: int) -> int:
+        """The TP groups the server `spec` asks for makes of the pool's `gpus` (TP is
+        `gpus` over them), asked before any decision; 1 when they do not divide `gpus`
+        (`decide` refuses that)."""
+        ...
+
     def decide(
         self, context: ServingContext, spec: ServingSpec
-    ) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
+    ) -> tuple[DecidedServer, tuple[Finding, ...]] | PvegpuError:
         """The server `spec` asks of the context's pool and its findings, or every problem
         (the context's first) as an error.
 
@@ -47,37 +66,40 @@ class Engine(Protocol):
         """
         ...
 
-    def unit_content(self, serving: SglangServing) -> str:
+    def unit_content(self, serving: DecidedServer) -> str:
         """The systemd unit text of a decided server: formats, decides nothing."""
         ...
 
     def installed_files(
-        self, reader: RootReader, rootfs: str, python: str
+        self, reader: RootFiles, rootfs: str, python: str
     ) -> tuple[ConfigFile, ...]:
         """The files of the container whose root file system is `rootfs` (root-relative)
         that its `decide` reads the release installed for `python` from, read through
         `reader` (the one thing that opens a path under the root) into the facts."""
         ...
 
-    def health_url(self, serving: SglangServing) -> str:
+    def health_url(self, serving: DecidedServer) -> str:
         """Where the decided server answers once it is ready, as seen from inside the
         container: the runbook and `pvegpu apply` wait on it after the restart."""
         ...
 
 
-def _sglang() -> Engine:
-    from pvegpu.engines.sglang.engine import SGLANG
+def _plugin(package: str) -> Callable[[], Engine]:
+    """The engine `pvegpu.engines.<package>.engine.ENGINE`, imported when first asked for."""
 
-    return SGLANG
+    def load() -> Engine:
+        module = importlib.import_module(f"pvegpu.engines.{package}.engine")
+        engine: Engine = module.ENGINE
+        return engine
+
+    return load
 
 
-def _vllm() -> Engine:
-    from pvegpu.engines.vllm.engine import VLLM
-
-    return VLLM
-
-
-_REGISTRY: dict[str, Callable[[], Engine]] = {"sglang": _sglang, "vllm": _vllm}
+_REGISTRY: dict[str, Callable[[], Engine]] = {
+    "sglang": _plugin("sglang"),
+    "vllm": _plugin("vllm"),
+}
+"""The spec's `engine` value -> its engine: one line per engine, its package's name."""
 
 ENGINE_NAMES: tuple[str, ...] = tuple(_REGISTRY)
 """Every `engine` value pvegpu can serve with."""
@@ -89,9 +111,7 @@ def engine_for(name: str) -> Engine | None:
     return factory() if factory is not None else None
 
 
-def installed_files(
-    reader: RootReader, serving: ServingSpec, rootfs: str
-) -> tuple[ConfigFile, ...]:
+def installed_files(reader: RootFiles, serving: ServingSpec, rootfs: str) -> tuple[ConfigFile, ...]:
     """What the engine of `serving` reads of its release in the container at `rootfs`:
     how discovery (`pipeline.discover_for`, `pvegpu snapshot --spec`) asks the engine,
     handed to `host.serving_files` so that host/ imports no engine. Nothing for an
@@ -100,7 +120,19 @@ def installed_files(
     return engine.installed_files(reader, rootfs, serving.python) if engine is not None else ()
 
 
-def health_url(serving: SglangServing) -> str:
+def every_engine() -> tuple[Engine, ...]:
+    """Every engine of the registry, in its order."""
+    return tuple(factory() for factory in _REGISTRY.values())
+
+
+def engine_label(name: str) -> str:
+    """How messages and the review name the engine of the spec's `engine = name` (the
+    name itself for one pvegpu has none of)."""
+    engine = engine_for(name)
+    return engine.label if engine is not None else name
+
+
+def health_url(serving: DecidedServer) -> str:
     """The health check of a decided server, from its engine (the runbook, the apply
     contract and the manual revert ask here)."""
     engine = engine_for(serving.engine)

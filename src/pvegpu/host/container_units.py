@@ -17,7 +17,11 @@ where `pct mount <vmid>` put it):
   `service.d/`; `*.conf`);
 - then, with the files left of the budget, every other `*.service` in
   `etc/systemd/system` (installed, not enabled: it does not start with the container,
-  but one `systemctl start` runs it) with its drop-ins, the same way.
+  but one `systemctl start` runs it) with its drop-ins, the same way;
+- the `--config FILE.yaml` an SGLang or vLLM ExecStart= of those passes (the engines'
+  options file, `engines.common.config_file`), at its path in the container (relative
+  to the unit's WorkingDirectory=), within the same budget and size limit: only a
+  `.yaml`/`.yml` file, the only kind the engines take.
 
 Nothing else: vendor directories (`/usr/lib/systemd/system`) hold what packages ship,
 not the servers admins write. The work is bounded: at most `MAX_UNIT_FILES` files per
@@ -35,13 +39,14 @@ it, is installed but not enabled).
 from __future__ import annotations
 
 import posixpath
+import shlex
 from collections.abc import Iterator
 
 from pvegpu.host.reader import RootReader
 from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs, rootfs_dirs
 from pvegpu.model.decision import ServingFiles
 from pvegpu.model.facts import ConfigFile, HostFacts
-from pvegpu.model.paths import UNIT_DIR, dropin_dirs
+from pvegpu.model.paths import UNIT_DIR, dropin_dirs, engine_config_path
 from pvegpu.model.schema import Spec
 from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import split_sections
@@ -107,10 +112,44 @@ def read_container_units(reader: RootReader, spec: Spec, facts: HostFacts) -> Se
         # subvolume not mounted): the first that has a unit directory.
         for directory in rootfs_dirs(vmid, location):
             if reader.is_dir(f"{directory}/{UNIT_DIR}"):
-                for file in _Units(reader, directory).read():
+                for file in _Units(reader, directory).read_with_configs():
                     found.setdefault(file.path, file)
                 break
     return ServingFiles(tuple(found.values()))
+
+
+def _exec_values(text: str, key: str) -> Iterator[str]:
+    """The values of `key=` lines of a unit text, continuation lines joined."""
+    for line in text.replace("\\\n", " ").splitlines():
+        name, eq, value = line.strip().partition("=")
+        if eq and name.strip() == key:
+            yield value.strip()
+
+
+def _working_directories(text: str) -> Iterator[str]:
+    return _exec_values(text, "WorkingDirectory")
+
+
+def _config_paths(text: str) -> Iterator[str]:
+    """The `--config` files of the SGLang and vLLM servers of a unit text's ExecStart=
+    (a shell's `-c` script too). Read broadly: the planner decides what they mean."""
+    for value in _exec_values(text, "ExecStart"):
+        if "sglang" not in value and "vllm" not in value:
+            continue
+        words = _split(value)
+        words = [w for word in words for w in (_split(word) if " " in word else [word])]
+        for i, word in enumerate(words):
+            if word == "--config" and i + 1 < len(words):
+                yield words[i + 1]
+            elif word.startswith("--config="):
+                yield word.partition("=")[2]
+
+
+def _split(value: str) -> list[str]:
+    try:
+        return shlex.split(value)
+    except ValueError:
+        return value.split()
 
 
 def template_of(name: str) -> str | None:
@@ -189,6 +228,22 @@ class _Units:
             yield ConfigFile(self._host(f"{UNIT_DIR}/{name}"), text)
             for directory in unit_dropin_dirs(name):
                 yield from self._dropins(directory, names)
+
+    def read_with_configs(self) -> Iterator[ConfigFile]:
+        """`read`, then the `--config` files the servers of what it read name."""
+        units = list(self.read())
+        yield from units
+        # A relative path is the unit's WorkingDirectory='s, which a drop-in may set:
+        # each one the container's units name is tried.
+        directories = (
+            None,
+            *dict.fromkeys(d for u in units for d in _working_directories(u.content)),
+        )
+        paths = dict.fromkeys(p for u in units for p in _config_paths(u.content))
+        places = dict.fromkeys(engine_config_path(p, d) for p in paths for d in directories)
+        for inside in places:
+            if inside is not None and (text := self._text(inside)) is not None:
+                yield ConfigFile(self._host(inside), text)
 
     def _dropins(self, directory: str, names: set[str]) -> Iterator[ConfigFile]:
         if posixpath.basename(directory) not in names:

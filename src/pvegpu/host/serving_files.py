@@ -34,6 +34,7 @@ from pvegpu.model.paths import (
     PASSWD_FILE,
     SYSTEM_UNIT_PATH,
     dropin_dirs,
+    engine_config_path,
     root_relative,
 )
 from pvegpu.model.references import Holder
@@ -127,6 +128,7 @@ def read_serving(reader: RootReader, spec: Spec, installed: InstalledFiles) -> S
                 found.add_sizes(model_dir, _is_shard)
         for directory in _rootfs_candidates(reader, pool.lxc.vmid, rootfs):
             _read_container(found, directory, serving.unit)
+            _add_engine_config(found, directory, serving)
             _add_python(found, directory, serving.python)
             for file in installed(reader, serving, directory):
                 found.files.setdefault(file.path, file)
@@ -186,6 +188,26 @@ def _read_container(found: _Found, rootfs: str, unit_name: str) -> None:
             _add_unit_file(found, rootfs, f"{rel_dir}/{name}")
     for home in HOME_DIRS:
         for rel in reader.find(f"{rootfs}/{home}", unit, HOME_DEPTH):
+            found.add(rel)
+
+
+MAX_CONFIG_BYTES = 1024 * 1024
+"""An engine's `--config` YAML is a few lines; a larger one is not read."""
+
+
+def _add_engine_config(found: _Found, rootfs: str, serving: ServingSpec) -> None:
+    """The `--config FILE.yaml` the spec's extra_args pass to the engine, at its path in
+    the container (relative: under the unit's WorkingDirectory=), for the sizes it sets."""
+    words = serving.extra_args
+    paths = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--config"]
+    paths += [w.partition("=")[2] for w in words if w.startswith("--config=")]
+    for path in paths:
+        inside = engine_config_path(path, serving.working_directory)
+        if inside is None:
+            continue
+        rel = f"{rootfs}/{inside.lstrip('/')}"
+        size = found.reader.size(rel)
+        if size is not None and size <= MAX_CONFIG_BYTES:
             found.add(rel)
 
 

@@ -4,7 +4,7 @@
   discovery found;
 - `schema` (`Spec`): what the split spec asks for;
 - `plan` (`Plan`, `Pool`, `Finding`) and `released` (what other guests lose): what the
-  planner decided; `decision` (`SglangServing`) and `model_config` (the served model's
+  planner decided; `decision` (`DecidedServer`) and `model_config` (the served model's
   `config.json`): a pool's decided server;
 - `artifact` (`Artifact`): a file the bundle writes.
 

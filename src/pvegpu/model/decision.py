@@ -1,13 +1,16 @@
 """The values a pool's server is made of: the decision `plan()` puts on each serving pool.
 
-`engines.sglang.build.decide_serving` is the only way to get an `SglangServing` (and
-`engines.vllm.build.decide_serving` of its `VllmServing` extension); this module
+`DecidedServer` is what any engine decides and what planning, rendering, the runbook and
+`check` read (`Pool.serving`). Each engine extends it with its own decided settings, in
+its own package (`engines.sglang.decision.SglangServing`,
+`engines.vllm.decision.VllmServing`), built by its `decide_serving` only; this module
 holds values only, so the plan models can carry them without importing any checks.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import ClassVar
 
 import attrs
 
@@ -111,29 +114,35 @@ DECIDED = object()
 """The key `decide_serving` passes; anything else is refused, so TP cannot be set by hand."""
 
 
-def _check_key(instance: SglangServing, attribute: attrs.Attribute[object], value: object) -> None:
+def _check_key(instance: DecidedServer, attribute: attrs.Attribute[object], value: object) -> None:
     if value is not DECIDED:
         raise TypeError(
-            "SglangServing is built by plan() (engines.sglang.build.decide_serving) only"
+            f"{type(instance).__name__} is built by plan() (its engine's decide_serving) only"
         )
 
 
-def _check_tp(instance: SglangServing, attribute: attrs.Attribute[int], value: int) -> None:
+def _check_tp(instance: DecidedServer, attribute: attrs.Attribute[int], value: int) -> None:
     # attrs runs validators once every field is set, so a subclass's stages are known.
     gpus = len(instance.visible_devices)
     if value < 1 or value * instance.pipeline_stages != gpus:
         raise ValueError(
-            f"tp_size {value} x {instance.pipeline_stages} pipeline stages != {gpus} pool GPUs"
+            f"tp_size {value} x {instance.pipeline_stages} TP groups != {gpus} pool GPUs"
         )
 
 
 @value_class
 @attrs.frozen(eq=False, repr=False)
-class SglangServing:
-    """Everything the unit file says, decided and checked once, by plan(); on `Pool.serving`.
+class DecidedServer:
+    """A pool's server as its engine decided it, checked once, by plan(); on `Pool.serving`.
 
-    The findings about the server are on the plan, with every other finding.
+    What every engine's server has (the container, the GPUs, the unit, P2P, NUMA, the
+    memory fit, the option lines); the engine's own settings are its subclass's fields,
+    and only the engine formats them (`Engine.unit_content`). The findings about the
+    server are on the plan, with every other finding.
     """
+
+    engine: ClassVar[str]
+    """The spec's `engine` value of the server: each engine's decided class sets its own."""
 
     pool: str
     vmid: int
@@ -177,50 +186,11 @@ class SglangServing:
     _key: object = attrs.field(alias="_key", repr=False, eq=False, validator=_check_key)
 
     @property
-    def engine(self) -> str:
-        """The spec's `engine` of the server (each engine's decided class says its own)."""
-        return "sglang"
-
-    @property
     def pipeline_stages(self) -> int:
-        """Pipeline stages: TP x stages is the pool's GPU count (SGLang's servers: 1)."""
+        """TP groups: TP x groups is the pool's GPU count (1 unless the engine says more)."""
         return 1
 
     @property
     def unit_path(self) -> str:
         """Path inside the container; the only copy systemd runs."""
         return f"{UNIT_DIR}/{self.unit}.service"
-
-    @property
-    def argv(self) -> tuple[str, ...]:
-        return (self.python, "-m", "sglang.launch_server", *(w for o in self.options for w in o))
-
-
-@value_class
-@attrs.frozen(eq=False, repr=False)
-class VllmServing(SglangServing):
-    """A pool's vLLM server, decided by `engines.vllm.build.decide_serving` only.
-
-    It extends `SglangServing`, the decided server `Pool.serving` and every renderer are
-    typed by, so that both engines' servers go through the same planner, renderers,
-    runbook and `check` unchanged; `tp_size` is `--tensor-parallel-size`.
-    """
-
-    pp_size: int
-    """`--pipeline-parallel-size`: TP x PP = the pool's GPU count."""
-    executable: str
-    """The `vllm` console script of the unit's Python environment."""
-    mtp_config: str | None
-    """The `--speculative-config` JSON MTP writes, or None."""
-
-    @property
-    def engine(self) -> str:
-        return "vllm"
-
-    @property
-    def pipeline_stages(self) -> int:
-        return self.pp_size
-
-    @property
-    def argv(self) -> tuple[str, ...]:
-        return (self.executable, "serve", *(w for o in self.options for w in o))

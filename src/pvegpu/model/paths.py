@@ -93,3 +93,15 @@ def dropin_dirs(unit: str) -> tuple[str, ...]:
     names += [f"{'-'.join(parts[:i])}-.service.d" for i in range(len(parts) - 1, 0, -1)]
     specific = [f"{d}/{n}" for d in SYSTEM_UNIT_PATH for n in names]
     return (*specific, *(f"{d}/service.d" for d in SYSTEM_UNIT_PATH))
+
+
+def engine_config_path(path: str, working_directory: str | None) -> str | None:
+    """Where a server's `--config FILE` is inside its container: absolute, or relative to
+    the unit's WorkingDirectory= (systemd starts a system service in `/`). None when it
+    cannot be one of the engines' config files (they take `.yaml`/`.yml` only) or holds
+    a variable the unit would expand."""
+    if not path.endswith((".yaml", ".yml")) or "$" in path or "%" in path:
+        return None
+    directory = (working_directory or "").lstrip("-")  # `-/srv`: the directory may be absent
+    directory = directory if directory.startswith("/") else "/"
+    return "/" + posixpath.normpath(posixpath.join(directory, path)).lstrip("/")

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 import attrs
 
-from pvegpu.model.decision import SglangServing
+from pvegpu.model.decision import DecidedServer
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts, NumaNode, PciFunction
 from pvegpu.model.host_changes import HostChanges
 from pvegpu.model.released import ContainerGpusRemoved, MapLinesMoved
@@ -157,7 +157,7 @@ class Pool:
     lxc: LxcContainer | None = None
     vm: VmGuest | None = None
     mapping: PciMapping | None = None
-    serving: SglangServing | None = None
+    serving: DecidedServer | None = None
     """The server plan() decided for the pool's container (its last step), if the spec asks one."""
     nvswitches: tuple[PciFunction, ...] = ()
     """The NVSwitches that go with the GPUs (a vfio pool with a whole NVSwitch board,

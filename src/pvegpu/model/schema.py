@@ -50,6 +50,10 @@ class MappingSpec:
     description: str | None = None
 
 
+DEFAULT_ENGINE = "sglang"
+"""The `engine` of a [pools.lxc.serving] table that sets none."""
+
+
 @value_class
 @attrs.frozen(eq=False, repr=False)
 class ServingSpec:
@@ -61,7 +65,9 @@ class ServingSpec:
     used, and a version here that differs from it is an error."""
     model_path: str
     """Path of the model directory as the container sees it."""
-    engine: str = "sglang"
+    engine: str = DEFAULT_ENGINE
+    """The engine registry's name of the server (`pvegpu.engines`); a spec that names none
+    gets the default."""
     unit: str = "sglang"
     """systemd unit name inside the container (`<unit>.service`)."""
     python: str = "/usr/bin/python3"
@@ -97,6 +103,12 @@ class ServingSpec:
     secrets (HF_TOKEN, API keys). pvegpu never reads it, so no secret reaches a bundle."""
     pipeline_parallel_size: int | None = None
     """vLLM only: pipeline stages; TP is then the pool's GPU count divided by them."""
+    prefill_context_parallel_size: int | None = None
+    """vLLM only (0.12 on): prefill context-parallel ranks; each is a TP x PP group of its
+    own GPUs, so TP is the pool's GPU count over PP x PCP."""
+    decode_context_parallel_size: int | None = None
+    """vLLM only (0.10 on): decode context-parallel ranks; they reuse the TP ranks and add
+    no GPUs (the release's rule: it divides TP)."""
 
 
 @value_class

@@ -16,10 +16,10 @@ import attrs
 
 from pvegpu.engines import ENGINE_NAMES, engine_for
 from pvegpu.errors import PlanError, Problem, PvegpuError, SpecError
-from pvegpu.model.decision import SglangServing
+from pvegpu.model.decision import DecidedServer
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Finding, Plan, Pool
-from pvegpu.model.schema import ServingSpec
+from pvegpu.model.schema import DEFAULT_ENGINE, ServingSpec
 from pvegpu.serving.context import serving_context
 
 
@@ -31,7 +31,7 @@ def decide_serving(
     where: str,
     *,
     after_reboot: bool = False,
-) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
+) -> tuple[DecidedServer, tuple[Finding, ...]] | PvegpuError:
     """The server `spec` asks of `pool`, decided by the engine it names, or an error.
     `after_reboot`: the runbook reboots before the server starts again."""
     engine = engine_for(spec.engine)
@@ -44,10 +44,19 @@ def decide_serving(
             f"engine {spec.engine!r}: pvegpu renders "
             + ", ".join(f'"{name}"' for name in ENGINE_NAMES)
             + " servers only",
-            'set engine = "sglang"',
+            f'set engine = "{DEFAULT_ENGINE}"',
         )
     # The neutral decisions first, the same for any engine; the engine adds its own.
-    context = serving_context(facts, pools, pool, spec, where, after_reboot=after_reboot)
+    context = serving_context(
+        facts,
+        pools,
+        pool,
+        spec,
+        where,
+        engine_label=engine.label,
+        stages=engine.tp_groups(spec, len(pool.gpus)),
+        after_reboot=after_reboot,
+    )
     if isinstance(context, PvegpuError):
         return context
     return engine.decide(context, spec)
@@ -84,7 +93,7 @@ def _servings(
     specs = {p.name: (i, p) for i, p in enumerate(plan.spec.pools)}
     pools: list[Pool] = []
     findings: list[Finding] = []
-    built: list[SglangServing] = []
+    built: list[DecidedServer] = []
     plan_problems: list[Problem] = []
     render_problems: list[Problem] = []
     # The runbook then stops at the reboot: the servers start on the next boot's driver.
@@ -112,7 +121,7 @@ def _servings(
     return pools, findings, plan_problems, render_problems
 
 
-def _unit_clashes(built: Sequence[SglangServing]) -> list[Problem]:
+def _unit_clashes(built: Sequence[DecidedServer]) -> list[Problem]:
     clashes: list[Problem] = []
     seen: dict[tuple[int, str], str] = {}
     for serving in built:

@@ -16,8 +16,8 @@ from collections.abc import Collection, Iterator, Sequence
 
 import attrs
 
+from pvegpu.engines.common.dropins import effective_dropins
 from pvegpu.engines.common.environment import P2P_ENV
-from pvegpu.engines.sglang.dropins import effective_dropins
 from pvegpu.errors import PvegpuError
 from pvegpu.model.facts import GPU, HostFacts
 from pvegpu.model.observed import ObservedContainer, ObservedHost, ObservedUnit

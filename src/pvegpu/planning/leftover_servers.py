@@ -41,6 +41,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import attrs
 
+from pvegpu.engines.common.deprecations import CODE as DEPRECATED_CODE
 from pvegpu.errors import Problem
 from pvegpu.host.container_units import (
     ENABLING_DIRS,
@@ -53,9 +54,8 @@ from pvegpu.model.facts import GPU, ConfigFile, HostFacts
 from pvegpu.model.paths import UNIT_DIR
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.model.released import ContainerGpusRemoved
-from pvegpu.model.schema import Spec
+from pvegpu.model.schema import DEFAULT_ENGINE, Spec
 from pvegpu.planning.unit_gpus import (
-    SGLANG,
     ServerDemand,
     UnitDemand,
     unit_demand,
@@ -236,6 +236,12 @@ def _units(facts: HostFacts, rootfs: str, variable: str) -> tuple[list[_Unit], l
     the enabled ones (/etc's file or its template, else what the enabling link names),
     then those installed in /etc that no link names (nor an instance of them)."""
     unit_dir = f"{rootfs}/{UNIT_DIR}/"
+
+    def config_text(inside: str) -> str | None:
+        # A server's --config file, as discovery read it (host.container_units).
+        found = facts.file(f"{rootfs}/{inside.lstrip('/')}")
+        return found.content if found is not None else None
+
     links: dict[str, ConfigFile] = {}
     installed: dict[str, ConfigFile] = {}
     dropins: dict[str, list[ConfigFile]] = {}
@@ -263,7 +269,7 @@ def _units(facts: HostFacts, rootfs: str, variable: str) -> tuple[list[_Unit], l
             base,
         )
         inside = "/" + source.path[len(rootfs) + 1 :]
-        demand = unit_demand(merge_units(f.content for f in files), variable)
+        demand = unit_demand(merge_units(f.content for f in files), variable, config_text)
         visible = next((f for f in reversed(files) if _sets_visible(f.content, variable)), source)
         return _Unit(name, source.path, inside, demand, visible.path, source is link)
 
@@ -292,6 +298,7 @@ def _judge(
     container: _Container, unit: _Unit, problems: list[Problem], findings: list[Finding]
 ) -> None:
     for server in unit.demand.servers:
+        findings.extend(_deprecated(container, unit, server))
         need = server.gpus
         if need is None:
             if container.after < container.before:
@@ -330,7 +337,8 @@ def _ways(
     container: _Container, unit: _Unit, server: ServerDemand, after: int, *, enabled: bool = True
 ) -> str:
     ways: list[str] = []
-    if container.pools and server.server == SGLANG:
+    # The rewrite the hint offers sets no `engine`: right for the default engine's server.
+    if container.pools and server.engine == DEFAULT_ENGINE:
         ways.append(
             f"add [pools.lxc.serving] to pool {container.pools[0].name} with "
             f'unit = "{unit.name.removesuffix(".service")}" so pvegpu rewrites the unit for '
@@ -441,7 +449,7 @@ def _unknown(container: _Container, unit: _Unit, server: ServerDemand) -> Findin
             " (EnvironmentFile= is not read)" if unit.demand.environment_file else ""
         )
     else:
-        why = f"its sizes may be set in {server.config}, which is not read"
+        why = f"its sizes may be set in {server.config}, which {server.config_problem}"
     return Finding(
         Severity.WARNING,
         "container-unit-gpus-unknown",
@@ -478,6 +486,20 @@ def _second_servers(
                 "rewrites it; then run pvegpu again",
             )
             break  # one refusal per unit
+
+
+def _deprecated(container: _Container, unit: _Unit, server: ServerDemand) -> Iterator[Finding]:
+    """A flag the engine deprecates: the unit starts today, and not on a release past the
+    removal, which a routine upgrade of the container brings."""
+    for gone in server.deprecated:
+        where = f"{unit.name} (enabled in CT {container.vmid})"
+        yield Finding(
+            Severity.WARNING,
+            DEPRECATED_CODE,
+            unit.source,
+            f"{gone.message(server.server, gone.flag, where)}; write `{gone.replacement}` "
+            f"instead: edit {unit.edit(container.vmid)}",
+        )
 
 
 def _unchecked(container: _Container, volume: str, why: str) -> Finding:

@@ -1,20 +1,18 @@
 """How many GPUs a systemd unit's inference server needs, read from its ExecStart=. Pure.
 
 Recognised servers (anywhere in the command, also inside `sh -c '...'` and after `env`):
-
-- SGLang: `-m sglang.launch_server`, `-m sglang_router.launch_server`, `sglang serve`.
-  GPUs: `--tp-size`/`--tensor-parallel-size`/`--tp` x `--pp-size`/
-  `--pipeline-parallel-size`/`--pp`, times `--dp-size`/`--data-parallel-size`/`--dp`
-  unless `--enable-dp-attention` (then the DP ranks share the TP GPUs), divided over
-  `--nnodes`; `--base-gpu-id` and `--gpu-id-step` move the highest device it opens.
-- vLLM: `vllm serve`, `-m vllm.entrypoints.openai.api_server` (or `.api_server`). GPUs:
-  `--tensor-parallel-size`/`-tp` x `--pipeline-parallel-size`/`-pp` x
-  `--data-parallel-size-local`/`-dpl` (else `--data-parallel-size`/`-dp`).
+every engine's, as its `ServerLine` shows it (`engines/<engine>/server_line.py`, handed
+through the engine registry): its `-m` modules or its `serve` command, the options that
+size it, and how many GPUs they open (SGLang's dp x tp x pp over its nodes, vLLM's world
+size TP x PP x PCP times its local DP replicas; each engine's module says its sources).
 
 The last occurrence of an option wins (argparse). `${NAME}` and `$NAME` are expanded from
 the unit's Environment= (and assignments before the command, `env X=1 cmd`, `X=1 cmd`),
 as systemd and the shell would; a size that is still not a number (set in an
-EnvironmentFile=, or in `--config`'s file) is unknown, never guessed.
+EnvironmentFile=) is unknown, never guessed. `--config FILE.yaml` is read when the caller
+hands the container's files (`config_text`): its options count before the command line's
+own, as both engines insert them (`engines.common.config_file`); a file not read, or a
+size in it that is not a plain value, leaves the count unknown.
 The runtime's visible-devices variable (`CUDA_VISIBLE_DEVICES`, ROCm's `HIP_VISIBLE_DEVICES`)
 is read from the same places: the runtime shows the devices it lists up to the first index
 the container does not have.
@@ -22,14 +20,18 @@ the container does not have.
 
 from __future__ import annotations
 
-import math
 import posixpath
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
+from pvegpu.engines import Engine, every_engine
+from pvegpu.engines.common.config_file import EngineConfig, parse_config
+from pvegpu.engines.common.deprecations import FlagDeprecation
+from pvegpu.engines.common.server_line import ServerLine
+from pvegpu.model.paths import engine_config_path
 from pvegpu.serving.unitfile import (
     ENVIRONMENT,
     ENVIRONMENT_FILE,
@@ -43,38 +45,8 @@ from pvegpu.values import value_class
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 """The visible-devices variable read unless the caller names its GPUs' runtime's."""
-SGLANG = "SGLang"
-VLLM = "vLLM"
-_SGLANG_MODULES = ("sglang.launch_server", "sglang_router.launch_server")
-_VLLM_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _SHELLS = ("sh", "bash", "dash", "zsh")
-_SIZES: dict[str, dict[str, str]] = {
-    SGLANG: {
-        "--tp-size": "tp",
-        "--tensor-parallel-size": "tp",
-        "--tp": "tp",
-        "--pp-size": "pp",
-        "--pipeline-parallel-size": "pp",
-        "--pp": "pp",
-        "--dp-size": "dp",
-        "--data-parallel-size": "dp",
-        "--dp": "dp",
-        "--nnodes": "nnodes",
-        "--base-gpu-id": "base",
-        "--gpu-id-step": "step",
-    },
-    VLLM: {
-        "--tensor-parallel-size": "tp",
-        "-tp": "tp",
-        "--pipeline-parallel-size": "pp",
-        "-pp": "pp",
-        "--data-parallel-size": "dp",
-        "-dp": "dp",
-        "--data-parallel-size-local": "dpl",
-        "-dpl": "dpl",
-    },
-}
-_DP_ATTENTION = "--enable-dp-attention"
+_WORKING_DIRECTORY = "WorkingDirectory"
 _CONFIG = "--config"
 _RESTARTS = ("always", "on-failure")
 """Restart= values that start a server again after it exits with an error."""
@@ -89,7 +61,8 @@ class SizeOption:
     """One parallel-size option of the command line, as the unit writes it."""
 
     kind: str
-    """`tp`, `pp`, `dp`, `dpl` (vLLM's local DP), `nnodes`, `base`, `step`."""
+    """`tp`, `pp`, `dp` or the engine's own (`ServerLine.sizes`: SGLang's `nnodes`,
+    `base`, `step`; vLLM's `dpl`, `pcp`)."""
     spelling: str
     written: str
     """`--tp 8` or `--tp=8`: how the fix names it."""
@@ -106,7 +79,11 @@ class SizeOption:
 class ServerDemand:
     """One server a unit starts and the GPUs it opens."""
 
+    engine: str
+    """The spec's `engine` value of the server's engine."""
     server: str
+    """The engine as messages name it (`SGLang`)."""
+    line: ServerLine
     options: tuple[SizeOption, ...]
     """The option of each kind that counts (the last), in the order they were written."""
     dp_attention: bool = False
@@ -114,6 +91,10 @@ class ServerDemand:
     """`--config FILE`: sizes may be set there, where pvegpu does not look."""
     visible: tuple[str, ...] | None = None
     """The visible-devices variable as the server gets it; None: not set."""
+    deprecated: tuple[FlagDeprecation, ...] = ()
+    """Flags of the line the engine's release table deprecates (`--enable-dp-attention`)."""
+    config_problem: str | None = None
+    """Why `config` was not read (`is not in the container`); None when it was, or none."""
 
     def option(self, kind: str) -> SizeOption | None:
         return next((o for o in self.options if o.kind == kind), None)
@@ -125,15 +106,9 @@ class ServerDemand:
     @property
     def gpus(self) -> int | None:
         """The devices it opens (its highest device index + 1); None when unknown."""
-        if self.unresolved is not None or (self.config is not None and not self.options):
+        if self.unresolved is not None or self.config_problem is not None:
             return None
-        size = {o.kind: o.value or 0 for o in self.options}
-        tp, pp = size.get("tp", 1), size.get("pp", 1)
-        if self.server == VLLM:
-            return tp * pp * size.get("dpl", size.get("dp", 1))
-        dp = 1 if self.dp_attention else size.get("dp", 1)
-        per_node = math.ceil(tp * pp * dp / max(size.get("nnodes", 1), 1))
-        return size.get("base", 0) + (per_node - 1) * size.get("step", 1) + 1
+        return self.line.count({o.kind: o.value or 0 for o in self.options}, self.dp_attention)
 
     @property
     def shown(self) -> str:
@@ -157,14 +132,23 @@ class UnitDemand:
     """EnvironmentFile= is set: variables may come from a file pvegpu does not read."""
 
 
-def unit_demand(unit: UnitFile, visible: str = VISIBLE) -> UnitDemand:
+ConfigText = Callable[[str], "str | None"]
+"""The text of a file of the unit's container by its path there (None: not read)."""
+
+
+def unit_demand(
+    unit: UnitFile, visible: str = VISIBLE, config_text: ConfigText | None = None
+) -> UnitDemand:
     """The servers of every ExecStart= of `unit` and the devices each opens; `visible`: the
-    variable the GPUs' runtime narrows them by (`HIP_VISIBLE_DEVICES` on ROCm)."""
+    variable the GPUs' runtime narrows them by (`HIP_VISIBLE_DEVICES` on ROCm);
+    `config_text`: the container's files, for a server's `--config` (None: not read)."""
     environment = dict(environment_pairs(unit.values(SERVICE, ENVIRONMENT)))
+    directory = unit.values(SERVICE, _WORKING_DIRECTORY)
+    config = _ConfigReader(config_text, directory[-1] if directory else None)
     servers = tuple(
         server
         for value in unit.values(SERVICE, EXEC_START)
-        for server in _servers(exec_words(value), environment, visible)
+        for server in _servers(exec_words(value), environment, visible, config)
     )
     restart = unit.values(SERVICE, "Restart")
     return UnitDemand(
@@ -228,22 +212,43 @@ def _expand(word: str, environment: Mapping[str, str]) -> list[str]:
     return [_VARIABLE.sub(value, word)]
 
 
-def _marker(tokens: Sequence[str], i: int) -> tuple[str, int] | None:
-    """(server, index of its first option) when a server starts at tokens[i]."""
+def _marker(tokens: Sequence[str], i: int) -> tuple[Engine, int] | None:
+    """(engine, index of its first option) when an engine's server starts at tokens[i]."""
     word = tokens[i]
     after = tokens[i + 1] if i + 1 < len(tokens) else ""
-    if word == "-m" and after in _SGLANG_MODULES:
-        return SGLANG, i + 2
-    if word == "-m" and after in _VLLM_MODULES:
-        return VLLM, i + 2
+    engines = every_engine()
+    if word == "-m":
+        found = next((e for e in engines if after in e.server_line.modules), None)
+        if found is not None:
+            return found, i + 2
     name = posixpath.basename(word)
-    if after == "serve" and name in ("sglang", "vllm"):
-        return (SGLANG if name == "sglang" else VLLM), i + 2
+    if after == "serve":
+        found = next((e for e in engines if name == e.server_line.command), None)
+        if found is not None:
+            return found, i + 2
     return None
 
 
+@value_class
+@attrs.frozen(eq=False, repr=False)
+class _ConfigReader:
+    """A server's `--config` file read from its container, as the engines read it."""
+
+    text: ConfigText | None
+    working_directory: str | None
+
+    def read(self, path: str) -> EngineConfig:
+        inside = engine_config_path(path, self.working_directory)
+        if inside is None:
+            return EngineConfig(problem="is not a .yaml file pvegpu can locate")
+        text = self.text(inside) if self.text is not None else None
+        if text is None:
+            return EngineConfig(problem=f"({inside} in the container) is not read")
+        return parse_config(text)
+
+
 def _servers(
-    argv: Sequence[str], unit_environment: Mapping[str, str], visible: str
+    argv: Sequence[str], unit_environment: Mapping[str, str], visible: str, config: _ConfigReader
 ) -> list[ServerDemand]:
     tokens = _tokens(argv)
     environment = dict(unit_environment)
@@ -263,24 +268,56 @@ def _servers(
         while end < len(tokens) and not _OPERATOR.fullmatch(tokens[end]):
             end += 1
         words = [w for t in tokens[start:end] for w in _expand(t, environment)]
-        servers.append(_server(server, words, _entries(environment.get(visible))))
+        servers.append(_server(server, words, _entries(environment.get(visible)), config))
         i = end
     return servers
 
 
-def _server(server: str, words: Sequence[str], visible: tuple[str, ...] | None) -> ServerDemand:
-    names = _SIZES[server]
+def _server(
+    engine: Engine, words: Sequence[str], visible: tuple[str, ...] | None, reader: _ConfigReader
+) -> ServerDemand:
+    path = _config_path(words)
+    problem: str | None = None
+    if path is not None:
+        # The file's options come first: the command line's own override them.
+        found = reader.read(path)
+        problem = found.problem
+        names = engine.server_line.size_kinds
+        unread = [k for k in found.unread() if engine.server_line.option_name(k) in names]
+        if problem is None and unread:
+            problem = f"sets {', '.join(unread)} as more than a plain value"
+        words = [*found.words(), *words]
+    demand = _line(engine, words, visible)
+    return attrs.evolve(demand, config=path, config_problem=problem)
+
+
+def _config_path(words: Sequence[str]) -> str | None:
+    """The last `--config FILE` of the line (both engines take one)."""
+    path = None
+    for i, word in enumerate(words):
+        if word == _CONFIG and i + 1 < len(words):
+            path = words[i + 1]
+        elif word.startswith(f"{_CONFIG}="):
+            path = word.partition("=")[2]
+    return path
+
+
+def _line(engine: Engine, words: Sequence[str], visible: tuple[str, ...] | None) -> ServerDemand:
+    line = engine.server_line
+    names = line.size_kinds
     chosen: dict[str, SizeOption] = {}
     dp_attention = False
     config: str | None = None
+    deprecated: dict[str, FlagDeprecation] = {}
     i = 0
     while i < len(words):
         word = words[i]
-        name, eq, value = word.partition("=")
-        if server == VLLM and name.startswith("--"):
-            name = "--" + name[2:].replace("_", "-")  # vLLM takes --tensor_parallel_size
+        _, eq, value = word.partition("=")
+        name = line.option_name(word)
         i += 1
-        if name == _DP_ATTENTION and server == SGLANG:
+        if (gone := line.deprecation(name)) is not None:
+            deprecated.setdefault(name, gone)
+        if line.dp_attention is not None and name == line.dp_attention:
             dp_attention = True
             continue
         if name in names or name == _CONFIG:
@@ -296,4 +333,13 @@ def _server(server: str, words: Sequence[str], visible: tuple[str, ...] | None) 
             chosen.pop(names[name], None)
             chosen[names[name]] = SizeOption(names[name], name, written, number)
     # Re-inserted at each occurrence: the dict is in the order of the ones that count.
-    return ServerDemand(server, tuple(chosen.values()), dp_attention, config, visible)
+    return ServerDemand(
+        engine.name,
+        engine.label,
+        line,
+        tuple(chosen.values()),
+        dp_attention,
+        config,
+        visible,
+        tuple(deprecated.values()),
+    )

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from pvegpu.engines import engine_for
+from pvegpu.engines import engine_for, engine_label
 from pvegpu.model.artifact import Artifact, container_target
-from pvegpu.model.decision import SglangServing
+from pvegpu.model.decision import DecidedServer
 from pvegpu.model.plan import Plan
-from pvegpu.serving.checks import ENGINE_LABELS
 
 UNIT_MODE = 0o644
 
 __all__ = ["UNIT_MODE", "render_serving", "unit_content"]
 
 
-def unit_content(serving: SglangServing) -> str:
+def unit_content(serving: DecidedServer) -> str:
     """The unit text, written by the engine that decided the server."""
     engine = engine_for(serving.engine)
     # plan() decided the server through this registry, so its engine is in it.
@@ -31,7 +30,7 @@ def render_serving(plan: Plan) -> tuple[Artifact, ...]:
         Artifact(
             path=serving.unit_path,
             content=unit_content(serving),
-            reason=f"{ENGINE_LABELS.get(serving.engine, serving.engine)} {serving.version} for "
+            reason=f"{engine_label(serving.engine)} {serving.version} for "
             f"pool {serving.pool}: TP={serving.tp_size} "
             f"on {serving.runtime.name} {','.join(map(str, serving.visible_devices))}, P2P "
             + ("on" if serving.p2p.enabled else "off"),

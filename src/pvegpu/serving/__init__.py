@@ -17,7 +17,7 @@ loads only what it needs:
 - `context`: `serving_context`, the neutral decisions of one pool made once before any
   engine runs, and the frozen `ServingContext` an engine's `decide` is handed;
 - `checks`: where every decision records problems and findings; the decided values
-  (`SglangServing` and its parts, the model's config) are `pvegpu.model.decision` and
+  (`DecidedServer` and its parts, the model's config) are `pvegpu.model.decision` and
   `pvegpu.model.model_config`, below every stage;
 - `p2p`, `numa`, `visible` (CUDA ordinals), `fit`, `container` (the container's files,
   Python and NVIDIA userspace): the engine-neutral decisions and checks;

@@ -11,10 +11,6 @@ from pvegpu.model.plan import Finding, Pool, Severity
 from pvegpu.model.schema import ServingSpec
 from pvegpu.spec.rules import CONTROL
 
-ENGINE_LABELS = {"sglang": "SGLang", "vllm": "vLLM"}
-"""How messages and the review name each engine (its `engine` value as the project writes it)."""
-"""How the neutral checks' messages name the server of the spec's `engine`."""
-
 
 class Checks:
     """Collects every problem of one pool's server before raising, like plan() does."""
@@ -27,6 +23,7 @@ class Checks:
         spec: ServingSpec,
         where: str,
         *,
+        engine_label: str,
         after_reboot: bool = False,
     ) -> None:
         self.facts = facts
@@ -39,14 +36,12 @@ class Checks:
         self.after_reboot = after_reboot
         """The runbook reboots before the server starts again (a finding with
         `reboot_first`): the container meets the next boot's driver module."""
+        self.engine_label = engine_label
+        """`SGLang`, `vLLM`: the server as the neutral checks' messages name it (the
+        engine's own `label`, which the planner hands in)."""
         self.plan_problems: list[Problem] = []
         self.render_problems: list[Problem] = []
         self.findings: list[Finding] = []
-
-    @property
-    def engine_label(self) -> str:
-        """`SGLang`, `vLLM`: the server as the neutral checks' messages name it."""
-        return ENGINE_LABELS.get(self.spec.engine, self.spec.engine)
 
     def problem(self, code: str, message: str, fix: str = "", subject: str | None = None) -> None:
         self.plan_problems.append(Problem(code, subject or self.where, message, fix))

@@ -1,6 +1,6 @@
 """The container side of any engine's server: where its files are, its Python, its GPU
 userspace against the host's module (NVIDIA's), or what of it was not checked (ROCm's).
-(The unit systemd runs there now is the engine's: `engines/sglang/old_unit.py`.)"""
+(The unit systemd runs there now is the engine's: `engines/common/old_unit.py`.)"""
 
 from __future__ import annotations
 

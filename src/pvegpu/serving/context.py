@@ -70,19 +70,24 @@ class ServingContext:
     problems: tuple[Problem, ...]
     """What refuses the plan whatever the engine; the engine adds its own after them."""
     findings: tuple[Finding, ...]
+    engine_label: str
+    """The engine as its messages name it (`Engine.label`), for the checks' wording."""
 
     stages: int = 1
-    """Pipeline stages (vLLM's `pipeline_parallel_size`): 1 unless the spec asks for more
-    and they divide the pool's GPUs (the engine refuses them otherwise)."""
+    """TP groups the pool's GPUs hold, as the engine counts them (`Engine.tp_groups`:
+    vLLM's pipeline stages x prefill context-parallel ranks); 1 unless the spec asks for
+    more and they divide the pool's GPUs (the engine refuses them otherwise)."""
 
     @property
     def tp(self) -> int:
-        """Tensor parallelism is the pool's GPU count over the pipeline stages, for any engine."""
+        """Tensor parallelism is the pool's GPU count over its TP groups, for any engine."""
         return len(self.gpus) // self.stages
 
     def checks(self, spec: ServingSpec) -> Checks:
         """A collector for the engine's own checks, holding what the context found first."""
-        checks = Checks(self.facts, self.pools, self.pool, spec, self.where)
+        checks = Checks(
+            self.facts, self.pools, self.pool, spec, self.where, engine_label=self.engine_label
+        )
         checks.plan_problems.extend(self.problems)
         checks.findings.extend(self.findings)
         return checks
@@ -95,14 +100,20 @@ def serving_context(
     spec: ServingSpec,
     where: str,
     *,
+    engine_label: str,
+    stages: int = 1,
     after_reboot: bool = False,
 ) -> ServingContext | PvegpuError:
     """The neutral decisions `spec` needs of `pool`, or an error when it has no container.
 
     `pools`: every pool of the plan; `where`: the spec path problems point at;
+    `engine_label`: the engine as messages name it (`Engine.label`); `stages`: the TP
+    groups it makes of the pool's GPUs (`Engine.tp_groups`);
     `after_reboot`: the runbook reboots before the server starts (`Checks.after_reboot`).
     """
-    checks = Checks(facts, pools, pool, spec, where, after_reboot=after_reboot)
+    checks = Checks(
+        facts, pools, pool, spec, where, engine_label=engine_label, after_reboot=after_reboot
+    )
     if pool.lxc is None:
         return PlanError.one(
             "serving-needs-lxc",
@@ -120,7 +131,6 @@ def serving_context(
     indices = container_indices(checks, vmid)
     checks.printable("python", spec.python)
     checks.printable("p2p_reason", spec.p2p_reason or "")
-    stages = pipeline_stages(spec, len(pool.gpus))
     model = checked_model(checks, len(pool.gpus) // stages)
     p2p = decide_p2p(checks)
     numa = numa_pinning(checks)
@@ -143,6 +153,7 @@ def serving_context(
         problems=tuple(checks.plan_problems),
         findings=tuple(checks.findings),
         stages=stages,
+        engine_label=engine_label,
     )
 
 
@@ -185,9 +196,3 @@ def _runtime(checks: Checks) -> ComputeRuntime | PvegpuError:
         + " or ".join(sorted(v.name for v in VENDORS if v.compute is not None))
         + " GPUs, or remove the pool's serving table",
     )
-
-
-def pipeline_stages(spec: ServingSpec, gpus: int) -> int:
-    """The spec's pipeline stages when they divide the pool's `gpus`, else 1."""
-    stages = spec.pipeline_parallel_size or 1
-    return stages if stages >= 1 and gpus % stages == 0 else 1

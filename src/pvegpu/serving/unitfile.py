@@ -139,11 +139,3 @@ def environment_pairs(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
                 found.pop(name, None)
                 found[name] = _unspecify(assigned)
     return tuple(found.items())
-
-
-def launch_options(argv: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The words after `-m sglang.launch_server`, or None when argv does not run it."""
-    for i, word in enumerate(argv):
-        if word == "sglang.launch_server" and i > 0 and argv[i - 1] == "-m":
-            return argv[i + 1 :]
-    return None

@@ -184,6 +184,8 @@ RULES: dict[tuple[type[Any], str], Rule] = {
     (s.ServingSpec, "limit_nofile"): _int_range(1, 1_073_741_816),
     (s.ServingSpec, "environment_file"): Rule(UNIT_PATH, _unit_path),
     (s.ServingSpec, "pipeline_parallel_size"): _int_range(1, 64),
+    (s.ServingSpec, "prefill_context_parallel_size"): _int_range(1, 64),
+    (s.ServingSpec, "decode_context_parallel_size"): _int_range(1, 64),
 }
 """Constraints beyond the type. Every string (in lists and tables too) is also checked
 for control characters and a length of at most MAX_TEXT."""
@@ -241,7 +243,11 @@ def rule_problems(node: Any, path: str) -> Iterator[Problem]:
         yield from engine_key_problems(node, path)
 
 
-ENGINE_KEYS: dict[str, str] = {"pipeline_parallel_size": "vllm"}
+ENGINE_KEYS: dict[str, str] = {
+    "pipeline_parallel_size": "vllm",
+    "prefill_context_parallel_size": "vllm",
+    "decode_context_parallel_size": "vllm",
+}
 """Serving keys only one engine reads, and that engine: set for another, they are refused
 rather than silently ignored."""
 

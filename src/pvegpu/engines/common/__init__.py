@@ -19,8 +19,13 @@ the rest.
   value rules, the whole command line checked again, the refusal, the P2P finding, the
   health URL), and `unit_secrets`: secrets the current unit holds and where the new one
   reads them.
+- `old_unit`: the server's unit as systemd runs it now, its copies, and `dropins`: the
+  drop-ins that set what the rendered unit decides, switched off by the bundle;
+- `python_source`: the static evaluator of an engine's Python sources its option reader
+  builds a release's table with (following the engine's own package's imports);
+- `releases`: release numbers and the `Versions` ranges an engine's release tables use;
+- `config_file`: the flat YAML subset a `--config FILE` of either engine holds;
+  `deprecations`: the wording of a flag an engine's release table deprecates.
 
-The SGLang modules the vLLM engine also uses as they are (`engines.sglang.old_unit`,
-`dropins`, and the option source evaluator `option_source`, which vLLM's reader extends
-to follow its own tree's imports) stay where they were written.
+No engine imports another: what two engines do the same way is here.
 """

@@ -8,14 +8,15 @@ facts. `installed` then decides the release from them. For a release pvegpu ship
 option table for, the sources the engine's table is read from are read too, so planning
 can build the table without touching the root again.
 
-The engine says which files it needs; the reader it is handed (`host.reader`) is what
-opens them, inside the root and into the snapshot's trace, so this module opens no path.
+The engine says which files it needs; the reader it is handed (`RootFiles`: host/'s root
+reader, which discovery passes) is what opens them, inside the root and into the
+snapshot's trace, so this module opens no path and no engine imports host/.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pvegpu.engines.common.installed import (
     PYTHON_DIR,
@@ -26,8 +27,22 @@ from pvegpu.engines.common.installed import (
 )
 from pvegpu.model.facts import ConfigFile
 
-if TYPE_CHECKING:
-    from pvegpu.host.reader import RootReader
+
+class RootFiles(Protocol):
+    """What an engine asks of the root it reads its installed release from: the text of
+    a file, the names in a directory, whether a path is one. Paths are root-relative;
+    what opens them (host/'s reader) keeps them inside the root."""
+
+    def read(self, rel: str) -> str | None:
+        """The file's text, None when it does not exist."""
+        ...
+
+    def listdir(self, rel: str, keep: Callable[[str], bool]) -> list[str]:
+        """The sorted names in the directory that `keep` accepts; [] when it is missing."""
+        ...
+
+    def is_dir(self, rel: str) -> bool: ...
+
 
 Source = Callable[[str], "str | None"]
 """The text of a file of the release's site-packages by its path there, None if absent."""
@@ -41,7 +56,7 @@ def _is_python_dir(name: str) -> bool:
 
 
 def read_installed(
-    reader: RootReader,
+    reader: RootFiles,
     rootfs: str,
     python: str,
     distribution: Distribution,
@@ -66,7 +81,7 @@ def read_installed(
     return tuple(files.values())
 
 
-def _site_directories(reader: RootReader, rootfs: str, python: str) -> list[str]:
+def _site_directories(reader: RootFiles, rootfs: str, python: str) -> list[str]:
     found = []
     for prefix in python_prefixes(python):
         lib = f"{rootfs}/{prefix}/lib" if prefix else f"{rootfs}/lib"
@@ -79,7 +94,7 @@ def _site_directories(reader: RootReader, rootfs: str, python: str) -> list[str]
 
 
 def _table_sources(
-    reader: RootReader, site: str, version: str, read_table: TableReader
+    reader: RootFiles, site: str, version: str, read_table: TableReader
 ) -> list[ConfigFile]:
     """The files the option reader opens for the table of the release installed at `site`.
 

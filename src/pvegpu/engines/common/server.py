@@ -17,7 +17,7 @@ from pvegpu.engines.common.unit_secrets import (
     unit_secrets,
 )
 from pvegpu.errors import PlanError, Problem, PvegpuError, SpecError
-from pvegpu.model.decision import P2PDecision, P2PSource, SglangServing
+from pvegpu.model.decision import DecidedServer, P2PDecision, P2PSource
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.paths import UNIT_DIR
 from pvegpu.model.plan import Finding, Pool, Severity
@@ -104,7 +104,7 @@ def p2p_finding(pool: Pool, p2p: P2PDecision, switched_off: str) -> Finding:
     )
 
 
-def health_url(serving: SglangServing) -> str:
+def health_url(serving: DecidedServer) -> str:
     """Where the runbook waits for the server: both engines' HTTP servers answer GET
     /health with 200 once the model is loaded. A wildcard listen address is reachable on
     loopback; a specific one only on itself."""

@@ -11,7 +11,7 @@ import textwrap
 from collections.abc import Sequence
 
 from pvegpu.formats.templating import render_template
-from pvegpu.model.decision import P2PSource, SglangServing
+from pvegpu.model.decision import DecidedServer, P2PSource
 from pvegpu.serving.systemd import environment_assignment, unit_text
 
 COMMENT_WIDTH = 86
@@ -19,7 +19,7 @@ TEMPLATE = "sglang.service.j2"
 """The service template: nothing in it is SGLang's own (its name predates vLLM)."""
 
 
-def _fit_line(serving: SglangServing, fraction: str) -> str | None:
+def _fit_line(serving: DecidedServer, fraction: str) -> str | None:
     fit = serving.fit
     if fit is None:
         return None
@@ -34,7 +34,7 @@ def _fit_line(serving: SglangServing, fraction: str) -> str | None:
 
 
 def server_unit(
-    serving: SglangServing,
+    serving: DecidedServer,
     exec_lines: Sequence[str],
     *,
     title: str,

@@ -8,8 +8,11 @@ already made (`serving.context.ServingContext`).
 
 from __future__ import annotations
 
+from pvegpu.engines.common.config_file import extra_args_config
+from pvegpu.engines.common.deprecations import CODE as DEPRECATED_CODE
 from pvegpu.engines.common.drops import drops_message
 from pvegpu.engines.common.environment import P2P_ENV
+from pvegpu.engines.common.old_unit import OldUnit, unit_base
 from pvegpu.engines.common.server import (
     check_rules,
     check_whole_line,
@@ -25,14 +28,15 @@ from pvegpu.engines.sglang.command import (
     launch_options,
     option_table,
 )
-from pvegpu.engines.sglang.drops import compare_services
+from pvegpu.engines.sglang.decision import SglangServing
+from pvegpu.engines.sglang.drops import compare_services, deprecated_flags
 from pvegpu.engines.sglang.environment import service_environment
-from pvegpu.engines.sglang.old_unit import OldUnit, unit_base
 from pvegpu.engines.sglang.option_check import parse_command_line
 from pvegpu.engines.sglang.options import OptionTable
+from pvegpu.engines.sglang.parallel import SIZE_OPTIONS, check_parallel_sizes
 from pvegpu.engines.sglang.unit import unit_content
 from pvegpu.errors import PvegpuError
-from pvegpu.model.decision import DECIDED, SglangServing
+from pvegpu.model.decision import DECIDED
 from pvegpu.model.plan import Finding, Severity
 from pvegpu.model.schema import ServingSpec
 from pvegpu.serving.checks import Checks
@@ -68,6 +72,11 @@ def decide_serving(
     p2p = context.p2p
     numa = context.numa
     extra = extra_args(checks, table)
+    if table is not None:
+        # What extra_args (and a --config file they pass) add to TP, counted as SGLang
+        # counts the GPUs it opens.
+        config = extra_args_config(checks, context.rootfs.path, SIZE_OPTIONS)
+        check_parallel_sizes(checks, table, tp, extra, config)
     # The fit is neutral; the KV cache's element size is SGLang's --kv-cache-dtype.
     kv_bits = kv_cache_bits(table, extra)
     fit = memory_fit(checks, context.runtime, model, tp, kv_bits) if model is not None else None
@@ -144,6 +153,16 @@ def _report_drops(checks: Checks, serving: SglangServing, old: OldUnit, table: O
     message = drops_message(comparison, serving.unit_path)
     if message is not None:
         checks.finding(Severity.WARNING, "serving-drops-settings", message)
+    for written, gone in deprecated_flags(old.running, table):
+        where = f"the container's current unit (/{serving.unit_path.lstrip('/')})"
+        checks.finding(
+            Severity.WARNING,
+            DEPRECATED_CODE,
+            gone.message("SGLang", written, where)
+            + "; the rendered unit does not carry it over: set "
+            f"`{gone.replacement}` in serving.extra_args instead (pvegpu refuses the "
+            "deprecated flag there)",
+        )
 
 
 def _check_scalars(checks: Checks) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pvegpu.engines.common import drops
+from pvegpu.engines.common.deprecations import FlagDeprecation
 from pvegpu.engines.common.drops import (
     EXTRA_ARGS,
     Changes,
@@ -19,12 +20,21 @@ from pvegpu.engines.common.drops import (
     UnitComparison,
     exec_start,
 )
+from pvegpu.engines.sglang import versions
 from pvegpu.engines.sglang.command import DERIVED, OWNED, RENAMED
 from pvegpu.engines.sglang.environment import retired_variable
 from pvegpu.engines.sglang.option_check import ParsedOption, parse_command_line
 from pvegpu.engines.sglang.options import OptionSpec, OptionTable, load_table, shipped_versions
 from pvegpu.redact import redact_argv
-from pvegpu.serving.unitfile import EXEC_START, UnitFile, launch_options
+from pvegpu.serving.unitfile import EXEC_START, UnitFile, merge_units
+
+
+def launch_options(argv: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The words after `-m sglang.launch_server`, or None when argv does not run it."""
+    for i, word in enumerate(argv):
+        if word == "sglang.launch_server" and i > 0 and argv[i - 1] == "-m":
+            return argv[i + 1 :]
+    return None
 
 
 def compare_units(old: str, new: str, table: OptionTable) -> UnitComparison:
@@ -101,6 +111,20 @@ def _compare_command(
             dropped.append(DroppedSetting(text, carry))
         else:
             dropped.append(DroppedSetting(text, f"not an option of sglang {table.version}"))
+
+
+def deprecated_flags(
+    old: Sequence[str], table: OptionTable
+) -> tuple[tuple[str, FlagDeprecation], ...]:
+    """The options of the old unit's (merged) launch_server line that SGLang's release
+    table deprecates, as written, with the deprecation (`versions.RULES.deprecations`)."""
+    argv = exec_start(merge_units(old))
+    words = launch_options(argv) if argv is not None else None
+    if words is None:
+        return ()
+    line = parse_command_line(table, words, subject="", complete=False)
+    found = ((o, versions.RULES.deprecation(o.written)) for o in line.options)
+    return tuple((" ".join(redact_argv(o.tokens)), gone) for o, gone in found if gone)
 
 
 def _resolve(option: ParsedOption, table: OptionTable) -> OptionSpec | None:

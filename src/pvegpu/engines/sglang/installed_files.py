@@ -18,10 +18,10 @@ from pvegpu.errors import DiscoveryError
 from pvegpu.model.facts import ConfigFile
 
 if TYPE_CHECKING:
-    from pvegpu.host.reader import RootReader
+    from pvegpu.engines.common.installed_files import RootFiles
 
 
-def read_installed_sglang(reader: RootReader, rootfs: str, python: str) -> tuple[ConfigFile, ...]:
+def read_installed_sglang(reader: RootFiles, rootfs: str, python: str) -> tuple[ConfigFile, ...]:
     """The SGLang METADATA (and, for an unshipped release, sources) that `python` in the
     container whose root file system is `rootfs` (under the host root) imports."""
     return read_installed(reader, rootfs, python, SGLANG, shipped_versions(), _read_table)

@@ -15,6 +15,7 @@ from typing import Any
 
 from pvegpu.engines.common import option_check
 from pvegpu.engines.common.option_check import ParserRules, Table, close_names
+from pvegpu.engines.sglang import versions
 from pvegpu.engines.sglang.options import OptionSpec, OptionTable, load_table, shipped_versions
 from pvegpu.jsontext import load_json
 
@@ -90,7 +91,10 @@ def _convert(type_name: str | None, value: str) -> Any:
 
 def _deprecated_fix(spec: OptionSpec, written: str, table: Table[OptionSpec]) -> str:
     instead = spec.deprecated_alias_of
-    return f"use {instead}" if instead else f"remove `{written}`"
+    fix = f"use {instead}" if instead else f"remove `{written}`"
+    # When the release says the flag goes (engines/sglang/versions.py), if it says.
+    gone = versions.RULES.deprecation(written)
+    return fix + (f" (SGLang removes `{written}` {gone.removal})" if gone else "")
 
 
 RULES: ParserRules[OptionSpec] = ParserRules(

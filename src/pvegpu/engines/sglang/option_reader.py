@@ -13,8 +13,8 @@ parser in three styles over the 0.5 series, and this reads all of them with `ast
 The field rules are those of SGLang's `arg_utils.add_cli_args_from_dataclass`: Literal ->
 choices, Optional unwrapped, `list[X]` -> nargs "+", bool -> store_true, no default ->
 required. Each option becomes one table entry (`options.OptionTable` format). A value
-the evaluator cannot follow (`option_source.UnresolvedError`) is recorded as null: a missing
-`choices` only makes the check accept more, never refuse a valid line.
+the evaluator cannot follow (`engines.common.python_source.UnresolvedError`) is recorded
+as null: a missing `choices` only makes the check accept more, never refuse a valid line.
 
 Used by the maintainer tool (tools/sglang_tables.py, wheels from PyPI) and at plan time
 for a release installed in a container that pvegpu ships no table for.
@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from pvegpu.engines.sglang.option_source import (
+from pvegpu.engines.common.python_source import (
     ClassRef,
     Module,
     SourceFiles,
@@ -67,7 +67,7 @@ def read_option_table(files: SourceFiles, version: str) -> dict[str, Any]:
 
 def read_options(files: SourceFiles, version: str) -> tuple[dict[str, Any], list[str]]:
     """`read_option_table` and the options whose choices did not resolve (left null)."""
-    sources = Sources(files)
+    sources = Sources(files, "sglang")
     module = sources.module(SERVER_ARGS)
     if module is None:
         raise SourcesMissingError("sglang/srt/server_args.py is missing")

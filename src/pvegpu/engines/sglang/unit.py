@@ -7,7 +7,7 @@ The unit is every engine's (`engines.common.unit`); SGLang's is its command,
 from __future__ import annotations
 
 from pvegpu.engines.common.unit import server_unit
-from pvegpu.model.decision import SglangServing
+from pvegpu.engines.sglang.decision import SglangServing
 from pvegpu.serving.systemd import exec_option, exec_word
 
 

@@ -9,53 +9,14 @@ that renames a flag or changes a default is a new row here, not an `if` somewher
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 from enum import StrEnum
 
 import attrs
 
+from pvegpu.engines.common.deprecations import FlagDeprecation
+from pvegpu.engines.common.releases import Versions, version_key
 from pvegpu.values import value_class
-
-_RELEASE = re.compile(r"^(\d+(?:\.\d+)*)")
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    """The release numbers of `version` as a tuple: `0.5.10.post1` compares as 0.5.10."""
-    match = _RELEASE.match(version)
-    if match is None:
-        raise ValueError(f"{version!r} is not a version (expected e.g. 0.5.23)")
-    return tuple(int(part) for part in match.group(1).split("."))
-
-
-@value_class
-@attrs.frozen(eq=False, repr=False)
-class Versions:
-    """A range of releases: `since` (inclusive) up to `before` (exclusive); open ends."""
-
-    since: str | None = None
-    before: str | None = None
-
-    def __contains__(self, version: object) -> bool:
-        if self.since is None and self.before is None:
-            return True
-        if not isinstance(version, str):
-            return False
-        try:
-            key = version_key(version)
-        except ValueError:
-            return False  # not a release number: no bounded rule can speak for it
-        if self.since is not None and key < version_key(self.since):
-            return False
-        return self.before is None or key < version_key(self.before)
-
-    def __str__(self) -> str:
-        if self.since and self.before:
-            return f"{self.since} to before {self.before}"
-        if self.since:
-            return f">= {self.since}"
-        return f"< {self.before}" if self.before else "every version"
-
 
 ALL = Versions()
 
@@ -152,6 +113,11 @@ class VersionRules:
     environment: tuple[EnvironmentRule, ...]
     retired: tuple[RetiredVariable, ...]
     balance: tuple[MemoryBalance, ...] = ()
+    deprecations: tuple[FlagDeprecation, ...] = ()
+
+    def deprecation(self, flag: str) -> FlagDeprecation | None:
+        """The deprecation of `flag` (exactly as written), if the table has one."""
+        return next((d for d in self.deprecations if d.flag == flag), None)
 
     def options_for(self, version: str, holds: Collection[When]) -> tuple[OptionRule, ...]:
         """The options to write, in table order (the order of the ExecStart lines)."""
@@ -253,6 +219,19 @@ RULES = VersionRules(
             "0",
             frozenset({"false", "0", "no", "n"}),
             "an EnvBool, true by default: false, 0, no or n turns the refusal into a warning",
+        ),
+    ),
+    deprecations=(
+        # 0.5.22 made attention DP its own size: `--dp-size N --enable-dp-attention` is
+        # read as `--attn-dp-size N` (handle_deprecated_dp_attention), and the flag and
+        # its field go "after 2026-12-31" (the TODOs of sglang/srt/server_args.py and
+        # sglang/srt/arg_groups/fields/parallel.py, 0.5.22 and 0.5.23).
+        FlagDeprecation(
+            "--enable-dp-attention",
+            "--attn-dp-size <dp-size>",
+            "0.5.22",
+            "after 2026-12-31",
+            "sglang/srt/server_args.py of SGLang 0.5.22 and 0.5.23",
         ),
     ),
 )

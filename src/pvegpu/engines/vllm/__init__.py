@@ -7,6 +7,6 @@ every covered release (`options.py`, data in `data/tables.json.gz`, built by
 (`option_check.py`), the version rules (`versions.py`), the flags (`command.py`; its
 environment is every engine's, `engines.common.environment`), the unit (`unit.py`), what
 the new unit drops (`drops.py`) and `decide_serving` (`build.py`), each holding only what
-is vLLM's: the rest is `engines.common`'s, as for SGLang. The old unit and its drop-ins
-are read by SGLang's modules for them.
+is vLLM's: the rest is `engines.common`'s, as for SGLang (the old unit and its drop-ins
+too: `engines.common.old_unit`).
 """

@@ -11,8 +11,10 @@ table, the unit, and what the container's current unit loses.
 
 from __future__ import annotations
 
+from pvegpu.engines.common.config_file import extra_args_config
 from pvegpu.engines.common.drops import drops_message
 from pvegpu.engines.common.environment import P2P_ENV, service_environment
+from pvegpu.engines.common.old_unit import OldUnit, unit_base
 from pvegpu.engines.common.server import (
     check_rules,
     check_whole_line,
@@ -20,20 +22,21 @@ from pvegpu.engines.common.server import (
     p2p_finding,
     refusal,
 )
-from pvegpu.engines.sglang.old_unit import OldUnit, unit_base
 from pvegpu.engines.vllm.command import (
     extra_args,
     kv_cache_bits,
     mtp_config,
     serve_options,
 )
+from pvegpu.engines.vllm.decision import VllmServing
 from pvegpu.engines.vllm.drops import compare_services
 from pvegpu.engines.vllm.installed import serving_release
 from pvegpu.engines.vllm.option_check import parse_command_line
 from pvegpu.engines.vllm.options import OptionTable
+from pvegpu.engines.vllm.parallel import SIZE_OPTIONS, check_config_sizes, parallel_layout
 from pvegpu.engines.vllm.unit import unit_content
 from pvegpu.errors import PvegpuError, SpecError
-from pvegpu.model.decision import DECIDED, VllmServing
+from pvegpu.model.decision import DECIDED
 from pvegpu.model.plan import Finding, Severity
 from pvegpu.model.schema import ServingSpec
 from pvegpu.serving.checks import Checks
@@ -57,17 +60,8 @@ def decide_serving(
     version = release.version if release is not None else ""
     _check_scalars(checks)
     gpus = len(context.gpus)
-    pp = spec.pipeline_parallel_size or 1
-    if gpus % pp:
-        checks.problem(
-            "vllm-pipeline-does-not-divide",
-            f"pipeline_parallel_size {pp} does not divide the pool's {gpus} GPUs: vLLM "
-            "needs TP x PP = the GPUs it is given",
-            "set pipeline_parallel_size to a divisor of the pool's GPU count",
-            subject=f"{checks.where}.pipeline_parallel_size",
-        )
-        pp = 1
-    tp = gpus // pp
+    layout = parallel_layout(checks, gpus, version)
+    pp = layout.pp
     model = context.model
     if model is not None and pp > 1 and model.num_hidden_layers < pp:
         checks.problem(
@@ -80,15 +74,19 @@ def decide_serving(
     mtp = mtp_config(checks, version, table, model.model_type if model else None)
     p2p = context.p2p
     extra = extra_args(checks, table)
+    if table is not None:
+        # A --config file in extra_args: the sizes it sets that the line does not.
+        config = extra_args_config(checks, context.rootfs.path, SIZE_OPTIONS)
+        check_config_sizes(checks, table, layout, config)
     # The fit is neutral; the KV cache's element size is vLLM's --kv-cache-dtype. Each GPU
-    # holds 1/(TP x PP) of the weights.
+    # holds 1/(TP x PP) of the weights: every prefill context-parallel rank holds them all.
     kv_bits = kv_cache_bits(table, extra)
     fit = (
         memory_fit(
             checks,
             context.runtime,
             model,
-            gpus,
+            layout.tp * layout.pp,
             kv_bits,
             default_fraction=DEFAULT_GPU_MEMORY_UTILIZATION,
         )
@@ -97,7 +95,7 @@ def decide_serving(
     )
     old_unit = unit_base(checks, context.vmid, context.rootfs)
     base = old_unit.base
-    options = serve_options(checks, table, tp, pp, p2p, mtp, extra) if table else ()
+    options = serve_options(checks, table, layout, p2p, mtp, extra) if table else ()
     environment = service_environment(checks, context.runtime, p2p, context.visible_devices)
     if table is not None and options:
         check_whole_line(
@@ -127,7 +125,7 @@ def decide_serving(
         runtime=context.runtime,
         visible_devices=context.visible_devices,
         gpus=context.gpus,
-        tp_size=tp,
+        tp_size=layout.tp,
         options=options,
         environment=environment,
         p2p=p2p,
@@ -146,6 +144,8 @@ def decide_serving(
         pp_size=pp,
         executable=release.executable,
         mtp_config=mtp,
+        pcp_size=layout.pcp,
+        dcp_size=layout.dcp,
     )
     if old_unit.running and table is not None:
         _report_drops(checks, serving, old_unit, table)

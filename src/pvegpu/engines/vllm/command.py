@@ -6,6 +6,7 @@ from pvegpu.engines.common import command
 from pvegpu.engines.vllm import versions
 from pvegpu.engines.vllm.option_check import ParsedCommandLine, parse_command_line
 from pvegpu.engines.vllm.options import OptionTable
+from pvegpu.engines.vllm.versions import ParallelLayout
 from pvegpu.model.decision import P2PDecision
 from pvegpu.serving.checks import Checks
 
@@ -17,6 +18,8 @@ HOST_OPT = ("--host",)
 PORT_OPT = ("--port",)
 TP_SIZE = ("--tensor-parallel-size", "-tp")
 PP_SIZE = ("--pipeline-parallel-size", "-pp")
+PCP_SIZE = ("--prefill-context-parallel-size", "-pcp")
+DCP_SIZE = ("--decode-context-parallel-size", "-dcp")
 DP_SIZE = ("--data-parallel-size", "-dp")
 DP_LOCAL = ("--data-parallel-size-local", "-dpl")
 CONTEXT_LENGTH = ("--max-model-len",)
@@ -36,6 +39,8 @@ OWNED: tuple[tuple[tuple[str, ...], str], ...] = (
     (PORT_OPT, "port"),
     (TP_SIZE, "the pool's GPUs (TP x PP = GPU count)"),
     (PP_SIZE, "pipeline_parallel_size"),
+    (PCP_SIZE, "prefill_context_parallel_size"),
+    (DCP_SIZE, "decode_context_parallel_size"),
     (DP_SIZE, "the pool's GPUs (one data-parallel rank per pool)"),
     (DP_LOCAL, "the pool's GPUs (one data-parallel rank per pool)"),
     (CONTEXT_LENGTH, "context_length"),
@@ -79,8 +84,7 @@ def extra_args(checks: Checks, table: OptionTable | None) -> ParsedCommandLine |
 def serve_options(
     checks: Checks,
     table: OptionTable,
-    tp: int,
-    pp: int,
+    layout: ParallelLayout,
     p2p: P2PDecision,
     mtp: str | None,
     extra: ParsedCommandLine | None,
@@ -100,9 +104,13 @@ def serve_options(
         add(SERVED_MODEL_NAME, spec.served_model_name)
     add(HOST_OPT, spec.host)
     add(PORT_OPT, str(spec.port))
-    add(TP_SIZE, str(tp))
-    if pp > 1:
-        add(PP_SIZE, str(pp))
+    add(TP_SIZE, str(layout.tp))
+    if layout.pp > 1:
+        add(PP_SIZE, str(layout.pp))
+    if layout.pcp > 1:
+        add(PCP_SIZE, str(layout.pcp))
+    if layout.dcp > 1:
+        add(DCP_SIZE, str(layout.dcp))
     if spec.context_length is not None:
         add(CONTEXT_LENGTH, str(spec.context_length))
     if spec.mem_fraction_static is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from pvegpu.engines.sglang.option_source import ClassRef, Module, UnresolvedError, dotted
+from pvegpu.engines.common.python_source import ClassRef, Module, UnresolvedError, dotted
 
 MAX_DEPTH = 12
 """How far imports, bases, aliases and calls are followed (a cycle stops there)."""

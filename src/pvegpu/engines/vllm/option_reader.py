@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from pvegpu.engines.sglang.option_source import (
+from pvegpu.engines.common.python_source import (
     ClassRef,
     Module,
     SourceFiles,
@@ -59,29 +59,9 @@ class SourcesMissingError(Exception):
     """The tree lacks the serve subcommand, `make_arg_parser` or `EngineArgs`."""
 
 
-class _VllmSources(Sources):
-    """sglang's evaluator over a vLLM tree: names imported from `vllm.*` are followed."""
-
-    def parsed(self, name: str, package: str, tree: ast.Module) -> Module:
-        return _VllmModule(self, name, package, tree)
-
-
-class _VllmModule(Module):
-    def imported(self, module: str, name: str) -> Any:
-        if not module.startswith("vllm"):
-            raise UnresolvedError(f"{module}.{name}")
-        found = self.sources.module(module)
-        if found is None:
-            sub = self.sources.module(f"{module}.{name}")
-            if sub is None:
-                raise UnresolvedError(f"{module}.{name}")
-            return sub
-        return found.lookup(name)
-
-
 def read_option_table(files: SourceFiles, version: str) -> dict[str, Any]:
     """The option table document of the vLLM tree `files` reads (the shipped format)."""
-    sources = _VllmSources(files)
+    sources = Sources(files, "vllm")
     found = next(
         ((m, name) for name in SERVE_MODULES if (m := sources.module(name)) is not None), None
     )

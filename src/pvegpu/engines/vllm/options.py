@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 import pvegpu.engines.vllm.data
+from pvegpu.engines.common.releases import version_key
 from pvegpu.engines.common.tables import ShippedTables, entry_fields
-from pvegpu.engines.sglang.versions import version_key
 from pvegpu.errors import RenderError
 from pvegpu.values import value_class
 
 if TYPE_CHECKING:
-    from pvegpu.engines.sglang.option_source import SourceFiles
+    from pvegpu.engines.common.python_source import SourceFiles
 
 TABLE_PACKAGE = "pvegpu.engines.vllm.data"
 ADD_RELEASE = "make vllm-tables VERSIONS={version} (docs/vllm.md, adding a release)"

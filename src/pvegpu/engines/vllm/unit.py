@@ -8,7 +8,7 @@ its layout, and its name for the memory share.
 from __future__ import annotations
 
 from pvegpu.engines.common.unit import server_unit
-from pvegpu.model.decision import VllmServing
+from pvegpu.engines.vllm.decision import VllmServing
 from pvegpu.serving.systemd import exec_option, exec_word
 
 
@@ -20,6 +20,8 @@ def unit_content(serving: VllmServing) -> str:
         *(exec_option(option) for option in options),
     ]
     layout = f"TP={serving.tp_size}" + (f" x PP={serving.pp_size}" if serving.pp_size > 1 else "")
+    layout += f" x PCP={serving.pcp_size}" if serving.pcp_size > 1 else ""
+    layout += f", DCP={serving.dcp_size}" if serving.dcp_size > 1 else ""
     return server_unit(
         serving, exec_lines, title="vLLM", layout=layout, fraction="gpu_memory_utilization"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pvegpu.engines import engine_label
 from pvegpu.formats.templating import render_template
 from pvegpu.model.artifact import REVIEW, Artifact
 from pvegpu.model.plan import Plan, Pool, PoolKind, Severity
@@ -33,7 +34,6 @@ from pvegpu.rendering.review import (
 )
 from pvegpu.rendering.review.gpu_layout import moving_nvswitches
 from pvegpu.rendering.review.topology import topology_mermaid, topology_svg
-from pvegpu.serving.checks import ENGINE_LABELS
 from pvegpu.wording import plural
 
 SUMMARY = "SUMMARY.md"
@@ -100,7 +100,7 @@ def _pool_line(pool: Pool) -> str:
     serving = pool.serving
     if serving is not None:
         name = f" as `{serving.served_model_name}`" if serving.served_model_name else ""
-        engine = ENGINE_LABELS.get(serving.engine, serving.engine)
+        engine = engine_label(serving.engine)
         line += (
             f" {engine} {serving.version} serves `{serving.model_path}`{name} with "
             f"TP={pool.size} on port {serving.port} (unit `{serving.unit}.service`)."

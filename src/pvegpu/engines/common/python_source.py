@@ -1,9 +1,10 @@
-"""Static evaluation of SGLang's Python sources: the constants its argument parser uses.
+"""Static evaluation of an engine's Python sources: the constants its argument parser uses.
 
-`option_reader` builds a release's option table without importing SGLang (whose imports
-need torch and a GPU stack): it reads the source files and evaluates, with `ast`, only the
-expressions the parser's `add_argument` calls and dataclass fields use: literals, module
-constants (`ATTENTION_BACKEND_CHOICES`), names imported from other SGLang modules, class
+An engine's `option_reader` builds a release's option table without importing the engine
+(whose imports need torch and a GPU stack): it reads the source files and evaluates, with
+`ast`, only the expressions the parser's `add_argument` calls and dataclass fields use:
+literals, module constants (`ATTENTION_BACKEND_CHOICES`), names imported from other
+modules of the engine's own package (`Sources.package`: `sglang`, `vllm`), class
 attributes (`ReasoningParser.DetectorMap`), enum members, `list()`/`sorted()`/`.keys()`,
 `+`, comprehensions and no-argument helper functions (their last `return`). Anything else
 raises `UnresolvedError`; the reader then records the value as unknown (null) rather than guess.
@@ -17,7 +18,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 SourceFiles = Callable[[str], "str | None"]
-"""`sglang/srt/server_args.py` -> that file's text, or None when the tree lacks it."""
+"""`sglang/srt/server_args.py` (a path in the engine's tree) -> that file's text, or None
+when the tree lacks it."""
 
 _ENUM_BASES = frozenset({"Enum", "StrEnum", "IntEnum", "IntFlag", "Flag"})
 _MAX_DEPTH = 64
@@ -93,10 +95,13 @@ def dotted(node: ast.expr) -> str:
 
 
 class Sources:
-    """The parsed modules of one SGLang tree, loaded on first use."""
+    """The parsed modules of one engine's tree, loaded on first use."""
 
-    def __init__(self, files: SourceFiles) -> None:
+    def __init__(self, files: SourceFiles, package: str) -> None:
         self.files = files
+        self.package = package
+        """The engine's top-level package: the only imports followed (third-party and
+        standard-library names stay unresolved)."""
         self._modules: dict[str, Module | None] = {}
 
     def module(self, name: str) -> Module | None:
@@ -107,13 +112,8 @@ class Sources:
             if text is None:
                 text, package = self.files(f"{base}/__init__.py"), name
             if text is not None:
-                self._modules[name] = self.parsed(name, package, ast.parse(text))
+                self._modules[name] = Module(self, name, package, ast.parse(text))
         return self._modules[name]
-
-    def parsed(self, name: str, package: str, tree: ast.Module) -> Module:
-        """The evaluator of one parsed module; another tree's reader (vLLM's) gives its
-        own, which follows that tree's imports."""
-        return Module(self, name, package, tree)
 
 
 class Module:
@@ -191,7 +191,7 @@ class Module:
         raise UnresolvedError(name)
 
     def imported(self, module: str, name: str) -> Any:
-        if not module.startswith("sglang"):
+        if not module.startswith(self.sources.package):
             raise UnresolvedError(f"{module}.{name}")
         found = self.sources.module(module)
         if found is None:

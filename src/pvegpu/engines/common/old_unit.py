@@ -1,8 +1,8 @@
-"""The SGLang server's unit as systemd runs it in the container now: the patch base of the
-rendered unit, its other copies, and the drop-ins that set what the rendered unit decides.
+"""A server's unit as systemd runs it in the container now: the patch base of the rendered
+unit, its other copies, and the drop-ins that set what the rendered unit decides.
 
-SGLang's own: which drop-in lines the bundle switches off depends on the environment and
-options this engine's unit owns (`dropins.judge_dropins`)."""
+Every engine's: the unit is the spec's `unit` whatever runs in it, and the drop-in lines
+the bundle switches off are those that set what any rendered unit decides (`dropins`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import posixpath
 
 import attrs
 
-from pvegpu.engines.sglang.dropins import Dropin, effective_dropins, judge_dropins
+from pvegpu.engines.common.dropins import Dropin, effective_dropins, judge_dropins
 from pvegpu.model.decision import DropinChange
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.paths import SYSTEM_UNIT_PATH, UNIT_DIR
