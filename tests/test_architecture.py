@@ -499,6 +499,7 @@ def test_never_rules_find_their_edges() -> None:
     assert never_violations(graph, "no-host") == {
         ("pvegpu.planning.boot", "pvegpu.host.sysfs"),
         ("pvegpu.serving.container", "pvegpu.host.rootfs"),
+        ("pvegpu.engines", "pvegpu.host.reader"),
     }
     assert never_violations(graph, "no-planning-in-rendering") == {
         ("pvegpu.rendering.split", "pvegpu.planning.split")
