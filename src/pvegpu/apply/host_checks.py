@@ -21,9 +21,8 @@ from pvegpu.engines.sglang.dropins import effective_dropins
 from pvegpu.errors import PvegpuError
 from pvegpu.formats.accounts import group_ids
 from pvegpu.host.reader import RootReader
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
-from pvegpu.host.serving_files import vendor_containers
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
+from pvegpu.model.guests import guests
 from pvegpu.model.paths import (
     CONTAINER_LIBDIRS,
     DPKG_STATUS,
@@ -32,6 +31,7 @@ from pvegpu.model.paths import (
     dropin_dirs,
 )
 from pvegpu.model.plan import Finding, Severity
+from pvegpu.model.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.planning.acs import check_findings as acs_check_findings
 from pvegpu.planning.container_groups import render_group
 from pvegpu.planning.driverctl import driverctl_findings
@@ -257,7 +257,7 @@ def host_checks(reader: RootReader, facts: HostFacts) -> Iterator[Finding]:
     # A driver upgrade installed, not yet running: judged as the planner does (next_boot.py).
     pending = next_driver(facts)
     pending = pending if pending is not None and pending.changes else None
-    holders = vendor_containers(facts, pending.vendor) if pending is not None else ()
+    holders = guests(facts).vendor_containers(pending.vendor) if pending is not None else ()
     for vmid in _gpu_containers(reader):
         config = f"etc/pve/lxc/{vmid}.conf"
         text = reader.read(config) or ""

@@ -71,6 +71,22 @@ SYSTEM_UNIT_PATH = (
 /run is a tmpfs of the running container: read from the host it is usually empty."""
 HOME_DIRS = ("root", "home", "opt", "srv")
 HOME_DEPTH = 3
+ENABLING_DIRS = (".wants", ".requires")
+"""`systemctl enable` links a unit into `<target>.wants/` (WantedBy=) or `.requires/`."""
+
+PVE_DIR = "etc/pve"
+"""pmxcfs, the cluster file system: guest configs, storage.cfg, mapping/pci.cfg."""
+LXC_DIR = f"{PVE_DIR}/lxc"
+"""This node's container configs, `<vmid>.conf` (pmxcfs: `nodes/<this node>/lxc`)."""
+QEMU_DIR = f"{PVE_DIR}/qemu-server"
+"""This node's VM configs, `<vmid>.conf`."""
+NODES_DIR = f"{PVE_DIR}/nodes"
+"""Every node's guest configs: `<node>/{lxc,qemu-server}/<vmid>.conf` (pmxcfs)."""
+
+
+def lxc_config(vmid: int) -> str:
+    """CT `vmid`'s config on this node, relative to the root."""
+    return f"{LXC_DIR}/{vmid}.conf"
 
 
 def root_relative(path: str) -> str:
@@ -93,3 +109,23 @@ def dropin_dirs(unit: str) -> tuple[str, ...]:
     names += [f"{'-'.join(parts[:i])}-.service.d" for i in range(len(parts) - 1, 0, -1)]
     specific = [f"{d}/{n}" for d in SYSTEM_UNIT_PATH for n in names]
     return (*specific, *(f"{d}/service.d" for d in SYSTEM_UNIT_PATH))
+
+
+def template_of(name: str) -> str | None:
+    """`a@.service` for the instance `a@b.service`; None for a plain unit."""
+    stem, at, instance = name.partition("@")
+    if not at or not instance.endswith(".service") or instance == ".service":
+        return None
+    return f"{stem}@.service"
+
+
+def unit_dropin_dirs(name: str) -> tuple[str, ...]:
+    """The drop-in directories of unit `name` (`x.service`) under etc/systemd/system, in
+    the order systemd takes them: the unit's own, its template's, dash prefixes, service.d."""
+    stems = [name.removesuffix(".service")]
+    if (template := template_of(name)) is not None:
+        stems.append(template.removesuffix(".service"))
+    prefix = f"{UNIT_DIR}/"
+    return tuple(
+        dict.fromkeys(d for stem in stems for d in dropin_dirs(stem) if d.startswith(prefix))
+    )

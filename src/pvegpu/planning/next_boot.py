@@ -26,13 +26,13 @@ import posixpath
 from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs, rootfs_dirs
-from pvegpu.host.serving_files import vendor_containers
 from pvegpu.model.decision import ContainerDriver
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.guests import guests
 from pvegpu.model.kernels import MODULES_DIR, ModuleOrigin
 from pvegpu.model.paths import CONTAINER_LIBDIRS, DPKG_STATUS
 from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.model.rootfs import rootfs_dirs
 from pvegpu.planning.numbering import Renumbering
 from pvegpu.pvefiles.lxcconf import DeviceStyle, raw_uvm_majors
 from pvegpu.serving.container import (
@@ -192,7 +192,7 @@ def _gpu_containers(facts: HostFacts, pools: Sequence[Pool], vendor: Vendor) -> 
     """The containers of the pools with the vendor's GPUs and every other container whose
     config reaches one of its GPUs or nodes."""
     owned = {p.lxc.vmid for p in pools if p.lxc is not None and _of(p, vendor)}
-    return sorted(owned | set(vendor_containers(facts, vendor)))
+    return sorted(owned | set(guests(facts).vendor_containers(vendor)))
 
 
 def _of(pool: Pool, vendor: Vendor) -> bool:
@@ -212,11 +212,7 @@ class Userspace(NamedTuple):
 def container_userspace(facts: HostFacts, vmid: int) -> Userspace:
     """The NVIDIA userspace of CT `vmid` from the files discovery read of it: in its
     storage's directory, else where `pct mount` puts them (`rootfs_dirs`)."""
-    config = facts.file(f"etc/pve/lxc/{vmid}.conf")
-    storage = facts.file(STORAGE_CFG)
-    location = locate_rootfs(
-        vmid, config.content if config else None, storage.content if storage else None
-    )
+    location = guests(facts).rootfs(vmid)
     for rootfs in rootfs_dirs(vmid, location):
         stats = (s for d in CONTAINER_LIBDIRS for s in facts.stats_in(f"{rootfs}/{d}"))
         names = [posixpath.basename(s.path) for s in stats]

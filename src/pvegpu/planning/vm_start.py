@@ -26,7 +26,6 @@ from collections.abc import Iterator, Sequence
 import attrs
 
 from pvegpu.errors import Problem, RenderError
-from pvegpu.host import sysfs
 from pvegpu.model.facts import HostFacts, PciFunction
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity, VmGuest
 from pvegpu.model.resources import Bar
@@ -465,8 +464,8 @@ def _pcie_findings(pools: Sequence[Pool]) -> Iterator[Finding]:
 
 def _framebuffer_off(facts: HostFacts) -> bool:
     """Whether this boot and the next keep the firmware framebuffer off (sysfb)."""
-    lines = [facts.cmdline, *(c.value for c in facts.boot.cmdlines)]
-    return all(any(p in _FB_OFF for p in sysfs.kernel_params(line)) for line in lines)
+    lines = [facts.cmdline_params, *(c.params for c in facts.boot.cmdlines)]
+    return all(any(p in _FB_OFF for p in params) for params in lines)
 
 
 def _boot_display_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
