@@ -5,17 +5,19 @@ from) and lists the cluster's other guests by name (`host/cluster_guests.py`). W
 planning asks of them is answered here from those raw files, each answer on first use
 and then kept with the facts' lookups (`guests(facts)`): where a container's root file
 system is (`model/rootfs.py`), which GPUs its config grants, which containers reach a
-vendor's GPUs, and which config holds a guest id. So planning looks no file up by path
-and parses no text, and facts read back from their JSON document, or evolved by a test,
-answer from their own files. No I/O here.
+vendor's GPUs, which config holds a guest id, and each guest config's sections and
+lines (`GuestConfig`: its raw file stays the base a patch starts from). So planning looks
+no file up by path and parses no text, and facts read back from their JSON document, or
+evolved by a test, answer from their own files. No I/O here.
 """
 
 from __future__ import annotations
 
-from pvegpu.model.facts import HostFacts
+from pvegpu.model.facts import ConfigFile, HostFacts
 from pvegpu.model.paths import NODES_DIR, PVE_DIR, lxc_config
 from pvegpu.model.references import Holder
 from pvegpu.model.rootfs import STORAGE_CFG, RootfsLocation, granted_gpus, locate_rootfs
+from pvegpu.pvefiles.guestconf import ConfLine, Section, split_sections
 from pvegpu.vendors import CONTAINER_NODES, DeviceNodes, Vendor
 
 
@@ -24,22 +26,55 @@ def guests(facts: HostFacts) -> Guests:
     return facts.derived(Guests)
 
 
+class GuestConfig:
+    """A guest config (`etc/pve/{lxc,qemu-server}/<vmid>.conf`) parsed once: its sections
+    (the main one first, then pending, snapshots, `[special:...]`), each with its lines.
+    A plain class, never compared or shown."""
+
+    __slots__ = ("file", "sections")
+
+    def __init__(self, file: ConfigFile) -> None:
+        self.file = file
+        """The file as read: the base a patch starts from, every byte kept."""
+        self.sections: tuple[tuple[Section, tuple[ConfLine, ...]], ...] = tuple(
+            (section, section.lines) for section in split_sections(file.content)
+        )
+        """Each section with its lines, in file order; concatenated, the file again."""
+
+    @property
+    def main(self) -> tuple[ConfLine, ...]:
+        """The lines of the main section (the one a guest starts with)."""
+        return self.sections[0][1]
+
+
 class Guests:
     """A HostFacts' guests, each answer worked out on first use. A plain class, not a
     value: it is never compared or shown (as `HostFacts`' lookups)."""
 
-    __slots__ = ("_facts", "_grants", "_rootfs", "_stats")
+    __slots__ = ("_configs", "_facts", "_grants", "_rootfs", "_stats")
 
     def __init__(self, facts: HostFacts) -> None:
         self._facts = facts
         self._stats = tuple(s.path for s in facts.stats if s.path.startswith(f"{NODES_DIR}/"))
         self._rootfs: dict[int, RootfsLocation] = {}
         self._grants: dict[tuple[int, DeviceNodes], tuple[frozenset[int], bool]] = {}
+        self._configs: dict[str, GuestConfig] = {}
 
     def _text(self, path: str) -> str | None:
         """The content of a file the facts hold; None when they hold none."""
         file = self._facts.file(path)
         return file.content if file is not None else None
+
+    def config(self, file: ConfigFile) -> GuestConfig:
+        """Guest config `file` parsed, once per facts value for a file of the facts (one
+        they do not hold, as a plan's own, is parsed each time)."""
+        found = self._configs.get(file.path)
+        if found is not None and found.file is file:
+            return found
+        parsed = GuestConfig(file)
+        if self._facts.file(file.path) is file:
+            self._configs[file.path] = parsed
+        return parsed
 
     def rootfs(self, vmid: int) -> RootfsLocation:
         """Where CT `vmid`'s root file system is on the host, or why it is not a directory

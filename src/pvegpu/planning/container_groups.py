@@ -22,7 +22,7 @@ from pvegpu.model.paths import GROUP_FILE
 from pvegpu.model.plan import Finding, LxcContainer, Severity
 from pvegpu.model.rootfs import RootfsLocation, pct_mount_path, rootfs_dirs
 from pvegpu.model.schema import DeviceStyle
-from pvegpu.pvefiles.guestconf import LineKind, split_sections
+from pvegpu.pvefiles.guestconf import LineKind
 from pvegpu.pvefiles.lxcconf import unprivileged
 
 IDMAP = "lxc.idmap"
@@ -60,7 +60,7 @@ def render_gid(
         # ids do not go to nobody, and the finding says what to check instead.
         mapped = any(
             line.kind is LineKind.RAW and line.key == IDMAP
-            for line in split_sections(container.config.content)[0].lines
+            for line in guests(facts).config(container.config).main
         )
         ids = (
             "which reach the container only through its own lxc.idmap lines (check that they "

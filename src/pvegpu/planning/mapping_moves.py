@@ -19,8 +19,9 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.errors import Problem
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.plan import Finding, Pool, Severity, VmGuest
 from pvegpu.model.released import MapLinesMoved
 from pvegpu.planning.claims import Claims
@@ -63,17 +64,17 @@ def mapping_outcome(facts: HostFacts, pools: Sequence[Pool], claims: Claims) -> 
     devices = {i: host_ids(m.path for m in p.maps) for i, p in _mappings(pools).items()}
     paths = {i: tuple(m.path for m in p.maps) for i, p in _mappings(pools).items()}
     counts = {i: (0, len(p.maps)) for i, p in _mappings(pools).items()}
-    existing = facts.file(pcicfg.PATH)
-    if existing is None:
+    existing = pci_cfg(facts)
+    if existing.file is None:
         return MappingOutcome(devices=devices, counts=counts)
-    try:
-        sections = pcicfg.parse(existing.content)
-    except RenderError as error:
+    if existing.error is not None:
         # With a pool mapping, pci_cfg_problems refuses the file already. Without one the
         # file is read only to judge VMs by mapping: refused when there is one to judge.
         vms = (f.content for f in facts.files if f.path.startswith(VM_DIR))
+        error = existing.error
         refusals = error.problems if not owners and any(map(_uses_mapping, vms)) else ()
         return MappingOutcome(devices=devices, counts=counts, problems=refusals)
+    sections = existing.sections
     moved: list[MapLinesMoved] = []
     problems: list[Problem] = []
     for section in sections:
@@ -118,17 +119,13 @@ def old_mappings(facts: HostFacts, mapping_id: str, mapped: Sequence[str]) -> tu
     """The sections of the existing pci.cfg, other than `mapping_id`, whose map lines of
     this node hand over a device of `mapped` (the pool's mapping on this node): where the
     pool's GPUs are now, so the ids its VM may still name them by (a renamed mapping)."""
-    existing = facts.file(pcicfg.PATH)
     owned = host_ids(mapped)
-    if existing is None or not owned:
+    if not owned:
         return ()
-    try:
-        sections = pcicfg.parse(existing.content)
-    except RenderError:
-        return ()  # refused on its own (pci_cfg_problems): nothing to convert by
+    # A broken pci.cfg has no sections: refused on its own (pci_cfg_problems).
     return tuple(
         section.id
-        for section in sections
+        for section in pci_cfg(facts).sections
         if section.id != mapping_id
         and any(
             line.node == facts.node and any(h.overlaps(o) for h in _hosts(line) for o in owned)

@@ -16,14 +16,16 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import attrs
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.errors import Problem
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.facts import GPU, HostFacts, MdevInstance
+from pvegpu.model.guests import guests
+from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.plan import Finding, Pool, Severity
 from pvegpu.pci import PciAddress
 from pvegpu.planning.mapping_moves import VM_DIR
-from pvegpu.pvefiles import hostpci, pcicfg
-from pvegpu.pvefiles.guestconf import is_pending, split_sections
+from pvegpu.pvefiles import hostpci
+from pvegpu.pvefiles.guestconf import is_pending
 from pvegpu.pvefiles.hostpci import HostId
 from pvegpu.values import value_class
 from pvegpu.vendors import vendor_of
@@ -52,11 +54,11 @@ def mdev_uses(facts: HostFacts) -> tuple[MdevUse, ...]:
         vmid = _vmid(file.path)
         if vmid is None:
             continue
-        for section in split_sections(file.content):
+        for section, lines in guests(facts).config(file).sections:
             pending = is_pending(section)
             if section.name is not None and not pending:
                 continue  # snapshots and [special:...] hand over nothing at the next start
-            for line in section.lines:
+            for line in lines:
                 use = hostpci.hostpci_use(line)
                 if use is None:
                     continue
@@ -78,17 +80,8 @@ def _vmid(path: str) -> int | None:
 
 
 def _mapping_hosts(facts: HostFacts) -> dict[str, tuple[HostId, ...]]:
-    existing = facts.file(pcicfg.PATH)
-    if existing is None:
-        return {}
-    try:
-        sections = pcicfg.parse(existing.content)
-    except RenderError:
-        return {}  # a broken pci.cfg is refused on its own (pci_cfg_problems)
-    return {
-        s.id: hostpci.host_ids(m.get("path") or "" for m in s.maps if m.node == facts.node)
-        for s in sections
-    }
+    # A broken pci.cfg has no sections here: it is refused on its own (pci_cfg_problems).
+    return pci_cfg(facts).node_hosts(facts.node)
 
 
 def parents_of(

@@ -25,8 +25,9 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.errors import Problem
 from pvegpu.model.facts import HostFacts, PciFunction
+from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity, VmGuest
 from pvegpu.model.resources import Bar
 from pvegpu.pci import PciAddress
@@ -44,7 +45,7 @@ from pvegpu.planning.guest_address import (
     size_text,
 )
 from pvegpu.planning.vm_numa import hostnodes
-from pvegpu.pvefiles import hostpci, pcicfg, qemuconf
+from pvegpu.pvefiles import hostpci, qemuconf
 from pvegpu.pvefiles.guestconf import ConfLine, LineKind, parse_lines, split_sections
 from pvegpu.values import value_class
 
@@ -267,17 +268,8 @@ def _functions(facts: HostFacts, host: hostpci.HostId) -> tuple[PciFunction, ...
 
 
 def _mapping_hosts(facts: HostFacts) -> dict[str, tuple[hostpci.HostId, ...]]:
-    existing = facts.file(pcicfg.PATH)
-    if existing is None:
-        return {}
-    try:
-        sections = pcicfg.parse(existing.content)
-    except RenderError:
-        return {}  # a broken pci.cfg is refused on its own (pci_cfg_problems)
-    return {
-        s.id: hostpci.host_ids(m.get("path") or "" for m in s.maps if m.node == facts.node)
-        for s in sections
-    }
+    # A broken pci.cfg has no sections here: it is refused on its own (pci_cfg_problems).
+    return pci_cfg(facts).node_hosts(facts.node)
 
 
 def _cpu_without(value: str | None, *drop: str) -> list[tuple[str, str]]:
