@@ -21,6 +21,7 @@ import attrs
 
 from pvegpu.errors import Problem
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.guests import guests
 from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.plan import Finding, Pool, Severity, VmGuest
 from pvegpu.model.released import MapLinesMoved
@@ -28,7 +29,7 @@ from pvegpu.planning.claims import Claims
 from pvegpu.planning.stale_mappings import VM_DIR as VM_DIR  # host_guests, mdev read it here
 from pvegpu.planning.stale_mappings import stale_map_findings
 from pvegpu.pvefiles import pcicfg
-from pvegpu.pvefiles.guestconf import is_pending, split_sections
+from pvegpu.pvefiles.guestconf import is_pending
 from pvegpu.pvefiles.hostpci import HostId, HostpciUse, host_ids, hostpci_use
 from pvegpu.pvefiles.pcicfg import MapLine, PciCfgSection
 from pvegpu.values import value_class
@@ -107,7 +108,7 @@ def mapping_outcome(facts: HostFacts, pools: Sequence[Pool], claims: Claims) -> 
             )
     for pool in pools:
         if pool.vm is not None and pool.vm.old_mappings:
-            problems.extend(_old_mapping_problems(facts.node, pool.vm, paths))
+            problems.extend(_old_mapping_problems(facts, pool.vm, paths))
     # The lines that stay, against sysfs: Proxmox refuses their VMs' start if stale.
     leaving = {m.mapping_id: m.values for m in moved}
     stale = stale_map_findings(facts, sections, owned=owners.keys(), moved=leaving)
@@ -139,7 +140,7 @@ def _hosts(line: MapLine) -> tuple[HostId, ...]:
 
 
 def _old_mapping_problems(
-    node: str, vm: VmGuest, paths: Mapping[str, tuple[str, ...]]
+    facts: HostFacts, vm: VmGuest, paths: Mapping[str, tuple[str, ...]]
 ) -> list[Problem]:
     """The pool's VM's lines on a mapping its GPUs leave that guests.py cannot convert:
     in the main section, one whose mapping keeps other devices on this node; pending, any
@@ -149,17 +150,17 @@ def _old_mapping_problems(
         return []
     problems: list[Problem] = []
     number = 0
-    for section in split_sections(vm.config.content):
-        for line in section.lines:
+    for section, lines in guests(facts).config(vm.config).sections:
+        for line in lines:
             number += 1
             use = hostpci_use(line)
             if use is None or use.mapping not in vm.old_mappings:
                 continue
             where, left = f"{vm.config_path} line {number}", paths.get(use.mapping, ())
             if section.name is None and left:
-                problems.append(_old_mapping_shared(where, node, vm, line.raw, use, left))
+                problems.append(_old_mapping_shared(where, facts.node, vm, line.raw, use, left))
             elif section.name is not None and is_pending(section) and not left:
-                problems.append(_pending_old_mapping(where, node, vm, line.raw, use))
+                problems.append(_pending_old_mapping(where, facts.node, vm, line.raw, use))
     return problems
 
 
