@@ -79,3 +79,20 @@ def test_config_path_on_this_node_or_another() -> None:
     clustered = attrs.evolve(facts, stats=(*facts.stats, FileStat(other, 0)))
     assert guests(clustered).config_path("qemu-server", 140) == other
     assert guests(clustered).config_path("lxc", 140) is None
+
+
+def test_containers_are_this_nodes_numbered_configs() -> None:
+    facts = discover(KPRO6)
+    assert [vmid for vmid, _ in guests(facts).containers] == [129]
+    odd = (
+        ConfigFile("etc/pve/lxc/notes.conf", ""),
+        ConfigFile("etc/pve/lxc/131.conf.bak", ""),
+        ConfigFile("etc/pve/lxc/sub/132.conf", ""),
+        ConfigFile("etc/pve/qemu-server/133.conf", ""),
+        ConfigFile("etc/pve/lxc/130.conf", "arch: amd64\n"),
+    )
+    more = attrs.evolve(facts, files=(*facts.files, *odd))
+    assert [(v, f.path) for v, f in guests(more).containers] == [
+        (129, CT),
+        (130, "etc/pve/lxc/130.conf"),
+    ]

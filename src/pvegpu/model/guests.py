@@ -14,7 +14,7 @@ evolved by a test, answer from their own files. No I/O here.
 from __future__ import annotations
 
 from pvegpu.model.facts import ConfigFile, HostFacts
-from pvegpu.model.paths import NODES_DIR, PVE_DIR, lxc_config
+from pvegpu.model.paths import LXC_DIR, NODES_DIR, PVE_DIR, lxc_config
 from pvegpu.model.references import Holder
 from pvegpu.model.rootfs import STORAGE_CFG, RootfsLocation, granted_gpus, locate_rootfs
 from pvegpu.pvefiles.guestconf import ConfLine, Section, split_sections
@@ -64,6 +64,18 @@ class Guests:
         """The content of a file the facts hold; None when they hold none."""
         file = self._facts.file(path)
         return file.content if file is not None else None
+
+    @property
+    def containers(self) -> tuple[tuple[int, ConfigFile], ...]:
+        """This node's container configs (`etc/pve/lxc/<vmid>.conf`) with their ids, in
+        the facts' order."""
+        found = []
+        for file in self._facts.files:
+            directory, _, name = file.path.rpartition("/")
+            stem = name.removesuffix(".conf")
+            if directory == LXC_DIR and name.endswith(".conf") and stem.isdigit():
+                found.append((int(stem), file))
+        return tuple(found)
 
     def config(self, file: ConfigFile) -> GuestConfig:
         """Guest config `file` parsed, once per facts value for a file of the facts (one

@@ -30,7 +30,7 @@ from pvegpu.model.decision import ContainerDriver
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.guests import guests
 from pvegpu.model.kernels import MODULES_DIR, ModuleOrigin
-from pvegpu.model.paths import CONTAINER_LIBDIRS, DPKG_STATUS
+from pvegpu.model.paths import CONTAINER_LIBDIRS, DPKG_STATUS, lxc_config
 from pvegpu.model.plan import Finding, Pool, Severity
 from pvegpu.model.rootfs import rootfs_dirs
 from pvegpu.planning.numbering import Renumbering
@@ -256,7 +256,7 @@ def unchecked_finding(vmid: int, why: str, pending: NextDriver) -> Finding:
     return Finding(
         Severity.INFO,
         "container-driver-next-boot-unchecked",
-        f"etc/pve/lxc/{vmid}.conf",
+        lxc_config(vmid),
         f"CT {vmid} holds GPU nodes, but its files were not read ({why}), so its "
         f"{pending.vendor.name} userspace was not compared with the next boot's "
         f"{pending.describe}. After the reboot `pct exec {vmid} -- {CONTAINER_TOOL.name}` "
@@ -334,13 +334,8 @@ def _raw_containers(
 ) -> list[tuple[int, str]]:
     """(vmid, config path) of every container whose config allows `nodes`' dynamic node
     by major: the plan's raw-style pools of those nodes, the others by their config now."""
-    found = {v: f"etc/pve/lxc/{v}.conf" for v, n in raw_pools.items() if n is nodes}
-    for file in facts.files:
-        directory, _, name = file.path.rpartition("/")
-        vmid_text = name.removesuffix(".conf")
-        if directory != "etc/pve/lxc" or not name.endswith(".conf") or not vmid_text.isdigit():
-            continue
-        vmid = int(vmid_text)
+    found = {v: lxc_config(v) for v, n in raw_pools.items() if n is nodes}
+    for vmid, file in guests(facts).containers:
         if vmid not in rewritten and raw_uvm_majors(file.content, nodes) is not None:
             found[vmid] = file.path
     return sorted(found.items())
