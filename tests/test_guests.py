@@ -96,3 +96,10 @@ def test_containers_are_this_nodes_numbered_configs() -> None:
         (129, CT),
         (130, "etc/pve/lxc/130.conf"),
     ]
+    assert [(v, f.path) for v, f in guests(more).vms] == [(133, "etc/pve/qemu-server/133.conf")]
+    # Both kinds in the facts' order, as host_guests judges them.
+    assert [(k, v) for k, v, _ in guests(more).configs] == [
+        ("lxc", 129),
+        ("qemu-server", 133),
+        ("lxc", 130),
+    ]

@@ -14,11 +14,15 @@ evolved by a test, answer from their own files. No I/O here.
 from __future__ import annotations
 
 from pvegpu.model.facts import ConfigFile, HostFacts
-from pvegpu.model.paths import LXC_DIR, NODES_DIR, PVE_DIR, lxc_config
+from pvegpu.model.paths import LXC_DIR, NODES_DIR, PVE_DIR, QEMU_DIR, lxc_config
 from pvegpu.model.references import Holder
 from pvegpu.model.rootfs import STORAGE_CFG, RootfsLocation, granted_gpus, locate_rootfs
 from pvegpu.pvefiles.guestconf import ConfLine, Section, split_sections
 from pvegpu.vendors import CONTAINER_NODES, DeviceNodes, Vendor
+
+LXC = "lxc"
+QEMU = "qemu-server"
+_KINDS = {LXC_DIR: LXC, QEMU_DIR: QEMU}
 
 
 def guests(facts: HostFacts) -> Guests:
@@ -51,7 +55,7 @@ class Guests:
     """A HostFacts' guests, each answer worked out on first use. A plain class, not a
     value: it is never compared or shown (as `HostFacts`' lookups)."""
 
-    __slots__ = ("_configs", "_facts", "_grants", "_rootfs", "_stats")
+    __slots__ = ("_configs", "_facts", "_grants", "_listed", "_rootfs", "_stats")
 
     def __init__(self, facts: HostFacts) -> None:
         self._facts = facts
@@ -59,6 +63,7 @@ class Guests:
         self._rootfs: dict[int, RootfsLocation] = {}
         self._grants: dict[tuple[int, DeviceNodes], tuple[frozenset[int], bool]] = {}
         self._configs: dict[str, GuestConfig] = {}
+        self._listed: tuple[tuple[str, int, ConfigFile], ...] | None = None
 
     def _text(self, path: str) -> str | None:
         """The content of a file the facts hold; None when they hold none."""
@@ -66,16 +71,28 @@ class Guests:
         return file.content if file is not None else None
 
     @property
+    def configs(self) -> tuple[tuple[str, int, ConfigFile], ...]:
+        """This node's guest configs (`etc/pve/{lxc,qemu-server}/<vmid>.conf`), each with
+        its directory's kind (`lxc`, `qemu-server`) and its id, in the facts' order."""
+        if self._listed is None:
+            found = []
+            for file in self._facts.files:
+                directory, _, name = file.path.rpartition("/")
+                stem = name.removesuffix(".conf")
+                if directory in _KINDS and name.endswith(".conf") and stem.isdigit():
+                    found.append((_KINDS[directory], int(stem), file))
+            self._listed = tuple(found)
+        return self._listed
+
+    @property
     def containers(self) -> tuple[tuple[int, ConfigFile], ...]:
-        """This node's container configs (`etc/pve/lxc/<vmid>.conf`) with their ids, in
-        the facts' order."""
-        found = []
-        for file in self._facts.files:
-            directory, _, name = file.path.rpartition("/")
-            stem = name.removesuffix(".conf")
-            if directory == LXC_DIR and name.endswith(".conf") and stem.isdigit():
-                found.append((int(stem), file))
-        return tuple(found)
+        """This node's container configs with their ids, in the facts' order."""
+        return tuple((vmid, file) for kind, vmid, file in self.configs if kind == LXC)
+
+    @property
+    def vms(self) -> tuple[tuple[int, ConfigFile], ...]:
+        """This node's VM configs with their ids, in the facts' order."""
+        return tuple((vmid, file) for kind, vmid, file in self.configs if kind == QEMU)
 
     def config(self, file: ConfigFile) -> GuestConfig:
         """Guest config `file` parsed, once per facts value for a file of the facts (one

@@ -25,7 +25,7 @@ import attrs
 
 from pvegpu.errors import Problem
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
-from pvegpu.model.guests import GuestConfig, guests
+from pvegpu.model.guests import LXC, GuestConfig, guests
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.model.released import ContainerGpusRemoved
 from pvegpu.planning.claims import (
@@ -37,7 +37,7 @@ from pvegpu.planning.claims import (
 )
 from pvegpu.planning.grants_every import EveryDevice, every_device, every_gpu
 from pvegpu.planning.guests import gpu_majors
-from pvegpu.planning.mapping_moves import VM_DIR, MappingOutcome, mapping_outcome
+from pvegpu.planning.mapping_moves import MappingOutcome, mapping_outcome
 from pvegpu.planning.numbering import NodeChange, Renumbering
 from pvegpu.planning.vgpu import vm_line_problem
 from pvegpu.pvefiles import hostpci, lxcconf
@@ -54,8 +54,6 @@ from pvegpu.vendors import VENDORS, DeviceNodes
 from pvegpu.vendors.drm import DRM_MAJOR, DRM_NODES
 from pvegpu.vendors.drm import node_path as drm_node_path
 from pvegpu.wording import plural
-
-LXC_DIR = "etc/pve/lxc/"
 
 
 @value_class
@@ -101,12 +99,12 @@ def judge_guests(
     numbers = numbers or Renumbering()
     families = _node_families(facts, pools, numbers)
     naming = node_naming(facts)
-    for file in facts.files:
-        if (vmid := _vmid(file.path, LXC_DIR)) is not None:
-            config = guests(facts).config(file)
+    for kind, vmid, file in guests(facts).configs:
+        config = guests(facts).config(file)
+        if kind == LXC:
             _container(config, vmid, vmid in own, claims, families, naming, numbers, out)
-        elif (vmid := _vmid(file.path, VM_DIR)) is not None:
-            _vm(facts.node, guests(facts).config(file), vmid, claims, mappings, out)
+        else:
+            _vm(facts.node, config, vmid, claims, mappings, out)
     out.problems.extend(every_device(w, r, claims) for w, r in out.every_device.items())
     return GuestVerdict(tuple(out.removed), tuple(out.problems), tuple(out.findings))
 
@@ -139,14 +137,6 @@ def _node_families(facts: HostFacts, pools: Sequence[Pool], numbers: Renumbering
         if (gpu.drm_card is not None or gpu.drm_render is not None) and DRM_MAJOR not in found:
             found[DRM_MAJOR] = DRM_NODES
     return [_Family(n, gpu_majors(facts, n)) for n in found.values()]
-
-
-def _vmid(path: str, directory: str) -> int | None:
-    name = path.removeprefix(directory)
-    if name == path or "/" in name or not name.endswith(".conf"):
-        return None
-    stem = name.removesuffix(".conf")
-    return int(stem) if stem.isdigit() else None
 
 
 def _numbered(config: GuestConfig) -> Iterator[tuple[Section, int, ConfLine]]:

@@ -26,7 +26,6 @@ from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.plan import Finding, Pool, Severity, VmGuest
 from pvegpu.model.released import MapLinesMoved
 from pvegpu.planning.claims import Claims
-from pvegpu.planning.stale_mappings import VM_DIR as VM_DIR  # host_guests, mdev read it here
 from pvegpu.planning.stale_mappings import stale_map_findings
 from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.guestconf import is_pending
@@ -71,7 +70,7 @@ def mapping_outcome(facts: HostFacts, pools: Sequence[Pool], claims: Claims) -> 
     if existing.error is not None:
         # With a pool mapping, pci_cfg_problems refuses the file already. Without one the
         # file is read only to judge VMs by mapping: refused when there is one to judge.
-        vms = (f.content for f in facts.files if f.path.startswith(VM_DIR))
+        vms = (f.content for _, f in guests(facts).vms)
         error = existing.error
         refusals = error.problems if not owners and any(map(_uses_mapping, vms)) else ()
         return MappingOutcome(devices=devices, counts=counts, problems=refusals)

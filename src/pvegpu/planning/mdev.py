@@ -23,7 +23,6 @@ from pvegpu.model.guests import guests
 from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.plan import Finding, Pool, Severity
 from pvegpu.pci import PciAddress
-from pvegpu.planning.mapping_moves import VM_DIR
 from pvegpu.pvefiles import hostpci
 from pvegpu.pvefiles.guestconf import is_pending
 from pvegpu.pvefiles.hostpci import HostId
@@ -50,10 +49,7 @@ def mdev_uses(facts: HostFacts) -> tuple[MdevUse, ...]:
     devices it names on this node (a mapping's by pci.cfg)."""
     maps = _mapping_hosts(facts)
     uses: list[MdevUse] = []
-    for file in facts.files:
-        vmid = _vmid(file.path)
-        if vmid is None:
-            continue
+    for vmid, file in guests(facts).vms:
         for section, lines in guests(facts).config(file).sections:
             pending = is_pending(section)
             if section.name is not None and not pending:
@@ -69,14 +65,6 @@ def mdev_uses(facts: HostFacts) -> tuple[MdevUse, ...]:
                 key = use.key + (" (pending)" if pending else "")
                 uses.append(MdevUse(vmid, key, mdev, hosts, use.mapping))
     return tuple(uses)
-
-
-def _vmid(path: str) -> int | None:
-    name = path.removeprefix(VM_DIR)
-    if name == path or "/" in name or not name.endswith(".conf"):
-        return None
-    stem = name.removesuffix(".conf")
-    return int(stem) if stem.isdigit() else None
 
 
 def _mapping_hosts(facts: HostFacts) -> dict[str, tuple[HostId, ...]]:
