@@ -89,6 +89,11 @@ def lxc_config(vmid: int) -> str:
     return f"{LXC_DIR}/{vmid}.conf"
 
 
+def vm_config(vmid: int) -> str:
+    """VM `vmid`'s config on this node, relative to the root."""
+    return f"{QEMU_DIR}/{vmid}.conf"
+
+
 def root_relative(path: str) -> str:
     """A spec path as a root-relative POSIX path (a leading / is tolerated)."""
     norm = posixpath.normpath(path.lstrip("/"))

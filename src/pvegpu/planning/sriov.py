@@ -175,14 +175,13 @@ def _vf_use(vf: PciFunction, in_pools: dict[PciAddress, str], named: set[HostId]
 def _named_by_guests(facts: HostFacts) -> set[HostId]:
     """Every host device a VM config's raw hostpci line or this node's pci.cfg names."""
     found: set[HostId] = set()
-    for file in facts.files:
-        if file.path.startswith("etc/pve/qemu-server/"):
-            # Every section: a snapshot or pending change that names a VF uses it too.
-            for _, lines in guests(facts).config(file).sections:
-                for line in lines:
-                    use = hostpci.hostpci_use(line)
-                    if use is not None:
-                        found.update(use.hosts)
+    for _, file in guests(facts).vms:
+        # Every section: a snapshot or pending change that names a VF uses it too.
+        for _, lines in guests(facts).config(file).sections:
+            for line in lines:
+                use = hostpci.hostpci_use(line)
+                if use is not None:
+                    found.update(use.hosts)
     # A broken pci.cfg has no mapping: refused on its own by pci_cfg_problems.
     for hosts in pci_cfg(facts).node_hosts(facts.node).values():
         found.update(hosts)
