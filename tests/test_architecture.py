@@ -422,34 +422,6 @@ NEVER_RULES: dict[str, Callable[[str, str], bool]] = {
 }
 """Each never rule, by name: whether the edge importer -> imported breaks it."""
 
-NEVER_EXCEPTIONS: dict[str, frozenset[tuple[str, str]]] = {
-    # The facts part of issue 32 (item 1: typed facts at the edge) removes these.
-    "no-host": frozenset(
-        {
-            ("pvegpu.planning.acs", "pvegpu.host.acs"),  # facts part
-            ("pvegpu.planning.boot", "pvegpu.host"),  # facts part
-            ("pvegpu.planning.boot", "pvegpu.host.sysfs"),  # facts part
-            ("pvegpu.planning.container_groups", "pvegpu.host.rootfs"),  # facts part
-            ("pvegpu.planning.current_servers", "pvegpu.host.container_units"),  # facts part
-            ("pvegpu.planning.current_servers", "pvegpu.host.rootfs"),  # facts part
-            ("pvegpu.planning.guest_ids", "pvegpu.host.cluster_guests"),  # facts part
-            ("pvegpu.planning.leftover_servers", "pvegpu.host.container_units"),  # facts part
-            ("pvegpu.planning.leftover_servers", "pvegpu.host.rootfs"),  # facts part
-            ("pvegpu.planning.next_boot", "pvegpu.host.rootfs"),  # facts part
-            ("pvegpu.planning.next_boot", "pvegpu.host.serving_files"),  # facts part
-            ("pvegpu.planning.vm_start", "pvegpu.host"),  # facts part
-            ("pvegpu.planning.vm_start", "pvegpu.host.sysfs"),  # facts part
-            ("pvegpu.serving.container", "pvegpu.host.rootfs"),  # facts part
-        }
-    ),
-    "no-planning-in-rendering": frozenset(),
-    "apply-through-pipeline": frozenset(),
-    "no-engine-imports-another": frozenset(),
-}
-"""The edges that still break a rule, each with the part of issue 32 removing it. The
-lists only shrink: an entry whose edge has gone fails `test_never_exceptions_are_needed`."""
-
-
 def never_violations(graph: dict[str, set[str]], rule: str) -> set[tuple[str, str]]:
     """(importer, imported) for every edge of `graph` that breaks `rule`."""
     breaks = NEVER_RULES[rule]
@@ -464,20 +436,9 @@ def every_import() -> dict[str, set[str]]:
 @pytest.mark.parametrize("rule", sorted(NEVER_RULES))
 def test_never_rules_hold(rule: str, every_import: dict[str, set[str]]) -> None:
     """No import, wherever it is (module level, a function, TYPE_CHECKING), breaks a
-    never rule, past the listed exceptions."""
-    new = never_violations(every_import, rule) - NEVER_EXCEPTIONS[rule]
-    assert not new, f"{rule}:\n" + "\n".join(f"{a} -> {b}" for a, b in sorted(new))
-
-
-@pytest.mark.parametrize("rule", sorted(NEVER_RULES))
-def test_never_exceptions_are_needed(rule: str, every_import: dict[str, set[str]]) -> None:
-    """An exception whose edge has gone leaves NEVER_EXCEPTIONS: the lists only shrink."""
-    gone = NEVER_EXCEPTIONS[rule] - never_violations(every_import, rule)
-    assert not gone, f"{rule}: no longer imported, remove from NEVER_EXCEPTIONS: {sorted(gone)}"
-
-
-def test_every_rule_has_its_exception_list() -> None:
-    assert NEVER_EXCEPTIONS.keys() == NEVER_RULES.keys()
+    never rule."""
+    broken = never_violations(every_import, rule)
+    assert not broken, f"{rule}:\n" + "\n".join(f"{a} -> {b}" for a, b in sorted(broken))
 
 
 def test_never_rules_find_their_edges() -> None:

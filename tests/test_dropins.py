@@ -10,9 +10,9 @@ from pvegpu.engines.common.dropins import (
     judge_dropins,
     neutralized,
 )
-from pvegpu.host.rootfs import RootfsLocation, locate_rootfs, rootfs_volume
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.paths import dropin_dirs
+from pvegpu.model.rootfs import RootfsLocation, locate_rootfs, rootfs_volume
 from pvegpu.pvefiles.storagecfg import parse_storage_cfg
 from pvegpu.serving.unitfile import ENVIRONMENT, EXEC_START, SERVICE, environment_pairs, merge_units
 

@@ -35,10 +35,10 @@ from linters import (
     verify,
     verify_files,
 )
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Plan
+from pvegpu.model.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.rendering.bundle import write_bundle

@@ -24,7 +24,7 @@ from typing import Any, cast
 from apply_fake import FakeHost
 from pvegpu.apply.host import Completed
 from pvegpu.apply.state import STATE_DIR, last_apply
-from pvegpu.host.rootfs import locate_rootfs
+from pvegpu.model.rootfs import locate_rootfs
 from pvegpu.rendering.review.commands import SPLIT_SCRIPT
 from sysfs_sim import KernelSim, register_driver
 

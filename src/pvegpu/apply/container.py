@@ -13,7 +13,7 @@ from __future__ import annotations
 from pvegpu.apply.host import Completed, Host, sha256_of
 from pvegpu.errors import ApplyError
 from pvegpu.host.reader import RootReader
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
+from pvegpu.model.rootfs import STORAGE_CFG, locate_rootfs
 
 NEW_SUFFIX = ".pvegpu-new"
 

@@ -1,7 +1,7 @@
 """The ACS of the bridges above the GPUs, read from their configuration space.
 
 Only while `pcie_acs_override` is on (this boot's /proc/cmdline or a command line of the
-next boot, `override_settings`): without it the kernel's IOMMU groups already are what
+next boot, `HostFacts.acs_overrides`): without it the kernel's IOMMU groups already are what
 the ports isolate, and reading every bridge's `config` would be work (and snapshot
 bytes) for nothing.
 
@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
-from pvegpu.host import sysfs
 from pvegpu.host.reader import RootReader, fail
-from pvegpu.model.bootconfig import BootConfig
 from pvegpu.model.facts import PciFunction
 from pvegpu.model.ports import ACS_CAPABILITY, PORT_TYPES, AcsState, PortAcs, PortType
+from pvegpu.model.ports import OverrideSetting as OverrideSetting
+from pvegpu.model.ports import override_settings as override_settings
+from pvegpu.model.ports import upstream_bridges as upstream_bridges
 from pvegpu.pci import PciAddress
-from pvegpu.values import value_class
-
-OVERRIDE_PARAM = "pcie_acs_override"
 
 HEADER_BYTES = 64
 STANDARD_BYTES = 256
@@ -51,31 +47,6 @@ REQUIRED_CONTROLS = _ACS_SV | _ACS_RR | _ACS_CR | _ACS_UF
 """The controls the kernel asks of a port for the groups below it to be apart
 (REQ_ACS_FLAGS): source validation, P2P request and completion redirect, upstream
 forwarding. One the port lacks (its capability register) is not asked."""
-
-
-@value_class
-@attrs.frozen(eq=False, repr=False)
-class OverrideSetting:
-    """A kernel command line that turns `pcie_acs_override` on."""
-
-    source: str
-    """The file, relative to the root: proc/cmdline, etc/kernel/cmdline, etc/default/grub."""
-    where: str
-    """For messages: `this boot's /proc/cmdline`, `the next boot's /etc/kernel/cmdline`."""
-    value: str
-
-
-def override_settings(cmdline: str, boot: BootConfig) -> tuple[OverrideSetting, ...]:
-    """Where `pcie_acs_override` is on: this boot's command line, then each of the next
-    boot's; empty when none sets it."""
-    lines = [("proc/cmdline", "this boot's /proc/cmdline", cmdline)]
-    lines += [(c.source, f"the next boot's {c.where}", c.value) for c in boot.cmdlines]
-    found = []
-    for source, where, text in lines:
-        values = [v for k, v in sysfs.kernel_params(text) if k == OVERRIDE_PARAM]
-        if values:
-            found.append(OverrideSetting(source, where, values[-1]))  # the last one wins
-    return tuple(found)
 
 
 def port_acs(address: PciAddress, config: bytes) -> PortAcs:
@@ -126,19 +97,6 @@ def _acs_state(config: bytes) -> AcsState:
         if position < STANDARD_BYTES:
             return AcsState.ABSENT
     return AcsState.ABSENT
-
-
-def upstream_bridges(function: PciFunction) -> tuple[PciAddress, ...]:
-    """The bridges between the root bus and `function`, top first, from its real path
-    (`sys/devices/pci0000:80/0000:80:01.1/0000:81:00.0/0000:82:00.0` -> 80:01.1, 81:00.0)."""
-    names = function.sysfs_path.split("/")[3:-1]
-    found = []
-    for name in names:
-        try:
-            found.append(PciAddress.parse(name))
-        except ValueError:
-            continue  # not a function directory (none on a real tree; kept out, not guessed)
-    return tuple(found)
 
 
 def read_acs_ports(

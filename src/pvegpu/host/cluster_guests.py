@@ -3,7 +3,7 @@
 Proxmox's guest ids are cluster-wide: a VM and a container never share one, on any node.
 pmxcfs shows every node's guests under `etc/pve/nodes/<node>/{lxc,qemu-server}/<id>.conf`
 (this node's are `etc/pve/lxc` and `etc/pve/qemu-server`, read whole by discovery). The
-planner needs only which ids the other nodes' guests hold (`planning/guest_ids.py`), so
+planner needs only which ids the other nodes' guests hold (`model.guests.Guests.config_path`), so
 their configs are recorded as `FileStat`s, by path (size 0), never read: another node's
 guest is none of this plan's business beyond its id.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pvegpu.host.reader import RootReader
 from pvegpu.model.facts import FileStat
+from pvegpu.model.paths import NODES_DIR
 
-NODES_DIR = "etc/pve/nodes"
 GUEST_DIRS = ("lxc", "qemu-server")
 
 

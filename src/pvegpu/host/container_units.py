@@ -6,8 +6,8 @@ unit of that name; any other server enabled there would start next to it. Every 
 container that holds GPUs keeps its own units, and one that starts a server with
 `--tp 8` on the 4 GPUs the plan leaves it fails at every start.
 This module reads what that check needs, through the one reader (`host.reader`), in the
-container's root file system as `host.rootfs` finds it (its storage's directory, else
-where `pct mount <vmid>` put it):
+container's root file system as `model.guests.Guests.rootfs` finds it (`model/rootfs.py`: its
+storage's directory, else where `pct mount <vmid>` put it):
 
 - which units are enabled: the `*.service` links in `etc/systemd/system/*.wants/` and
   `*.requires/` (what `systemctl enable` writes);
@@ -43,38 +43,29 @@ import shlex
 from collections.abc import Iterator
 
 from pvegpu.host.reader import RootReader
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs, rootfs_dirs
 from pvegpu.model.decision import ServingFiles
 from pvegpu.model.facts import ConfigFile, HostFacts
-from pvegpu.model.paths import UNIT_DIR, dropin_dirs, engine_config_path
+from pvegpu.model.guests import guests
+from pvegpu.model.paths import (
+    ENABLING_DIRS,
+    LXC_DIR,
+    UNIT_DIR,
+    engine_config_path,
+    template_of,
+    unit_dropin_dirs,
+)
+from pvegpu.model.rootfs import rootfs_dirs
 from pvegpu.model.schema import Spec
-from pvegpu.pvefiles import lxcconf
-from pvegpu.pvefiles.guestconf import split_sections
-from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
+from pvegpu.vendors import CONTAINER_NODES
 from pvegpu.vendors.drm import DRM_NODES
 
-LXC_DIR = "etc/pve/lxc"
 MASKED = "/dev/null"
-ENABLING_DIRS = (".wants", ".requires")
-"""`systemctl enable` links a unit into `<target>.wants/` (WantedBy=) or `.requires/`."""
 MAX_UNIT_FILES = 256
 """Files read per container: a container with more enabled units than this is odd; the
 rest are not read (docs/serving.md, "Servers pvegpu does not render")."""
 MAX_UNIT_BYTES = 1024 * 1024
 """A unit file is a few KiB; a larger one is not a unit anyone wrote by hand."""
 MAX_UNIT_HOPS = 8
-
-
-def granted_gpus(config: str, nodes: DeviceNodes = CONTAINER_NODES) -> tuple[frozenset[int], bool]:
-    """The GPU node minors (`/dev/nvidiaN`, or of `nodes`: render nodes) the config's main
-    section hands the container, and whether a rule there reaches every GPU (`c 195:* rwm`)."""
-    minors: set[int] = set()
-    every = False
-    for line in split_sections(config)[0].lines:
-        if (minor := lxcconf.gpu_minor(line, nodes)) is not None:
-            minors.add(minor)
-        every = every or lxcconf.grants_every_gpu(line, nodes)
-    return frozenset(minors), every
 
 
 def unit_containers(spec: Spec, facts: HostFacts) -> tuple[int, ...]:
@@ -91,7 +82,7 @@ def unit_containers(spec: Spec, facts: HostFacts) -> tuple[int, ...]:
             if directory == LXC_DIR and name.endswith(".conf") and stem.isdigit():
                 # GPUs by the vendor's own nodes or by DRM render nodes (AMD, Intel).
                 for nodes in (CONTAINER_NODES, DRM_NODES):
-                    minors, every = granted_gpus(file.content, nodes)
+                    minors, every = guests(facts).granted_gpus(int(stem), nodes)
                     if minors or every:
                         wanted.add(int(stem))
     return tuple(sorted(wanted))
@@ -101,13 +92,9 @@ def read_container_units(reader: RootReader, spec: Spec, facts: HostFacts) -> Se
     """The enabled units (and their drop-ins) of every container `unit_containers` names
     whose root file system is a directory on the host, or mounted by `pct mount`; block
     storage not mounted reads nothing."""
-    storage = facts.file(STORAGE_CFG)
     found: dict[str, ConfigFile] = {}
     for vmid in unit_containers(spec, facts):
-        config = facts.file(f"{LXC_DIR}/{vmid}.conf")
-        location = locate_rootfs(
-            vmid, config.content if config else None, storage.content if storage else None
-        )
+        location = guests(facts).rootfs(vmid)
         # The storage's directory, else where `pct mount` put it (block storage, or a
         # subvolume not mounted): the first that has a unit directory.
         for directory in rootfs_dirs(vmid, location):
@@ -150,26 +137,6 @@ def _split(value: str) -> list[str]:
         return shlex.split(value)
     except ValueError:
         return value.split()
-
-
-def template_of(name: str) -> str | None:
-    """`a@.service` for the instance `a@b.service`; None for a plain unit."""
-    stem, at, instance = name.partition("@")
-    if not at or not instance.endswith(".service") or instance == ".service":
-        return None
-    return f"{stem}@.service"
-
-
-def unit_dropin_dirs(name: str) -> tuple[str, ...]:
-    """The drop-in directories of unit `name` (`x.service`) under etc/systemd/system, in
-    the order systemd takes them: the unit's own, its template's, dash prefixes, service.d."""
-    stems = [name.removesuffix(".service")]
-    if (template := template_of(name)) is not None:
-        stems.append(template.removesuffix(".service"))
-    prefix = f"{UNIT_DIR}/"
-    return tuple(
-        dict.fromkeys(d for stem in stems for d in dropin_dirs(stem) if d.startswith(prefix))
-    )
 
 
 class _Units:

@@ -13,9 +13,8 @@ from collections.abc import Collection, Mapping
 
 from pvegpu.formats.accounts import group_ids
 from pvegpu.host.reader import RootReader
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs
-from pvegpu.host.serving_files import vendor_containers
 from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.model.guests import guests
 from pvegpu.model.observed import ObservedContainer, ObservedHost, ObservedUnit
 from pvegpu.model.paths import (
     CONTAINER_LIBDIRS,
@@ -25,6 +24,7 @@ from pvegpu.model.paths import (
     USERSPACE_CURRENT,
     dropin_dirs,
 )
+from pvegpu.model.rootfs import STORAGE_CFG, locate_rootfs
 from pvegpu.pvefiles.guestconf import parse_lines, split_sections
 from pvegpu.pvefiles.lxcconf import (
     STAGED_USERSPACE,
@@ -44,7 +44,7 @@ def read_observed(
 ) -> ObservedHost:
     """Every container of the node as check judges it; `units`: further units by vmid
     (a bundle's servers) to read as systemd loads them."""
-    holders = {v.name: set(vendor_containers(facts, v)) for v in VENDORS}
+    holders = {v.name: set(guests(facts).vendor_containers(v)) for v in VENDORS}
     has_dev = reader.is_dir("dev")
     containers = tuple(
         _container(reader, vmid, holders, has_dev, (units or {}).get(vmid, ()))

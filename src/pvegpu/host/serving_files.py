@@ -6,7 +6,7 @@ is resolved inside it like any other, and a file that is not there inside the ro
 as missing (the serving checks then report it), never as the outside file.
 
 The container's root file system is found from its `rootfs:` line and storage.cfg
-(`host.rootfs`); the spec's `container_rootfs` is read too when it names another path.
+(`model/rootfs.py`); the spec's `container_rootfs` is read too when it names another path.
 In it, the files of the serving engine's installed release are the engine's to name
 (`InstalledFiles`, which the caller takes from `pvegpu.engines`): this reads them through
 its reader for the engine, and imports none.
@@ -21,9 +21,9 @@ from pathlib import Path
 import attrs
 
 from pvegpu.host.reader import RootReader, Trace
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs, rootfs_dirs
 from pvegpu.model.decision import ServingFiles
 from pvegpu.model.facts import ConfigFile, FileStat, HostFacts
+from pvegpu.model.guests import guests
 from pvegpu.model.paths import (
     CONTAINER_LIBDIRS,
     DPKG_STATUS,
@@ -37,7 +37,7 @@ from pvegpu.model.paths import (
     engine_config_path,
     root_relative,
 )
-from pvegpu.model.references import Holder
+from pvegpu.model.rootfs import STORAGE_CFG, locate_rootfs, rootfs_dirs
 from pvegpu.model.schema import ServingSpec, Spec
 from pvegpu.pvefiles.lxcconf import unprivileged
 from pvegpu.vendors import (
@@ -225,23 +225,6 @@ def upgrading_vendors(facts: HostFacts) -> tuple[Vendor, ...]:
     return tuple(found)
 
 
-def vendor_containers(facts: HostFacts, vendor: Vendor) -> tuple[int, ...]:
-    """The containers whose config (its main section) reaches a GPU of `vendor` or one of
-    its shared nodes (`/dev/nvidiactl`): those whose userspace its driver must match."""
-    nodes = vendor.nodes
-    found = set()
-    for ref in facts.references:
-        if ref.holder is not Holder.CONTAINER or ref.vmid is None or ref.section is not None:
-            continue
-        gpus = (facts.gpu(a) for a in ref.gpus)
-        path = ref.node_path or ""
-        if any(g is not None and g.vendor is vendor for g in gpus) or (
-            nodes is not None and nodes.any_node.match(path)
-        ):
-            found.add(ref.vmid)
-    return tuple(sorted(found))
-
-
 def read_next_boot_userspace(reader: RootReader, facts: HostFacts) -> ServingFiles:
     """The userspace of every container holding GPU nodes of a driver the next boot
     replaces by another version (its dpkg status and the names of its libraries), for
@@ -251,14 +234,9 @@ def read_next_boot_userspace(reader: RootReader, facts: HostFacts) -> ServingFil
     if not vendors:
         return ServingFiles((), ())
     found = _Found(reader)
-    storage = facts.file(STORAGE_CFG)
-    for vmid in sorted({v for vendor in vendors for v in vendor_containers(facts, vendor)}):
-        config = facts.file(f"etc/pve/lxc/{vmid}.conf")
-        location = locate_rootfs(
-            vmid, config.content if config else None, storage.content if storage else None
-        )
+    for vmid in sorted({v for vendor in vendors for v in guests(facts).vendor_containers(vendor)}):
         # Its storage's directory, else where `pct mount` puts a block volume's files.
-        for directory in rootfs_dirs(vmid, location):
+        for directory in rootfs_dirs(vmid, guests(facts).rootfs(vmid)):
             found.add(f"{directory}/{DPKG_STATUS}")
             _add_libraries(found, directory)
     return ServingFiles(tuple(found.files.values()), tuple(found.stats.values()))

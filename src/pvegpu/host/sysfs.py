@@ -12,6 +12,9 @@ from __future__ import annotations
 import re
 import shlex
 
+from pvegpu.model.bootconfig import cmdline_vfio_ids as cmdline_vfio_ids
+from pvegpu.model.bootconfig import kernel_params as kernel_params
+from pvegpu.model.bootconfig import parse_vfio_ids
 from pvegpu.model.facts import CharMajor, IommuGroupType, KernelModuleFlavor
 from pvegpu.model.resources import ROM_INDEX, Bar, HostCpu
 from pvegpu.pci import CpuList
@@ -20,7 +23,6 @@ from pvegpu.pci import CpuList
 # are ASCII: str.isdigit() and `\d` also accept '²' and other Unicode digits.
 _HEX = re.compile(r"0x([0-9a-f]+)")
 # vfio-pci's ids= takes vendor:device[:subvendor[:subdevice[:class[:class_mask]]]].
-_VFIO_ID = re.compile(r"[0-9a-f]{4}:[0-9a-f]{4}(:[0-9a-f]{1,8}){0,4}")
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?")
 _TAINT = re.compile(r"[A-Z]*")
 
@@ -284,24 +286,6 @@ def proc_devices(raw: str) -> tuple[CharMajor, ...]:
     return tuple(sorted(majors, key=lambda m: (m.major, m.name)))
 
 
-def _vfio_ids(value: str) -> tuple[str, ...]:
-    ids = tuple(part.strip().lower() for part in value.split(",") if part.strip())
-    bad = [i for i in ids if not _VFIO_ID.fullmatch(i)]
-    if not ids or bad:
-        raise ValueError(f"expected vendor:device ids such as 10de:2bb5, got {value!r}")
-    return ids
-
-
-def cmdline_vfio_ids(raw: str) -> tuple[tuple[str, ...], ...]:
-    """Every `vfio-pci.ids=` (or `vfio_pci.ids=`: the kernel treats - and _ alike)."""
-    found: list[tuple[str, ...]] = []
-    for token in raw.split():
-        key, sep, value = token.partition("=")
-        if sep and key.replace("_", "-") == "vfio-pci.ids":
-            found.append(_vfio_ids(value.strip('"')))
-    return tuple(found)
-
-
 def modprobe_vfio_ids(raw: str) -> tuple[tuple[str, ...], ...]:
     """Every `options vfio-pci ids=...` line of a modprobe.d file (with `\\` continuations)."""
     found: list[tuple[str, ...]] = []
@@ -316,21 +300,8 @@ def modprobe_vfio_ids(raw: str) -> tuple[tuple[str, ...], ...]:
         for word in words[2:]:
             key, sep, value = word.partition("=")
             if sep and key == "ids":
-                found.append(_vfio_ids(value))
+                found.append(parse_vfio_ids(value))
     return tuple(found)
-
-
-def kernel_params(raw: str) -> tuple[tuple[str, str], ...]:
-    """A kernel command line as (key, value) pairs in order; `-` in a key is `_`.
-
-    The kernel treats `-` and `_` in parameter names alike and, for the ones pvegpu
-    judges, the last occurrence wins, so callers scan the pairs in order.
-    """
-    params: list[tuple[str, str]] = []
-    for token in raw.split():
-        key, _, value = token.partition("=")
-        params.append((key.replace("-", "_"), value.strip('"')))
-    return tuple(params)
 
 
 def module_names(raw: str) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ the GPU driver module it loads are `pvegpu.model.kernels` (`BootConfig.kernels`)
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 import attrs
@@ -29,6 +30,41 @@ MODULES_LOAD_DIR = "etc/modules-load.d"
 UPDATE_INITRAMFS = "update-initramfs -u -k all"
 BOOT_TOOL_REFRESH = "proxmox-boot-tool refresh"
 UPDATE_GRUB = "update-grub"
+
+_VFIO_ID = re.compile(r"[0-9a-f]{4}:[0-9a-f]{4}(:[0-9a-f]{1,8}){0,4}")
+
+
+def parse_vfio_ids(value: str) -> tuple[str, ...]:
+    """A vfio-pci `ids=` value: its `vendor:device[:...]` ids, lower case; ValueError
+    for anything else."""
+    ids = tuple(part.strip().lower() for part in value.split(",") if part.strip())
+    bad = [i for i in ids if not _VFIO_ID.fullmatch(i)]
+    if not ids or bad:
+        raise ValueError(f"expected vendor:device ids such as 10de:2bb5, got {value!r}")
+    return ids
+
+
+def cmdline_vfio_ids(raw: str) -> tuple[tuple[str, ...], ...]:
+    """Every `vfio-pci.ids=` (or `vfio_pci.ids=`: the kernel treats - and _ alike)."""
+    found: list[tuple[str, ...]] = []
+    for token in raw.split():
+        key, sep, value = token.partition("=")
+        if sep and key.replace("_", "-") == "vfio-pci.ids":
+            found.append(parse_vfio_ids(value.strip('"')))
+    return tuple(found)
+
+
+def kernel_params(raw: str) -> tuple[tuple[str, str], ...]:
+    """A kernel command line as (key, value) pairs in order; `-` in a key is `_`.
+
+    The kernel treats `-` and `_` in parameter names alike and, for the ones pvegpu
+    judges, the last occurrence wins, so callers scan the pairs in order.
+    """
+    params: list[tuple[str, str]] = []
+    for token in raw.split():
+        key, _, value = token.partition("=")
+        params.append((key.replace("-", "_"), value.strip('"')))
+    return tuple(params)
 
 
 class BootLoader(StrEnum):
@@ -59,6 +95,16 @@ class KernelCmdline:
     value: str
     variable: str = ""
     """`GRUB_CMDLINE_LINUX` or `GRUB_CMDLINE_LINUX_DEFAULT`; empty for /etc/kernel/cmdline."""
+
+    @property
+    def params(self) -> tuple[tuple[str, str], ...]:
+        """Its parameters as (key, value) pairs in order (`kernel_params`)."""
+        return kernel_params(self.value)
+
+    @property
+    def vfio_ids(self) -> tuple[tuple[str, ...], ...]:
+        """The ids of each `vfio-pci.ids=` it sets (`cmdline_vfio_ids`)."""
+        return cmdline_vfio_ids(self.value)
 
     @property
     def where(self) -> str:

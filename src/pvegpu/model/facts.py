@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from enum import StrEnum
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import attrs
 
-from pvegpu.model.bootconfig import BootConfig
+from pvegpu.model.bootconfig import BootConfig, kernel_params
 from pvegpu.model.partitions import MdevInstance as MdevInstance
 from pvegpu.model.partitions import MdevType as MdevType
 from pvegpu.model.partitions import MigCap as MigCap
 from pvegpu.model.platform import PvePackages
-from pvegpu.model.ports import PortAcs
+from pvegpu.model.ports import OverrideSetting, PortAcs, override_settings
 from pvegpu.model.references import CgroupVersion, GpuReference
 from pvegpu.model.resources import Bar, HostCpu
 from pvegpu.model.userspace import UserspaceFile
@@ -22,6 +22,8 @@ from pvegpu.values import value_class, value_repr
 from pvegpu.vendors import DRIVER_VERSION_VENDORS, Vendor, vendor_of
 from pvegpu.vendors.bmc import is_bmc_display
 from pvegpu.vendors.nvswitch import is_switch
+
+_D = TypeVar("_D")
 
 CLASS_DISPLAY = 0x03
 CLASS_BRIDGE = 0x06
@@ -509,6 +511,26 @@ class HostFacts:
         """The host's NVSwitches (`vendors.nvswitch.is_switch`), in address order."""
         return tuple(f for f in self.functions if is_switch(f))
 
+    def derived(self, build: Callable[[HostFacts], _D]) -> _D:
+        """`build(self)`, worked out once per facts value and kept with its lookups: a
+        typed view of its raw files (`model.guests.guests`)."""
+        memo = self._lookups.derived
+        if build not in memo:
+            memo[build] = build(self)
+        return cast(_D, memo[build])
+
+    @property
+    def cmdline_params(self) -> tuple[tuple[str, str], ...]:
+        """This boot's kernel command line (`/proc/cmdline`) as (key, value) pairs in order
+        (`model.bootconfig.kernel_params`)."""
+        return kernel_params(self.cmdline)
+
+    @property
+    def acs_overrides(self) -> tuple[OverrideSetting, ...]:
+        """Where `pcie_acs_override` is on: this boot's command line, then each of the
+        next boot's (`model.ports.override_settings`); empty when none sets it."""
+        return override_settings(self.cmdline, self.boot)
+
     def stats_in(self, directory: str) -> tuple[FileStat, ...]:
         """Stats of the files directly in `directory` (relative to the root)."""
         prefix = directory.rstrip("/") + "/"
@@ -561,7 +583,7 @@ class _FactsIndex:
     never compared or shown, and an attrs class costs its generated methods' compile on
     every command's import path."""
 
-    __slots__ = ("files", "functions", "gpus", "groups", "slots")
+    __slots__ = ("derived", "files", "functions", "gpus", "groups", "slots")
 
     def __init__(self, facts: HostFacts) -> None:
         slots: dict[str, list[PciFunction]] = {}
@@ -572,3 +594,4 @@ class _FactsIndex:
         self.groups = _first_by_key(facts.iommu_groups, lambda g: g.id)
         self.files = _first_by_key(facts.files, lambda f: f.path)
         self.slots = {slot: tuple(members) for slot, members in slots.items()}
+        self.derived: dict[Callable[[HostFacts], object], object] = {}

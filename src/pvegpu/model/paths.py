@@ -71,6 +71,27 @@ SYSTEM_UNIT_PATH = (
 /run is a tmpfs of the running container: read from the host it is usually empty."""
 HOME_DIRS = ("root", "home", "opt", "srv")
 HOME_DEPTH = 3
+ENABLING_DIRS = (".wants", ".requires")
+"""`systemctl enable` links a unit into `<target>.wants/` (WantedBy=) or `.requires/`."""
+
+PVE_DIR = "etc/pve"
+"""pmxcfs, the cluster file system: guest configs, storage.cfg, mapping/pci.cfg."""
+LXC_DIR = f"{PVE_DIR}/lxc"
+"""This node's container configs, `<vmid>.conf` (pmxcfs: `nodes/<this node>/lxc`)."""
+QEMU_DIR = f"{PVE_DIR}/qemu-server"
+"""This node's VM configs, `<vmid>.conf`."""
+NODES_DIR = f"{PVE_DIR}/nodes"
+"""Every node's guest configs: `<node>/{lxc,qemu-server}/<vmid>.conf` (pmxcfs)."""
+
+
+def lxc_config(vmid: int) -> str:
+    """CT `vmid`'s config on this node, relative to the root."""
+    return f"{LXC_DIR}/{vmid}.conf"
+
+
+def vm_config(vmid: int) -> str:
+    """VM `vmid`'s config on this node, relative to the root."""
+    return f"{QEMU_DIR}/{vmid}.conf"
 
 
 def root_relative(path: str) -> str:
@@ -105,3 +126,23 @@ def engine_config_path(path: str, working_directory: str | None) -> str | None:
     directory = (working_directory or "").lstrip("-")  # `-/srv`: the directory may be absent
     directory = directory if directory.startswith("/") else "/"
     return "/" + posixpath.normpath(posixpath.join(directory, path)).lstrip("/")
+
+
+def template_of(name: str) -> str | None:
+    """`a@.service` for the instance `a@b.service`; None for a plain unit."""
+    stem, at, instance = name.partition("@")
+    if not at or not instance.endswith(".service") or instance == ".service":
+        return None
+    return f"{stem}@.service"
+
+
+def unit_dropin_dirs(name: str) -> tuple[str, ...]:
+    """The drop-in directories of unit `name` (`x.service`) under etc/systemd/system, in
+    the order systemd takes them: the unit's own, its template's, dash prefixes, service.d."""
+    stems = [name.removesuffix(".service")]
+    if (template := template_of(name)) is not None:
+        stems.append(template.removesuffix(".service"))
+    prefix = f"{UNIT_DIR}/"
+    return tuple(
+        dict.fromkeys(d for stem in stems for d in dropin_dirs(stem) if d.startswith(prefix))
+    )

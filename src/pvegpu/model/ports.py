@@ -4,17 +4,20 @@ IOMMU groups are the kernel's view of isolation. With `pcie_acs_override` on the
 command line the kernel splits groups the hardware does not isolate, so the groups no
 longer say which devices can reach each other's memory; the ports' own ACS capability
 does. Discovery reads it from each port's configuration space (`pvegpu.host.acs`); the
-planner judges a split against it (`pvegpu.planning.acs`). No I/O here.
+planner judges a split against it (`pvegpu.planning.acs`). Whether the override is on,
+this boot or the next, is `HostFacts.acs_overrides` (`override_settings`). No I/O here.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Protocol
 
 import attrs
 
+from pvegpu.model.bootconfig import BootConfig, kernel_params
 from pvegpu.pci import PciAddress
-from pvegpu.values import value_repr
+from pvegpu.values import value_class, value_repr
 
 
 class PortType(StrEnum):
@@ -123,3 +126,51 @@ _STATE_WORDS = {
     AcsState.NO_EXTENDED_SPACE: "its config is 256 bytes: no extended configuration space",
     AcsState.HEADER_ONLY: "its config read gave 64 bytes: discovery did not run as root",
 }
+
+
+OVERRIDE_PARAM = "pcie_acs_override"
+
+
+@value_class
+@attrs.frozen(eq=False, repr=False)
+class OverrideSetting:
+    """A kernel command line that turns `pcie_acs_override` on."""
+
+    source: str
+    """The file, relative to the root: proc/cmdline, etc/kernel/cmdline, etc/default/grub."""
+    where: str
+    """For messages: `this boot's /proc/cmdline`, `the next boot's /etc/kernel/cmdline`."""
+    value: str
+
+
+def override_settings(cmdline: str, boot: BootConfig) -> tuple[OverrideSetting, ...]:
+    """Where `pcie_acs_override` is on: this boot's command line, then each of the next
+    boot's; empty when none sets it."""
+    lines = [("proc/cmdline", "this boot's /proc/cmdline", cmdline)]
+    lines += [(c.source, f"the next boot's {c.where}", c.value) for c in boot.cmdlines]
+    found = []
+    for source, where, text in lines:
+        values = [v for k, v in kernel_params(text) if k == OVERRIDE_PARAM]
+        if values:
+            found.append(OverrideSetting(source, where, values[-1]))  # the last one wins
+    return tuple(found)
+
+
+class InSysfs(Protocol):
+    """A device with a directory under sys/devices (`model.facts.PciFunction`)."""
+
+    @property
+    def sysfs_path(self) -> str: ...
+
+
+def upstream_bridges(function: InSysfs) -> tuple[PciAddress, ...]:
+    """The bridges between the root bus and `function`, top first, from its real path
+    (`sys/devices/pci0000:80/0000:80:01.1/0000:81:00.0/0000:82:00.0` -> 80:01.1, 81:00.0)."""
+    names = function.sysfs_path.split("/")[3:-1]
+    found = []
+    for name in names:
+        try:
+            found.append(PciAddress.parse(name))
+        except ValueError:
+            continue  # not a function directory (none on a real tree; kept out, not guessed)
+    return tuple(found)

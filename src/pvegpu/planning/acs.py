@@ -3,7 +3,7 @@
 The override makes the kernel put devices into groups of their own that the hardware does
 not keep apart: below a root or switch downstream port without ACS, a device's requests
 to a peer go straight to it, past the IOMMU. So while it is on (this boot or the next,
-`pvegpu.host.acs.override_settings`), every plan says that the groups are not the
+`HostFacts.acs_overrides`), every plan says that the groups are not the
 isolation, and a split that sends devices below one such port to different places (the
 host and a VM, or two VMs) is refused: the guest could read and write the other side's
 memory. The isolation domains are the groups the kernel would make without the override:
@@ -22,10 +22,9 @@ import attrs
 
 from pvegpu.errors import Problem
 from pvegpu.hardware import VFIO_DRIVER
-from pvegpu.host.acs import override_settings, upstream_bridges
 from pvegpu.model.facts import HostFacts, PciFunction
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
-from pvegpu.model.ports import PortAcs, PortType
+from pvegpu.model.ports import PortAcs, PortType, upstream_bridges
 from pvegpu.pci import PciAddress
 from pvegpu.values import value_class
 
@@ -141,7 +140,7 @@ def _now(function: PciFunction) -> str:
 
 def acs_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
     """The plan's refusals: a split across a port without ACS while the override is on."""
-    settings = override_settings(facts.cmdline, facts.boot)
+    settings = facts.acs_overrides
     places = _pool_places(pools)
     if not settings or not places:
         return
@@ -166,7 +165,7 @@ def multifunction_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[
     on: its `multifunction` part splits them into groups, and only the device's own ACS,
     which discovery does not read, keeps them apart. SR-IOV virtual functions are
     excluded: they are isolated by design, which is what SR-IOV is for."""
-    settings = override_settings(facts.cmdline, facts.boot)
+    settings = facts.acs_overrides
     places = _pool_places(pools)
     if not settings or not places:
         return
@@ -197,7 +196,7 @@ def multifunction_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[
 
 def acs_findings(facts: HostFacts) -> Iterator[Finding]:
     """What every plan and `pvegpu check` says while the override is on."""
-    for setting in override_settings(facts.cmdline, facts.boot):
+    for setting in facts.acs_overrides:
         yield Finding(
             Severity.WARNING,
             "acs-override",
@@ -232,7 +231,7 @@ def _ports_summary(ports: tuple[PortAcs, ...]) -> str:
 
 def check_findings(facts: HostFacts) -> Iterator[Finding]:
     """`pvegpu check`: the refusal's rule on the drivers the devices have now."""
-    settings = override_settings(facts.cmdline, facts.boot)
+    settings = facts.acs_overrides
     if not settings:
         return
 

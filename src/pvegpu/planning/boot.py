@@ -12,7 +12,6 @@ from collections.abc import Iterator, Sequence
 
 from pvegpu.errors import Problem
 from pvegpu.hardware import binding_modules
-from pvegpu.host import sysfs
 from pvegpu.model.bootconfig import BootConfig, KernelCmdline, ModuleStage
 from pvegpu.model.facts import HostFacts, VfioIdsSetting
 from pvegpu.model.paths import SPLIT_UNIT_NAME
@@ -45,7 +44,7 @@ def _next_boot_ids(boot: BootConfig) -> list[tuple[KernelCmdline, VfioIdsSetting
     return [
         (cmdline, VfioIdsSetting(cmdline.source, ids))
         for cmdline in boot.cmdlines
-        for ids in sysfs.cmdline_vfio_ids(cmdline.value)
+        for ids in cmdline.vfio_ids
     ]
 
 
@@ -68,7 +67,7 @@ def boot_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
                 "and plan again; the host-side GPUs get their driver later in the boot",
             )
     for cmdline in boot.cmdlines:
-        params = sysfs.kernel_params(cmdline.value)
+        params = cmdline.params
         off = _iommu_off(params, facts.iommu.vendor)
         if off is not None:
             yield Problem(
@@ -101,7 +100,7 @@ def boot_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
     if functions or not facts.sev_snp:
         return  # with a VM pool, boot_problems refuses it
     for cmdline in facts.boot.cmdlines:
-        if _passthrough(sysfs.kernel_params(cmdline.value)) is not None:
+        if _passthrough(cmdline.params) is not None:
             message, fix = _snp_text(cmdline, facts.boot)
             yield Finding(
                 Severity.WARNING, "boot-iommu-passthrough", cmdline.source, f"{message}: {fix}"
@@ -109,7 +108,7 @@ def boot_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
 
 
 def _snp_text(cmdline: KernelCmdline, boot: BootConfig) -> tuple[str, str]:
-    passthrough = _passthrough(sysfs.kernel_params(cmdline.value))
+    passthrough = _passthrough(cmdline.params)
     return (
         f"{cmdline.where} has {passthrough} and SEV-SNP is on: SNP refuses to run with the "
         "IOMMU in passthrough mode, so after the next boot no VM gets SEV-SNP",

@@ -17,6 +17,7 @@ import attrs
 
 from pvegpu.errors import PlanError, Problem, PvegpuError, SpecError
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.plan import ClusterPlan, Plan
 from pvegpu.model.schema import Spec
 from pvegpu.planning.cluster_mapping import shared_pci_cfg
@@ -66,7 +67,7 @@ def _pci_cfg_problems(facts: Mapping[str, HostFacts]) -> Iterator[Problem]:
     at different times, and a file patched from one of them would undo the other's state."""
     copies: dict[str | None, list[str]] = {}
     for name, node_facts in facts.items():
-        existing = node_facts.file(pcicfg.PATH)
+        existing = pci_cfg(node_facts).file
         copies.setdefault(None if existing is None else existing.content, []).append(name)
     if len(copies) > 1:
         groups = "; ".join(

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.errors import Problem
 from pvegpu.hardware import GPU_MEMORY
+from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.plan import Finding, Plan, Severity, SharedPciCfg
 from pvegpu.model.schema import PoolSpec
 from pvegpu.pvefiles import pcicfg
-from pvegpu.pvefiles.pcicfg import PciMap, PciMapping
+from pvegpu.pvefiles.pcicfg import PciCfgSection, PciMap, PciMapping
 
 GIB = 1024**3
 
@@ -33,19 +34,15 @@ def _merged(parts: Sequence[PciMapping]) -> PciMapping:
     return PciMapping(id=parts[0].id, maps=maps, description=description, mdev=mdev)
 
 
-def _kept_lines(base: str | None, mappings: Iterable[PciMapping]) -> dict[str, list[PciMap]]:
+def _kept_lines(
+    base: tuple[PciCfgSection, ...], mappings: Iterable[PciMapping]
+) -> dict[str, list[PciMap]]:
     """By mapping id, the existing lines the new file keeps: those of nodes that add no
-    line to it here (plan() refused a base file that does not parse)."""
-    if base is None:
-        return {}
+    line to it here (plan() refused a base file that does not parse: it has no sections)."""
     wanted = {m.id: {e.node for e in m.maps} for m in mappings}
-    try:
-        sections = pcicfg.parse(base)
-    except RenderError:
-        return {}
     return {
         s.id: [line.to_map() for line in s.maps if line.node not in wanted[s.id]]
-        for s in sections
+        for s in base
         if s.id in wanted
     }
 
@@ -101,8 +98,7 @@ def shared_pci_cfg(
     if writer is None:
         return None, [], []
     mappings = tuple(_merged(p) for p in parts.values())
-    base = plans[0].facts.file(pcicfg.PATH)
-    kept = _kept_lines(base.content if base is not None else None, mappings)
+    kept = _kept_lines(pci_cfg(plans[0].facts).sections, mappings)
     problems: list[Problem] = []
     findings: list[Finding] = []
     for mapping in mappings:

@@ -5,7 +5,7 @@ host), so a node owned by the host's `render` group is owned by nobody inside. A
 entry makes pve-container create the node inside the container with the gid the entry
 names, counted inside the container; the `render` (and `video`) gids differ between
 distributions and from the host's, so pvegpu reads the container's own /etc/group (in
-its storage's directory, else where `pct mount` puts it: `host.rootfs.rootfs_dirs`). A raw
+its storage's directory, else where `pct mount` puts it: `model.rootfs.rootfs_dirs`). A raw
 `lxc.mount.entry` bind keeps the host's ids, which map to nobody: only the node's mode
 lets the container's users open it then.
 """
@@ -16,18 +16,13 @@ from collections.abc import Mapping
 
 from pvegpu.errors import Problem
 from pvegpu.formats.accounts import group_ids
-from pvegpu.host.rootfs import (
-    STORAGE_CFG,
-    RootfsLocation,
-    locate_rootfs,
-    pct_mount_path,
-    rootfs_dirs,
-)
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.guests import guests
 from pvegpu.model.paths import GROUP_FILE
 from pvegpu.model.plan import Finding, LxcContainer, Severity
+from pvegpu.model.rootfs import RootfsLocation, pct_mount_path, rootfs_dirs
 from pvegpu.model.schema import DeviceStyle
-from pvegpu.pvefiles.guestconf import LineKind, split_sections
+from pvegpu.pvefiles.guestconf import LineKind
 from pvegpu.pvefiles.lxcconf import unprivileged
 
 IDMAP = "lxc.idmap"
@@ -36,15 +31,6 @@ IDMAP = "lxc.idmap"
 NODE_GROUPS = ("render", "video")
 """The groups render nodes belong to, in the order they are looked for: Debian and
 Ubuntu give render nodes to `render`; older images only have `video`."""
-
-
-def rootfs_location(facts: HostFacts, vmid: int) -> RootfsLocation:
-    """Where the container's `rootfs:` line and storage.cfg put its root file system."""
-    config = facts.file(f"etc/pve/lxc/{vmid}.conf")
-    storage = facts.file(STORAGE_CFG)
-    return locate_rootfs(
-        vmid, config.content if config else None, storage.content if storage else None
-    )
 
 
 def group_files(location: RootfsLocation, vmid: int) -> tuple[str, ...]:
@@ -74,7 +60,7 @@ def render_gid(
         # ids do not go to nobody, and the finding says what to check instead.
         mapped = any(
             line.kind is LineKind.RAW and line.key == IDMAP
-            for line in split_sections(container.config.content)[0].lines
+            for line in guests(facts).config(container.config).main
         )
         ids = (
             "which reach the container only through its own lxc.idmap lines (check that they "
@@ -95,7 +81,7 @@ def render_gid(
         )
         return None
     vmid = container.vmid
-    location = rootfs_location(facts, vmid)
+    location = guests(facts).rootfs(vmid)
     candidates = group_files(location, vmid)
     file = next((f for w in candidates if (f := facts.file(w)) is not None), None)
     groups = group_ids(file.content) if file is not None else {}

@@ -31,10 +31,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
-from pvegpu.errors import PvegpuError
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.current import CurrentNote, CurrentPool, CurrentSplit
 from pvegpu.model.facts import GPU, HostFacts
+from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.plan import PoolKind
 from pvegpu.model.references import GpuReference, Holder, ReferenceKind
 from pvegpu.pci import PciAddress
@@ -83,13 +83,8 @@ def _apply_pending(ref: GpuReference) -> str:
 
 
 def _mappings(facts: HostFacts) -> dict[str, pcicfg.PciMapping]:
-    file = facts.file(pcicfg.PATH)
-    if file is None:
-        return {}
-    try:
-        return {m.id: m for m in pcicfg.parse_mappings(file.content)}
-    except PvegpuError:  # a pci.cfg the planner refuses (and says why): no mapping is used
-        return {}
+    # A pci.cfg the planner refuses (and says why) has none: no mapping is used.
+    return {m.id: m for m in pci_cfg(facts).mappings}
 
 
 def _mapping_gpus(facts: HostFacts, mapping: pcicfg.PciMapping) -> set[PciAddress] | None:

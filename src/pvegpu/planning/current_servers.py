@@ -12,24 +12,19 @@ from __future__ import annotations
 
 import posixpath
 
-from pvegpu.host.container_units import ENABLING_DIRS
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs, rootfs_dirs
 from pvegpu.model.current import CurrentServer
 from pvegpu.model.facts import HostFacts
-from pvegpu.model.paths import UNIT_DIR
+from pvegpu.model.guests import guests
+from pvegpu.model.paths import ENABLING_DIRS, UNIT_DIR
+from pvegpu.model.rootfs import rootfs_dirs
 from pvegpu.planning.unit_gpus import unit_demand
 from pvegpu.serving.unitfile import parse_unit
 
 
 def container_servers(facts: HostFacts, vmid: int) -> tuple[CurrentServer, ...]:
     """The servers the units in the container's /etc/systemd/system start, by unit name."""
-    config = facts.file(f"etc/pve/lxc/{vmid}.conf")
-    storage = facts.file(STORAGE_CFG)
-    location = locate_rootfs(
-        vmid, config.content if config else None, storage.content if storage else None
-    )
     found: dict[str, CurrentServer] = {}
-    for directory in rootfs_dirs(vmid, location):
+    for directory in rootfs_dirs(vmid, guests(facts).rootfs(vmid)):
         unit_dir = f"{directory}/{UNIT_DIR}/"
         for file in facts.files:
             if not file.path.startswith(unit_dir) or not file.path.endswith(".service"):

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pvegpu.errors import Problem
-from pvegpu.host.cluster_guests import NODES_DIR
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.guests import guests
 from pvegpu.model.schema import Spec
 
 _FIX = (
@@ -29,7 +29,7 @@ def guest_id_problems(facts: HostFacts, spec: Spec) -> Iterator[Problem]:
     for i, pool in enumerate(spec.pools):
         if pool.vfio is not None and pool.vfio.vm is not None:
             vmid = pool.vfio.vm.vmid
-            holder = _holder(facts, vmid, "lxc")
+            holder = guests(facts).config_path("lxc", vmid)
             if holder is not None:
                 yield Problem(
                     "vmid-is-a-container",
@@ -40,7 +40,7 @@ def guest_id_problems(facts: HostFacts, spec: Spec) -> Iterator[Problem]:
                 )
         if pool.lxc is not None:
             vmid = pool.lxc.vmid
-            holder = _holder(facts, vmid, "qemu-server")
+            holder = guests(facts).config_path("qemu-server", vmid)
             if holder is not None:
                 yield Problem(
                     "vmid-is-a-vm",
@@ -49,20 +49,3 @@ def guest_id_problems(facts: HostFacts, spec: Spec) -> Iterator[Problem]:
                     "ids are cluster-wide, and the container's lines would go to no container",
                     _FIX,
                 )
-
-
-def _holder(facts: HostFacts, vmid: int, kind: str) -> str | None:
-    """The config file of guest `vmid` of `kind` (`lxc`, `qemu-server`): this node's, else
-    another node's; None when no guest of that kind has the id."""
-    local = f"etc/pve/{kind}/{vmid}.conf"
-    if facts.file(local) is not None:
-        return local
-    suffix = f"/{kind}/{vmid}.conf"
-    return next(
-        (
-            s.path
-            for s in facts.stats
-            if s.path.startswith(f"{NODES_DIR}/") and s.path.endswith(suffix)
-        ),
-        None,
-    )

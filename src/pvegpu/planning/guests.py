@@ -15,7 +15,7 @@ import attrs
 
 from pvegpu.errors import Problem
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
-from pvegpu.model.paths import NODES_UNIT_NAME
+from pvegpu.model.paths import NODES_UNIT_NAME, lxc_config, vm_config
 from pvegpu.model.plan import Finding, LxcContainer, Plan, Pool, Severity, VmGuest
 from pvegpu.model.schema import CpusetPolicy, DeviceStyle, PoolSpec
 from pvegpu.planning.claims import node_naming
@@ -74,7 +74,7 @@ def lxc_container(
         spec.lxc.devices,
         spec.lxc.mode,
         spec.lxc.gid,
-        facts.file(f"etc/pve/lxc/{vmid}.conf"),
+        facts.file(lxc_config(vmid)),
         cpuset_policy=spec.lxc.cpuset,
         naming=naming,
         userspace=spec.lxc.userspace,
@@ -313,7 +313,7 @@ def vm_guest(
     if spec.vfio is None or spec.vfio.vm is None:
         return None
     vmid, numa = spec.vfio.vm.vmid, spec.vfio.vm.numa
-    path = f"etc/pve/qemu-server/{vmid}.conf"
+    path = vm_config(vmid)
     config = facts.file(path)
     if spec.mapping is None:
         problems.append(

@@ -25,6 +25,7 @@ import attrs
 
 from pvegpu.errors import Problem
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
+from pvegpu.model.guests import LXC, GuestConfig, guests
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.model.released import ContainerGpusRemoved
 from pvegpu.planning.claims import (
@@ -36,7 +37,7 @@ from pvegpu.planning.claims import (
 )
 from pvegpu.planning.grants_every import EveryDevice, every_device, every_gpu
 from pvegpu.planning.guests import gpu_majors
-from pvegpu.planning.mapping_moves import VM_DIR, MappingOutcome, mapping_outcome
+from pvegpu.planning.mapping_moves import MappingOutcome, mapping_outcome
 from pvegpu.planning.numbering import NodeChange, Renumbering
 from pvegpu.planning.vgpu import vm_line_problem
 from pvegpu.pvefiles import hostpci, lxcconf
@@ -46,7 +47,6 @@ from pvegpu.pvefiles.guestconf import (
     Section,
     is_pending,
     is_snapshot,
-    split_sections,
 )
 from pvegpu.pvefiles.lxcconf import NodeNaming
 from pvegpu.values import value_class
@@ -54,8 +54,6 @@ from pvegpu.vendors import VENDORS, DeviceNodes
 from pvegpu.vendors.drm import DRM_MAJOR, DRM_NODES
 from pvegpu.vendors.drm import node_path as drm_node_path
 from pvegpu.wording import plural
-
-LXC_DIR = "etc/pve/lxc/"
 
 
 @value_class
@@ -101,11 +99,12 @@ def judge_guests(
     numbers = numbers or Renumbering()
     families = _node_families(facts, pools, numbers)
     naming = node_naming(facts)
-    for file in facts.files:
-        if (vmid := _vmid(file.path, LXC_DIR)) is not None:
-            _container(file, vmid, vmid in own, claims, families, naming, numbers, out)
-        elif (vmid := _vmid(file.path, VM_DIR)) is not None:
-            _vm(facts.node, file, vmid, claims, mappings, out)
+    for kind, vmid, file in guests(facts).configs:
+        config = guests(facts).config(file)
+        if kind == LXC:
+            _container(config, vmid, vmid in own, claims, families, naming, numbers, out)
+        else:
+            _vm(facts.node, config, vmid, claims, mappings, out)
     out.problems.extend(every_device(w, r, claims) for w, r in out.every_device.items())
     return GuestVerdict(tuple(out.removed), tuple(out.problems), tuple(out.findings))
 
@@ -140,20 +139,12 @@ def _node_families(facts: HostFacts, pools: Sequence[Pool], numbers: Renumbering
     return [_Family(n, gpu_majors(facts, n)) for n in found.values()]
 
 
-def _vmid(path: str, directory: str) -> int | None:
-    name = path.removeprefix(directory)
-    if name == path or "/" in name or not name.endswith(".conf"):
-        return None
-    stem = name.removesuffix(".conf")
-    return int(stem) if stem.isdigit() else None
-
-
-def _numbered(text: str) -> Iterator[tuple[Section, int, ConfLine]]:
+def _numbered(config: GuestConfig) -> Iterator[tuple[Section, int, ConfLine]]:
     """Each line of the guest's main, pending and snapshot sections with its number in
     the file; `[special:...]` sections hand over no device and are skipped."""
     number = 0
-    for section in split_sections(text):
-        for line in section.lines:
+    for section, lines in config.sections:
+        for line in lines:
             number += 1
             if section.name is None or is_pending(section) or is_snapshot(section):
                 yield section, number, line
@@ -173,7 +164,7 @@ def _node(gpu: GPU, nodes: DeviceNodes, minor: int | None) -> str:
 
 
 def _container(
-    file: ConfigFile,
+    config: GuestConfig,
     vmid: int,
     own: bool,
     claims: Claims,
@@ -182,11 +173,12 @@ def _container(
     numbers: Renumbering,
     out: _Collected,
 ) -> None:
+    file = config.file
     snapshots: list[Finding] = []
     changes = [
         change
         for f in families
-        if (change := _changes(file, vmid, own, claims, f, naming, numbers, out, snapshots))
+        if (change := _changes(config, vmid, own, claims, f, naming, numbers, out, snapshots))
         is not None
     ]
     if len(changes) > 1:
@@ -228,7 +220,7 @@ class _Change:
 
 
 def _changes(
-    file: ConfigFile,
+    config: GuestConfig,
     vmid: int,
     own: bool,
     claims: Claims,
@@ -249,7 +241,8 @@ def _changes(
     snapshots: dict[str, list[tuple[str, Pool]]] = {}
     stale: dict[str, list[tuple[ConfLine, NodeChange]]] = {}
     renumbered = numbers.by_node
-    for section, number, line in _numbered(file.content):
+    file = config.file
+    for section, number, line in _numbered(config):
         every = lxcconf.grants_every_gpu(line, nodes, naming)
         minor = lxcconf.gpu_minor(line, nodes, naming)
         change = None if minor is None else renumbered.get((nodes.major, minor))
@@ -452,7 +445,7 @@ def _snapshot(
 
 def _vm(
     node: str,
-    file: ConfigFile,
+    config: GuestConfig,
     vmid: int,
     claims: Claims,
     mappings: MappingOutcome,
@@ -464,7 +457,8 @@ def _vm(
     # Mappings the pool's GPUs leave: guests.py converts this VM's lines on them when it
     # is the pool's, and mapping_moves.py refuses those it cannot convert.
     leaving = {m for p in claims.pools if p.vm and p.vm.vmid == vmid for m in p.vm.old_mappings}
-    for section, number, line in _numbered(file.content):
+    file = config.file
+    for section, number, line in _numbered(config):
         use = hostpci.hostpci_use(line)
         if use is None or (section.name is None and use.mapping in leaving):
             continue

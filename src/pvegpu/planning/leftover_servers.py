@@ -43,17 +43,18 @@ import attrs
 
 from pvegpu.engines.common.deprecations import CODE as DEPRECATED_CODE
 from pvegpu.errors import Problem
-from pvegpu.host.container_units import (
+from pvegpu.model.facts import GPU, ConfigFile, HostFacts
+from pvegpu.model.guests import guests
+from pvegpu.model.paths import (
     ENABLING_DIRS,
-    granted_gpus,
+    UNIT_DIR,
+    lxc_config,
     template_of,
     unit_dropin_dirs,
 )
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs, pct_mount_path, rootfs_dirs
-from pvegpu.model.facts import GPU, ConfigFile, HostFacts
-from pvegpu.model.paths import UNIT_DIR
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.model.released import ContainerGpusRemoved
+from pvegpu.model.rootfs import pct_mount_path, rootfs_dirs
 from pvegpu.model.schema import DEFAULT_ENGINE, Spec
 from pvegpu.planning.unit_gpus import (
     ServerDemand,
@@ -140,11 +141,8 @@ def leftover_servers(
 ) -> LeftoverVerdict:
     problems: list[Problem] = []
     findings: list[Finding] = []
-    storage = facts.file(STORAGE_CFG)
     for container in _containers(facts, spec, pools, removed):
-        location = locate_rootfs(
-            container.vmid, container.config.content, storage.content if storage else None
-        )
+        location = guests(facts).rootfs(container.vmid)
         # Where discovery read the units: the storage's directory, else a `pct mount`.
         read = (
             d
@@ -171,9 +169,9 @@ def leftover_servers(
 
 
 def _now(
-    facts: HostFacts, config: ConfigFile, nodes: DeviceNodes = CONTAINER_NODES
+    facts: HostFacts, vmid: int, nodes: DeviceNodes = CONTAINER_NODES
 ) -> tuple[frozenset[int], int]:
-    minors, every = granted_gpus(config.content, nodes)
+    minors, every = guests(facts).granted_gpus(vmid, nodes)
     if nodes.drm:
         # A GPU's card node (display) comes with its render node: count the render nodes.
         minors = frozenset(m for m in minors if m >= RENDER_BASE)
@@ -199,10 +197,10 @@ def _containers(
         if pool.kind is PoolKind.LXC and pool.lxc is not None and pool.lxc.vmid not in rendered:
             own.setdefault(pool.lxc.vmid, []).append(pool)
     for vmid, its in own.items():
-        config = facts.file(f"etc/pve/lxc/{vmid}.conf")
+        config = facts.file(lxc_config(vmid))
         if config is not None:  # else plan() refuses it already (lxc-config-missing)
             nodes = its[0].lxc.nodes if its[0].lxc is not None else CONTAINER_NODES
-            _, before = _now(facts, config, nodes)
+            _, before = _now(facts, vmid, nodes)
             after = sum(p.size for p in its)
             runtime = _runtime(g for p in its for g in p.gpus)
             yield _Container(vmid, config, before, after, tuple(its), runtime)
@@ -214,14 +212,14 @@ def _containers(
     }
     for pool in pools:
         if pool.lxc is not None and pool.lxc.vmid in units:
-            config = facts.file(f"etc/pve/lxc/{pool.lxc.vmid}.conf")
+            config = facts.file(lxc_config(pool.lxc.vmid))
             if config is not None:
                 unit, size = units[pool.lxc.vmid], pool.size
                 yield _Container(pool.lxc.vmid, config, size, size, (pool,), rendered=unit)
     for gone in removed:
         if gone.vmid in own or gone.vmid in rendered:
             continue
-        minors, before = _now(facts, gone.config, gone.nodes)
+        minors, before = _now(facts, gone.vmid, gone.nodes)
         after = max(before - len(minors & set(gone.minors)), 0)
         # The GPUs whose lines go: their runtime is the one a server there runs on.
         taken = set(gone.minors)

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 
 from pvegpu.errors import Problem
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
+from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.plan import Finding, Pool, Severity
 from pvegpu.model.released import MapLinesMoved
 from pvegpu.model.schema import MappingSpec
@@ -86,9 +87,9 @@ def pci_cfg_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Proble
                 "two pools name the same mapping; a VM would get GPUs of either pool",
                 "give each pool its own mapping id",
             )
-    existing = facts.file(pcicfg.PATH)
-    if existing is not None:
-        yield from pcicfg.syntax_problems(existing.content)
+    error = pci_cfg(facts).error
+    if error is not None:
+        yield from error.problems
 
 
 def pci_cfg_findings(
@@ -97,7 +98,7 @@ def pci_cfg_findings(
     """The pools' mappings are printed anew, as Proxmox prints them: the `#` comments
     inside them (and inside a mapping the plan removes) do not survive; every other byte
     of the file does."""
-    existing = facts.file(pcicfg.PATH)
+    existing = pci_cfg(facts).file
     owned = [p.mapping.id for p in pools if p.mapping is not None]
     if existing is None or not owned:
         return

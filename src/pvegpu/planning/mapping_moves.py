@@ -19,15 +19,16 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.errors import Problem
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.guests import guests
+from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.plan import Finding, Pool, Severity, VmGuest
 from pvegpu.model.released import MapLinesMoved
 from pvegpu.planning.claims import Claims
-from pvegpu.planning.stale_mappings import VM_DIR as VM_DIR  # host_guests, mdev read it here
 from pvegpu.planning.stale_mappings import stale_map_findings
 from pvegpu.pvefiles import pcicfg
-from pvegpu.pvefiles.guestconf import is_pending, split_sections
+from pvegpu.pvefiles.guestconf import is_pending
 from pvegpu.pvefiles.hostpci import HostId, HostpciUse, host_ids, hostpci_use
 from pvegpu.pvefiles.pcicfg import MapLine, PciCfgSection
 from pvegpu.values import value_class
@@ -63,17 +64,17 @@ def mapping_outcome(facts: HostFacts, pools: Sequence[Pool], claims: Claims) -> 
     devices = {i: host_ids(m.path for m in p.maps) for i, p in _mappings(pools).items()}
     paths = {i: tuple(m.path for m in p.maps) for i, p in _mappings(pools).items()}
     counts = {i: (0, len(p.maps)) for i, p in _mappings(pools).items()}
-    existing = facts.file(pcicfg.PATH)
-    if existing is None:
+    existing = pci_cfg(facts)
+    if existing.file is None:
         return MappingOutcome(devices=devices, counts=counts)
-    try:
-        sections = pcicfg.parse(existing.content)
-    except RenderError as error:
+    if existing.error is not None:
         # With a pool mapping, pci_cfg_problems refuses the file already. Without one the
         # file is read only to judge VMs by mapping: refused when there is one to judge.
-        vms = (f.content for f in facts.files if f.path.startswith(VM_DIR))
+        vms = (f.content for _, f in guests(facts).vms)
+        error = existing.error
         refusals = error.problems if not owners and any(map(_uses_mapping, vms)) else ()
         return MappingOutcome(devices=devices, counts=counts, problems=refusals)
+    sections = existing.sections
     moved: list[MapLinesMoved] = []
     problems: list[Problem] = []
     for section in sections:
@@ -106,7 +107,7 @@ def mapping_outcome(facts: HostFacts, pools: Sequence[Pool], claims: Claims) -> 
             )
     for pool in pools:
         if pool.vm is not None and pool.vm.old_mappings:
-            problems.extend(_old_mapping_problems(facts.node, pool.vm, paths))
+            problems.extend(_old_mapping_problems(facts, pool.vm, paths))
     # The lines that stay, against sysfs: Proxmox refuses their VMs' start if stale.
     leaving = {m.mapping_id: m.values for m in moved}
     stale = stale_map_findings(facts, sections, owned=owners.keys(), moved=leaving)
@@ -118,17 +119,13 @@ def old_mappings(facts: HostFacts, mapping_id: str, mapped: Sequence[str]) -> tu
     """The sections of the existing pci.cfg, other than `mapping_id`, whose map lines of
     this node hand over a device of `mapped` (the pool's mapping on this node): where the
     pool's GPUs are now, so the ids its VM may still name them by (a renamed mapping)."""
-    existing = facts.file(pcicfg.PATH)
     owned = host_ids(mapped)
-    if existing is None or not owned:
+    if not owned:
         return ()
-    try:
-        sections = pcicfg.parse(existing.content)
-    except RenderError:
-        return ()  # refused on its own (pci_cfg_problems): nothing to convert by
+    # A broken pci.cfg has no sections: refused on its own (pci_cfg_problems).
     return tuple(
         section.id
-        for section in sections
+        for section in pci_cfg(facts).sections
         if section.id != mapping_id
         and any(
             line.node == facts.node and any(h.overlaps(o) for h in _hosts(line) for o in owned)
@@ -142,7 +139,7 @@ def _hosts(line: MapLine) -> tuple[HostId, ...]:
 
 
 def _old_mapping_problems(
-    node: str, vm: VmGuest, paths: Mapping[str, tuple[str, ...]]
+    facts: HostFacts, vm: VmGuest, paths: Mapping[str, tuple[str, ...]]
 ) -> list[Problem]:
     """The pool's VM's lines on a mapping its GPUs leave that guests.py cannot convert:
     in the main section, one whose mapping keeps other devices on this node; pending, any
@@ -152,17 +149,17 @@ def _old_mapping_problems(
         return []
     problems: list[Problem] = []
     number = 0
-    for section in split_sections(vm.config.content):
-        for line in section.lines:
+    for section, lines in guests(facts).config(vm.config).sections:
+        for line in lines:
             number += 1
             use = hostpci_use(line)
             if use is None or use.mapping not in vm.old_mappings:
                 continue
             where, left = f"{vm.config_path} line {number}", paths.get(use.mapping, ())
             if section.name is None and left:
-                problems.append(_old_mapping_shared(where, node, vm, line.raw, use, left))
+                problems.append(_old_mapping_shared(where, facts.node, vm, line.raw, use, left))
             elif section.name is not None and is_pending(section) and not left:
-                problems.append(_pending_old_mapping(where, node, vm, line.raw, use))
+                problems.append(_pending_old_mapping(where, facts.node, vm, line.raw, use))
     return problems
 
 

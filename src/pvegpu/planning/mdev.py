@@ -16,14 +16,15 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import attrs
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.errors import Problem
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.facts import GPU, HostFacts, MdevInstance
+from pvegpu.model.guests import guests
+from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.plan import Finding, Pool, Severity
 from pvegpu.pci import PciAddress
-from pvegpu.planning.mapping_moves import VM_DIR
-from pvegpu.pvefiles import hostpci, pcicfg
-from pvegpu.pvefiles.guestconf import is_pending, split_sections
+from pvegpu.pvefiles import hostpci
+from pvegpu.pvefiles.guestconf import is_pending
 from pvegpu.pvefiles.hostpci import HostId
 from pvegpu.values import value_class
 from pvegpu.vendors import vendor_of
@@ -48,15 +49,12 @@ def mdev_uses(facts: HostFacts) -> tuple[MdevUse, ...]:
     devices it names on this node (a mapping's by pci.cfg)."""
     maps = _mapping_hosts(facts)
     uses: list[MdevUse] = []
-    for file in facts.files:
-        vmid = _vmid(file.path)
-        if vmid is None:
-            continue
-        for section in split_sections(file.content):
+    for vmid, file in guests(facts).vms:
+        for section, lines in guests(facts).config(file).sections:
             pending = is_pending(section)
             if section.name is not None and not pending:
                 continue  # snapshots and [special:...] hand over nothing at the next start
-            for line in section.lines:
+            for line in lines:
                 use = hostpci.hostpci_use(line)
                 if use is None:
                     continue
@@ -69,26 +67,9 @@ def mdev_uses(facts: HostFacts) -> tuple[MdevUse, ...]:
     return tuple(uses)
 
 
-def _vmid(path: str) -> int | None:
-    name = path.removeprefix(VM_DIR)
-    if name == path or "/" in name or not name.endswith(".conf"):
-        return None
-    stem = name.removesuffix(".conf")
-    return int(stem) if stem.isdigit() else None
-
-
 def _mapping_hosts(facts: HostFacts) -> dict[str, tuple[HostId, ...]]:
-    existing = facts.file(pcicfg.PATH)
-    if existing is None:
-        return {}
-    try:
-        sections = pcicfg.parse(existing.content)
-    except RenderError:
-        return {}  # a broken pci.cfg is refused on its own (pci_cfg_problems)
-    return {
-        s.id: hostpci.host_ids(m.get("path") or "" for m in s.maps if m.node == facts.node)
-        for s in sections
-    }
+    # A broken pci.cfg has no sections here: it is refused on its own (pci_cfg_problems).
+    return pci_cfg(facts).node_hosts(facts.node)
 
 
 def parents_of(

@@ -18,6 +18,7 @@ import attrs
 
 from pvegpu.errors import Problem
 from pvegpu.model.facts import GPU, HostFacts, MigCap
+from pvegpu.model.guests import guests
 from pvegpu.model.plan import Finding, LxcContainer, Severity
 from pvegpu.model.released import ContainerGpusRemoved
 from pvegpu.model.schema import DeviceStyle
@@ -82,22 +83,11 @@ def check_findings(facts: HostFacts) -> Iterator[Finding]:
     in them sees no MIG device there), by the plan's rule."""
     for mig in (v.mig for v in VENDORS if v.mig is not None):
         caps_major = facts.char_major(mig.major_name)
-        for file in facts.files:
-            vmid = _container_vmid(file.path)
-            if vmid is None:
-                continue
+        for vmid, file in guests(facts).containers:
             held = lxccaps.caps_held(file.content, mig, caps_major)
             problem = _unknown(facts, mig, held, vmid, file.path)
             if problem is not None:
                 yield Finding(Severity.ERROR, problem.code, problem.subject, problem.message)
-
-
-def _container_vmid(path: str) -> int | None:
-    name = path.removeprefix("etc/pve/lxc/")
-    if name == path or "/" in name or not name.endswith(".conf"):
-        return None
-    stem = name.removesuffix(".conf")
-    return int(stem) if stem.isdigit() else None
 
 
 def _name(cap: MigCap, mig_path: str) -> str:

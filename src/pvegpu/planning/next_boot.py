@@ -26,13 +26,13 @@ import posixpath
 from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
-from pvegpu.host.rootfs import STORAGE_CFG, locate_rootfs, rootfs_dirs
-from pvegpu.host.serving_files import vendor_containers
 from pvegpu.model.decision import ContainerDriver
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.guests import guests
 from pvegpu.model.kernels import MODULES_DIR, ModuleOrigin
-from pvegpu.model.paths import CONTAINER_LIBDIRS, DPKG_STATUS
+from pvegpu.model.paths import CONTAINER_LIBDIRS, DPKG_STATUS, lxc_config
 from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.model.rootfs import rootfs_dirs
 from pvegpu.planning.numbering import Renumbering
 from pvegpu.pvefiles.lxcconf import DeviceStyle, raw_uvm_majors
 from pvegpu.serving.container import (
@@ -192,7 +192,7 @@ def _gpu_containers(facts: HostFacts, pools: Sequence[Pool], vendor: Vendor) -> 
     """The containers of the pools with the vendor's GPUs and every other container whose
     config reaches one of its GPUs or nodes."""
     owned = {p.lxc.vmid for p in pools if p.lxc is not None and _of(p, vendor)}
-    return sorted(owned | set(vendor_containers(facts, vendor)))
+    return sorted(owned | set(guests(facts).vendor_containers(vendor)))
 
 
 def _of(pool: Pool, vendor: Vendor) -> bool:
@@ -212,11 +212,7 @@ class Userspace(NamedTuple):
 def container_userspace(facts: HostFacts, vmid: int) -> Userspace:
     """The NVIDIA userspace of CT `vmid` from the files discovery read of it: in its
     storage's directory, else where `pct mount` puts them (`rootfs_dirs`)."""
-    config = facts.file(f"etc/pve/lxc/{vmid}.conf")
-    storage = facts.file(STORAGE_CFG)
-    location = locate_rootfs(
-        vmid, config.content if config else None, storage.content if storage else None
-    )
+    location = guests(facts).rootfs(vmid)
     for rootfs in rootfs_dirs(vmid, location):
         stats = (s for d in CONTAINER_LIBDIRS for s in facts.stats_in(f"{rootfs}/{d}"))
         names = [posixpath.basename(s.path) for s in stats]
@@ -260,7 +256,7 @@ def unchecked_finding(vmid: int, why: str, pending: NextDriver) -> Finding:
     return Finding(
         Severity.INFO,
         "container-driver-next-boot-unchecked",
-        f"etc/pve/lxc/{vmid}.conf",
+        lxc_config(vmid),
         f"CT {vmid} holds GPU nodes, but its files were not read ({why}), so its "
         f"{pending.vendor.name} userspace was not compared with the next boot's "
         f"{pending.describe}. After the reboot `pct exec {vmid} -- {CONTAINER_TOOL.name}` "
@@ -338,13 +334,8 @@ def _raw_containers(
 ) -> list[tuple[int, str]]:
     """(vmid, config path) of every container whose config allows `nodes`' dynamic node
     by major: the plan's raw-style pools of those nodes, the others by their config now."""
-    found = {v: f"etc/pve/lxc/{v}.conf" for v, n in raw_pools.items() if n is nodes}
-    for file in facts.files:
-        directory, _, name = file.path.rpartition("/")
-        vmid_text = name.removesuffix(".conf")
-        if directory != "etc/pve/lxc" or not name.endswith(".conf") or not vmid_text.isdigit():
-            continue
-        vmid = int(vmid_text)
+    found = {v: lxc_config(v) for v, n in raw_pools.items() if n is nodes}
+    for vmid, file in guests(facts).containers:
         if vmid not in rewritten and raw_uvm_majors(file.content, nodes) is not None:
             found[vmid] = file.path
     return sorted(found.items())

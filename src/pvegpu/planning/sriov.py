@@ -23,16 +23,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.errors import Problem
 from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
+from pvegpu.model.guests import guests
 from pvegpu.model.host_changes import LateVfPf, MovedFunction
+from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.pci import PciAddress
 from pvegpu.planning.split import revert_driver
 from pvegpu.planning.vgpu import is_vgpu_vf
-from pvegpu.pvefiles import hostpci, pcicfg
-from pvegpu.pvefiles.guestconf import split_sections
+from pvegpu.pvefiles import hostpci
 from pvegpu.pvefiles.hostpci import HostId
 from pvegpu.wording import plural
 
@@ -158,23 +159,16 @@ def _vf_use(vf: PciFunction, in_pools: dict[PciAddress, str], named: set[HostId]
 def _named_by_guests(facts: HostFacts) -> set[HostId]:
     """Every host device a VM config's raw hostpci line or this node's pci.cfg names."""
     found: set[HostId] = set()
-    for file in facts.files:
-        if file.path.startswith("etc/pve/qemu-server/"):
-            # Every section: a snapshot or pending change that names a VF uses it too.
-            for section in split_sections(file.content):
-                for line in section.lines:
-                    use = hostpci.hostpci_use(line)
-                    if use is not None:
-                        found.update(use.hosts)
-    cfg = facts.file(pcicfg.PATH)
-    if cfg is not None:
-        try:
-            mappings = pcicfg.parse_mappings(cfg.content)
-        except RenderError:
-            mappings = ()  # refused on its own by pci_cfg_problems
-        for mapping in mappings:
-            paths = [m.path for m in mapping.maps if m.node == facts.node]
-            found.update(hostpci.host_ids(paths))
+    for _, file in guests(facts).vms:
+        # Every section: a snapshot or pending change that names a VF uses it too.
+        for _, lines in guests(facts).config(file).sections:
+            for line in lines:
+                use = hostpci.hostpci_use(line)
+                if use is not None:
+                    found.update(use.hosts)
+    # A broken pci.cfg has no mapping: refused on its own by pci_cfg_problems.
+    for hosts in pci_cfg(facts).node_hosts(facts.node).values():
+        found.update(hosts)
     return found
 
 

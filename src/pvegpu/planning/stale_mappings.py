@@ -29,15 +29,15 @@ import attrs
 
 from pvegpu.formats.shell import word
 from pvegpu.model.facts import HostFacts, PciFunction
+from pvegpu.model.guests import guests
 from pvegpu.model.plan import Finding, Severity
 from pvegpu.pci import PciAddress
 from pvegpu.pvefiles import pcicfg
-from pvegpu.pvefiles.guestconf import is_pending, split_sections
+from pvegpu.pvefiles.guestconf import is_pending
 from pvegpu.pvefiles.hostpci import hostpci_use
 from pvegpu.pvefiles.pcicfg import MapLine, PciCfgSection
 from pvegpu.values import value_class
 
-VM_DIR = "etc/pve/qemu-server/"
 # The keys Proxmox compares, in the order it compares them (sorted).
 _CHECKED = ("id", "iommugroup", "subsystem-id")
 _WHY = {
@@ -161,15 +161,11 @@ def _users(facts: HostFacts) -> dict[str, list[str]]:
     """By mapping id, the hostpci lines of this node's VMs that name it: `VM 120
     (hostpci0)`, `VM 121 (pending hostpci1)`; snapshots are history, left out."""
     found: dict[str, list[str]] = {}
-    for file in facts.files:
-        name = file.path.removeprefix(VM_DIR)
-        if name == file.path or "/" in name or not name.removesuffix(".conf").isdigit():
-            continue
-        vmid = int(name.removesuffix(".conf"))
-        for section in split_sections(file.content):
+    for vmid, file in guests(facts).vms:
+        for section, lines in guests(facts).config(file).sections:
             if section.name is not None and not is_pending(section):
                 continue
-            for line in section.lines:
+            for line in lines:
                 use = hostpci_use(line)
                 if use is not None and use.mapping is not None:
                     pending = "pending " if section.name is not None else ""

@@ -15,9 +15,10 @@ from collections.abc import Iterator, Sequence
 
 from pvegpu.errors import Problem
 from pvegpu.model.facts import HostFacts, NumaNode
+from pvegpu.model.guests import guests
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity, VmGuest
 from pvegpu.pci import CpuList
-from pvegpu.pvefiles.guestconf import LineKind, parse_lines, split_sections
+from pvegpu.pvefiles.guestconf import LineKind
 
 _NUMA_KEY = re.compile(r"numa[0-9]+")
 _NODE_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
@@ -36,12 +37,11 @@ def _pinned(facts: HostFacts, pool: Pool) -> tuple[VmGuest, NumaNode] | None:
     return None if node is None else (vm, node)
 
 
-def _lines(vm: VmGuest) -> list[tuple[str, str]]:
+def _lines(facts: HostFacts, vm: VmGuest) -> list[tuple[str, str]]:
     assert vm.config is not None  # _pinned checked it
-    main = split_sections(vm.config.content)[0]
     return [
         (line.key, line.value.strip())
-        for line in parse_lines(main.text)
+        for line in guests(facts).config(vm.config).main
         if line.kind is LineKind.KEY and (line.key == "affinity" or _NUMA_KEY.fullmatch(line.key))
     ]
 
@@ -72,7 +72,7 @@ def vm_numa_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Proble
         if found is None:
             continue
         vm, _ = found
-        for key, value in _lines(vm):
+        for key, value in _lines(facts, vm):
             try:
                 _ = CpuList.parse(value) if key == "affinity" else hostnodes(value)
             except ValueError as err:
@@ -91,7 +91,7 @@ def vm_numa_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Findin
         if found is None:
             continue
         vm, node = found
-        for key, value in _lines(vm):
+        for key, value in _lines(facts, vm):
             try:
                 if key == "affinity":
                     outside = sorted(set(CpuList.parse(value).cpus) - set(node.cpus.cpus))

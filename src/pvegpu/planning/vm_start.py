@@ -25,9 +25,10 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
-from pvegpu.errors import Problem, RenderError
-from pvegpu.host import sysfs
+from pvegpu.errors import Problem
 from pvegpu.model.facts import HostFacts, PciFunction
+from pvegpu.model.guests import guests
+from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity, VmGuest
 from pvegpu.model.resources import Bar
 from pvegpu.pci import PciAddress
@@ -45,8 +46,8 @@ from pvegpu.planning.guest_address import (
     size_text,
 )
 from pvegpu.planning.vm_numa import hostnodes
-from pvegpu.pvefiles import hostpci, pcicfg, qemuconf
-from pvegpu.pvefiles.guestconf import ConfLine, LineKind, parse_lines, split_sections
+from pvegpu.pvefiles import hostpci, qemuconf
+from pvegpu.pvefiles.guestconf import ConfLine, LineKind
 from pvegpu.values import value_class
 
 OVMF_PREFIX = "OVMF's "
@@ -58,9 +59,9 @@ _FB_OFF = (("initcall_blacklist", "sysfb_init"), ("video", "efifb:off"), ("video
 """Kernel parameters that keep the firmware's framebuffer off the boot display."""
 
 
-def _main_lines(vm: VmGuest) -> tuple[ConfLine, ...]:
+def _main_lines(facts: HostFacts, vm: VmGuest) -> tuple[ConfLine, ...]:
     assert vm.config is not None
-    return parse_lines(split_sections(vm.config.content)[0].text)
+    return guests(facts).config(vm.config).main
 
 
 def _value(lines: Sequence[ConfLine], key: str) -> tuple[int, str] | None:
@@ -160,14 +161,14 @@ def _bindings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[_Binding]:
     for _, vm in _vms(pools):
         if vm.config is None:
             continue
-        for what, nodes, mib, number in _bound(vm, _main_lines(vm)):
+        for what, nodes, mib, number in _bound(vm, _main_lines(facts, vm)):
             memory = _node_memory(facts, nodes)
             if memory is not None:
                 subject = f"{vm.config_path} line {number}"
                 yield _Binding(vm, subject, what, nodes, mib, *memory)
 
 
-def _numa_fix(binding: _Binding) -> str:
+def _numa_fix(facts: HostFacts, binding: _Binding) -> str:
     vm = binding.vm
     most = int(binding.total_kib * TIGHT_SHARE) // 1024 // 1024 * 1024
     if vm.numa:
@@ -175,7 +176,7 @@ def _numa_fix(binding: _Binding) -> str:
             f"give the VM at most {most} MiB (qm set {vm.vmid} --memory {most}), or set "
             "numa = false in the pool's vm table (its memory is then not bound)"
         )
-    lines = [ln for ln in _main_lines(vm) if _NUMA_KEY.fullmatch(ln.key)]
+    lines = [ln for ln in _main_lines(facts, vm) if _NUMA_KEY.fullmatch(ln.key)]
     if len(lines) == 1 and binding.what.startswith(f"{lines[0].key} "):
         # The VM's one NUMA node: its memory and the line's shrink together.
         parts = [(k, most if k == "memory" else v) for k, v in hostpci.options(lines[0].value)]
@@ -199,7 +200,7 @@ def _numa_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]
             binding.subject,
             f"{binding.text}, which {have} {_gib(binding.total_kib)} (MemTotal): vfio pins "
             "all of a guest's memory when it starts, so the VM cannot start",
-            _numa_fix(binding),
+            _numa_fix(facts, binding),
         )
 
 
@@ -224,7 +225,7 @@ def _numa_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]
             binding.subject,
             f"{binding.text}, {' and '.join(reasons)}: vfio pins all of it when the VM "
             "starts, and the kernel, other guests and the ZFS ARC on those nodes need theirs; "
-            f"a start that finds too little fails. To leave room: {_numa_fix(binding)}",
+            f"a start that finds too little fails. To leave room: {_numa_fix(facts, binding)}",
         )
 
 
@@ -240,7 +241,7 @@ def _devices(facts: HostFacts, pool: Pool, vm: VmGuest) -> list[tuple[str, tuple
         return devices
     owned = hostpci.host_ids(vm.mapped)
     maps = _mapping_hosts(facts)
-    for line in _main_lines(vm):
+    for line in _main_lines(facts, vm):
         use = hostpci.hostpci_use(line)
         if use is None or use.mapping in (vm.mapping_id, *vm.old_mappings):
             continue
@@ -268,17 +269,8 @@ def _functions(facts: HostFacts, host: hostpci.HostId) -> tuple[PciFunction, ...
 
 
 def _mapping_hosts(facts: HostFacts) -> dict[str, tuple[hostpci.HostId, ...]]:
-    existing = facts.file(pcicfg.PATH)
-    if existing is None:
-        return {}
-    try:
-        sections = pcicfg.parse(existing.content)
-    except RenderError:
-        return {}  # a broken pci.cfg is refused on its own (pci_cfg_problems)
-    return {
-        s.id: hostpci.host_ids(m.get("path") or "" for m in s.maps if m.node == facts.node)
-        for s in sections
-    }
+    # A broken pci.cfg has no sections here: it is refused on its own (pci_cfg_problems).
+    return pci_cfg(facts).node_hosts(facts.node)
 
 
 def _cpu_without(value: str | None, *drop: str) -> list[tuple[str, str]]:
@@ -400,7 +392,7 @@ def _align_mib(size: int) -> int:
 def _bar_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
     for pool, vm in _vms(pools):
         if vm.config is not None:
-            problem = _bar_problem(facts, pool, vm, _main_lines(vm))
+            problem = _bar_problem(facts, pool, vm, _main_lines(facts, vm))
             if problem is not None:
                 yield problem
 
@@ -439,11 +431,11 @@ def _new_vm_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Findin
 # -- pcie=1 on a machine that is not q35
 
 
-def _pcie_findings(pools: Sequence[Pool]) -> Iterator[Finding]:
+def _pcie_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
     for _, vm in _vms(pools):
         if vm.config is None or vm.pcie:
             continue
-        for number, line in enumerate(_main_lines(vm), start=1):
+        for number, line in enumerate(_main_lines(facts, vm), start=1):
             use = hostpci.hostpci_use(line)
             if use is None or use.mapping in (vm.mapping_id, *vm.old_mappings):
                 continue
@@ -465,8 +457,8 @@ def _pcie_findings(pools: Sequence[Pool]) -> Iterator[Finding]:
 
 def _framebuffer_off(facts: HostFacts) -> bool:
     """Whether this boot and the next keep the firmware framebuffer off (sysfb)."""
-    lines = [facts.cmdline, *(c.value for c in facts.boot.cmdlines)]
-    return all(any(p in _FB_OFF for p in sysfs.kernel_params(line)) for line in lines)
+    lines = [facts.cmdline_params, *(c.params for c in facts.boot.cmdlines)]
+    return all(any(p in _FB_OFF for p in params) for params in lines)
 
 
 def _boot_display_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
@@ -521,5 +513,5 @@ def vm_start_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Findi
     """What a reviewer should know about the VMs' start and the host's console."""
     yield from _numa_findings(facts, pools)
     yield from _new_vm_findings(facts, pools)
-    yield from _pcie_findings(pools)
+    yield from _pcie_findings(facts, pools)
     yield from _boot_display_findings(facts, pools)

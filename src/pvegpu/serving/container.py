@@ -12,9 +12,9 @@ import attrs
 
 from pvegpu.errors import Problem
 from pvegpu.formats.dpkg import installed_packages, upstream_version
-from pvegpu.host.rootfs import STORAGE_CFG, RootfsLocation, locate_rootfs
 from pvegpu.model.decision import ContainerDriver
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.guests import guests
 from pvegpu.model.paths import (
     CONTAINER_LIBDIRS,
     DPKG_STATUS,
@@ -23,6 +23,7 @@ from pvegpu.model.paths import (
     SYSTEM_UNIT_PATH,
 )
 from pvegpu.model.plan import Severity
+from pvegpu.model.rootfs import RootfsLocation
 from pvegpu.pvefiles.lxcconf import DRIVER_MOUNT_POINT
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.next_boot import userspace_target
@@ -161,13 +162,7 @@ def container_rootfs(checks: Checks, vmid: int) -> ContainerRootfs:
     back to `container_rootfs`. Nothing read: an error when the spec named a path (it is
     wrong, or not mounted), else the `container-rootfs-unreachable` warning.
     """
-    lxc = checks.pool.lxc
-    config = lxc.config if lxc is not None and lxc.config is not None else None
-    config = config or checks.facts.file(f"etc/pve/lxc/{vmid}.conf")
-    storage = checks.facts.file(STORAGE_CFG)
-    location = locate_rootfs(
-        vmid, config.content if config else None, storage.content if storage else None
-    )
+    location = guests(checks.facts).rootfs(vmid)
     spec_path = None
     if checks.spec.container_rootfs is not None:
         spec_path = checks.path("container_rootfs", checks.spec.container_rootfs)

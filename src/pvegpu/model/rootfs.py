@@ -1,9 +1,12 @@
 """Where a container's root file system is on the host, from its config and storage.cfg.
 
 Pure: the texts of `/etc/pve/lxc/<vmid>.conf` and `/etc/pve/storage.cfg` in, a
-root-relative directory (or why there is none) out. Discovery uses it to know what to
-read, the serving checks to know what was read; both get the same answer from the same
-texts. The rules (pve-storage's plugins, in our words):
+root-relative directory (or why there is none) out. A typed fact of the host: its
+containers' locations are `guests(facts).rootfs(vmid)` (`model/guests.py`), worked
+out once per facts value from the raw files it holds. Discovery uses it to know what to
+read, planning and the serving checks to know what was read; all get the same answer
+from the same texts. The rules (pve-storage's
+plugins, in our words):
 
 - `zfspool` (`pool P`, `mountpoint M`, default `/P`): `subvol-*` volumes (and a linked
   clone's `basevol-*/subvol-*`) are mounted datasets at `M/<name>`; other volumes are
@@ -16,6 +19,9 @@ texts. The rules (pve-storage's plugins, in our words):
   `/var/lib/lxc/<vmid>/rootfs` (`pct_mount_path`). The checks of a pool without a server
   (its render group, its own units) read there too, after the storage's directory
   (`rootfs_dirs`); a serving pool names that path in its spec (`container_rootfs`).
+
+What the config's main section grants the container (`granted_gpus`) is read here too:
+it says which containers hold GPUs, so whose units discovery reads and planning judges.
 """
 
 from __future__ import annotations
@@ -25,9 +31,11 @@ import posixpath
 import attrs
 
 from pvegpu.model.paths import root_relative
+from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import LineKind, split_sections
 from pvegpu.pvefiles.storagecfg import parse_storage_cfg
 from pvegpu.values import value_class
+from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
 
 STORAGE_CFG = "etc/pve/storage.cfg"
 _FILE_STORAGES = ("dir", "btrfs", "nfs", "cifs")
@@ -63,6 +71,18 @@ def rootfs_dirs(vmid: int, location: RootfsLocation) -> tuple[str, ...]:
     if location.path is None or location.path == mounted:
         return (mounted,)
     return (location.path, mounted)
+
+
+def granted_gpus(config: str, nodes: DeviceNodes = CONTAINER_NODES) -> tuple[frozenset[int], bool]:
+    """The GPU node minors (`/dev/nvidiaN`, or of `nodes`: render nodes) the config's main
+    section hands the container, and whether a rule there reaches every GPU (`c 195:* rwm`)."""
+    minors: set[int] = set()
+    every = False
+    for line in split_sections(config)[0].lines:
+        if (minor := lxcconf.gpu_minor(line, nodes)) is not None:
+            minors.add(minor)
+        every = every or lxcconf.grants_every_gpu(line, nodes)
+    return frozenset(minors), every
 
 
 def rootfs_volume(config: str) -> str | None:

@@ -1,0 +1,155 @@
+"""This node's guests as the facts' files say, worked out once per facts value.
+
+Discovery keeps each guest config whole (`HostFacts.files`, the base a patch starts
+from) and lists the cluster's other guests by name (`host/cluster_guests.py`). What
+planning asks of them is answered here from those raw files, each answer on first use
+and then kept with the facts' lookups (`guests(facts)`): where a container's root file
+system is (`model/rootfs.py`), which GPUs its config grants, which containers reach a
+vendor's GPUs, which config holds a guest id, and each guest config's sections and
+lines (`GuestConfig`: its raw file stays the base a patch starts from). So planning looks
+no file up by path and parses no text, and facts read back from their JSON document, or
+evolved by a test, answer from their own files. No I/O here.
+"""
+
+from __future__ import annotations
+
+from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.model.paths import LXC_DIR, NODES_DIR, PVE_DIR, QEMU_DIR, lxc_config
+from pvegpu.model.references import Holder
+from pvegpu.model.rootfs import STORAGE_CFG, RootfsLocation, granted_gpus, locate_rootfs
+from pvegpu.pvefiles.guestconf import ConfLine, Section, split_sections
+from pvegpu.vendors import CONTAINER_NODES, DeviceNodes, Vendor
+
+LXC = "lxc"
+QEMU = "qemu-server"
+_KINDS = {LXC_DIR: LXC, QEMU_DIR: QEMU}
+
+
+def guests(facts: HostFacts) -> Guests:
+    """The facts' guests, worked out once per facts value (`HostFacts.derived`)."""
+    return facts.derived(Guests)
+
+
+class GuestConfig:
+    """A guest config (`etc/pve/{lxc,qemu-server}/<vmid>.conf`) parsed once: its sections
+    (the main one first, then pending, snapshots, `[special:...]`), each with its lines.
+    A plain class, never compared or shown."""
+
+    __slots__ = ("file", "sections")
+
+    def __init__(self, file: ConfigFile) -> None:
+        self.file = file
+        """The file as read: the base a patch starts from, every byte kept."""
+        self.sections: tuple[tuple[Section, tuple[ConfLine, ...]], ...] = tuple(
+            (section, section.lines) for section in split_sections(file.content)
+        )
+        """Each section with its lines, in file order; concatenated, the file again."""
+
+    @property
+    def main(self) -> tuple[ConfLine, ...]:
+        """The lines of the main section (the one a guest starts with)."""
+        return self.sections[0][1]
+
+
+class Guests:
+    """A HostFacts' guests, each answer worked out on first use. A plain class, not a
+    value: it is never compared or shown (as `HostFacts`' lookups)."""
+
+    __slots__ = ("_configs", "_facts", "_grants", "_listed", "_rootfs", "_stats")
+
+    def __init__(self, facts: HostFacts) -> None:
+        self._facts = facts
+        self._stats = tuple(s.path for s in facts.stats if s.path.startswith(f"{NODES_DIR}/"))
+        self._rootfs: dict[int, RootfsLocation] = {}
+        self._grants: dict[tuple[int, DeviceNodes], tuple[frozenset[int], bool]] = {}
+        self._configs: dict[str, GuestConfig] = {}
+        self._listed: tuple[tuple[str, int, ConfigFile], ...] | None = None
+
+    def _text(self, path: str) -> str | None:
+        """The content of a file the facts hold; None when they hold none."""
+        file = self._facts.file(path)
+        return file.content if file is not None else None
+
+    @property
+    def configs(self) -> tuple[tuple[str, int, ConfigFile], ...]:
+        """This node's guest configs (`etc/pve/{lxc,qemu-server}/<vmid>.conf`), each with
+        its directory's kind (`lxc`, `qemu-server`) and its id, in the facts' order."""
+        if self._listed is None:
+            found = []
+            for file in self._facts.files:
+                directory, _, name = file.path.rpartition("/")
+                stem = name.removesuffix(".conf")
+                if directory in _KINDS and name.endswith(".conf") and stem.isdigit():
+                    found.append((_KINDS[directory], int(stem), file))
+            self._listed = tuple(found)
+        return self._listed
+
+    @property
+    def containers(self) -> tuple[tuple[int, ConfigFile], ...]:
+        """This node's container configs with their ids, in the facts' order."""
+        return tuple((vmid, file) for kind, vmid, file in self.configs if kind == LXC)
+
+    @property
+    def vms(self) -> tuple[tuple[int, ConfigFile], ...]:
+        """This node's VM configs with their ids, in the facts' order."""
+        return tuple((vmid, file) for kind, vmid, file in self.configs if kind == QEMU)
+
+    def config(self, file: ConfigFile) -> GuestConfig:
+        """Guest config `file` parsed, once per facts value for a file of the facts (one
+        they do not hold, as a plan's own, is parsed each time)."""
+        found = self._configs.get(file.path)
+        if found is not None and found.file is file:
+            return found
+        parsed = GuestConfig(file)
+        if self._facts.file(file.path) is file:
+            self._configs[file.path] = parsed
+        return parsed
+
+    def rootfs(self, vmid: int) -> RootfsLocation:
+        """Where CT `vmid`'s root file system is on the host, or why it is not a directory
+        there: from its config's `rootfs:` line and storage.cfg (`model/rootfs.py`)."""
+        found = self._rootfs.get(vmid)
+        if found is None:
+            found = locate_rootfs(vmid, self._text(lxc_config(vmid)), self._text(STORAGE_CFG))
+            self._rootfs[vmid] = found
+        return found
+
+    def granted_gpus(
+        self, vmid: int, nodes: DeviceNodes = CONTAINER_NODES
+    ) -> tuple[frozenset[int], bool]:
+        """The GPU node minors of `nodes` (the vendor's own, or DRM render nodes) that CT
+        `vmid`'s config grants in its main section, and whether a rule there reaches every
+        GPU (`c 195:* rwm`); nothing for a container without a config."""
+        key = (vmid, nodes)
+        found = self._grants.get(key)
+        if found is None:
+            config = self._text(lxc_config(vmid))
+            found = granted_gpus(config, nodes) if config is not None else (frozenset(), False)
+            self._grants[key] = found
+        return found
+
+    def vendor_containers(self, vendor: Vendor) -> tuple[int, ...]:
+        """The containers whose config (its main section) reaches a GPU of `vendor` or one
+        of its shared nodes (`/dev/nvidiactl`): those whose userspace its driver must match."""
+        nodes = vendor.nodes
+        found = set()
+        for ref in self._facts.references:
+            if ref.holder is not Holder.CONTAINER or ref.vmid is None or ref.section is not None:
+                continue
+            gpus = (self._facts.gpu(a) for a in ref.gpus)
+            path = ref.node_path or ""
+            if any(g is not None and g.vendor is vendor for g in gpus) or (
+                nodes is not None and nodes.any_node.match(path)
+            ):
+                found.add(ref.vmid)
+        return tuple(sorted(found))
+
+    def config_path(self, kind: str, vmid: int) -> str | None:
+        """The config file of guest `vmid` of `kind` (`lxc`, `qemu-server`): this node's
+        (read whole), else another node's of the cluster (known by name only); None when
+        no guest of that kind has the id."""
+        local = f"{PVE_DIR}/{kind}/{vmid}.conf"
+        if self._text(local) is not None:
+            return local
+        suffix = f"/{kind}/{vmid}.conf"
+        return next((p for p in self._stats if p.endswith(suffix)), None)

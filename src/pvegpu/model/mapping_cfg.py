@@ -1,0 +1,53 @@
+"""The cluster's PCI mappings, `/etc/pve/mapping/pci.cfg`, as the facts hold them.
+
+Discovery keeps the file whole (`HostFacts.files`): its bytes are the base the patch of
+`pvefiles/pcicfg.py` starts from, keeping every byte pvegpu does not own. Planning asks
+for its sections here, parsed once per facts value on first use (`pci_cfg(facts)`, kept
+with the facts' lookups), with the refusal a file that does not parse gets: the planner
+refuses such a file on its own (`planning/mapping.py`), every other rule reads it as
+having no mapping. No I/O here.
+"""
+
+from __future__ import annotations
+
+from pvegpu.errors import RenderError
+from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.pvefiles import hostpci, pcicfg
+from pvegpu.pvefiles.pcicfg import PciCfgSection, PciMapping
+
+
+def pci_cfg(facts: HostFacts) -> PciCfg:
+    """The facts' pci.cfg, parsed once per facts value (`HostFacts.derived`)."""
+    return facts.derived(PciCfg)
+
+
+class PciCfg:
+    """A HostFacts' pci.cfg: its raw file, its sections, or why it does not parse. A plain
+    class, not a value: it is never compared or shown (as `HostFacts`' lookups)."""
+
+    __slots__ = ("error", "file", "sections")
+
+    def __init__(self, facts: HostFacts) -> None:
+        self.file: ConfigFile | None = facts.file(pcicfg.PATH)
+        """The file as read, the base a patch starts from; None: the host has none."""
+        self.sections: tuple[PciCfgSection, ...] = ()
+        """Its mappings as read, in file order; none while absent or not parsed."""
+        self.error: RenderError | None = None
+        """Why it does not parse (`pcicfg-syntax`, naming the line); None when it does."""
+        if self.file is not None:
+            try:
+                self.sections = pcicfg.parse(self.file.content)
+            except RenderError as error:
+                self.error = error
+
+    @property
+    def mappings(self) -> tuple[PciMapping, ...]:
+        """Its mappings with their known keys (`PciCfgSection.mapping`), in file order."""
+        return tuple(section.mapping for section in self.sections)
+
+    def node_hosts(self, node: str) -> dict[str, tuple[hostpci.HostId, ...]]:
+        """By mapping id, the host devices its map lines of `node` hand over."""
+        return {
+            s.id: hostpci.host_ids(m.get("path") or "" for m in s.maps if m.node == node)
+            for s in self.sections
+        }
