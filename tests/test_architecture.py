@@ -422,6 +422,7 @@ NEVER_RULES: dict[str, Callable[[str, str], bool]] = {
 }
 """Each never rule, by name: whether the edge importer -> imported breaks it."""
 
+
 def never_violations(graph: dict[str, set[str]], rule: str) -> set[tuple[str, str]]:
     """(importer, imported) for every edge of `graph` that breaks `rule`."""
     breaks = NEVER_RULES[rule]
