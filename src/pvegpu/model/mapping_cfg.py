@@ -25,7 +25,7 @@ class PciCfg:
     """A HostFacts' pci.cfg: its raw file, its sections, or why it does not parse. A plain
     class, not a value: it is never compared or shown (as `HostFacts`' lookups)."""
 
-    __slots__ = ("error", "file", "sections")
+    __slots__ = ("_paths", "error", "file", "sections")
 
     def __init__(self, facts: HostFacts) -> None:
         self.file: ConfigFile | None = facts.file(pcicfg.PATH)
@@ -39,6 +39,8 @@ class PciCfg:
                 self.sections = pcicfg.parse(self.file.content)
             except RenderError as error:
                 self.error = error
+        self._paths: dict[str, dict[str, list[str]]] | None = None
+        """By node, then mapping id, the `path` values of its map lines; built on first use."""
 
     @property
     def mappings(self) -> tuple[PciMapping, ...]:
@@ -47,7 +49,13 @@ class PciCfg:
 
     def node_hosts(self, node: str) -> dict[str, tuple[hostpci.HostId, ...]]:
         """By mapping id, the host devices its map lines of `node` hand over."""
-        return {
-            s.id: hostpci.host_ids(m.get("path") or "" for m in s.maps if m.node == node)
-            for s in self.sections
-        }
+        if self._paths is None:
+            # Every line read once, grouped by node: a cluster's file holds every node's
+            # lines, and several rules of each node ask for its own.
+            self._paths = {}
+            for section in self.sections:
+                for line in section.maps:
+                    by_id = self._paths.setdefault(line.node, {})
+                    by_id.setdefault(section.id, []).append(line.get("path") or "")
+        by_id = self._paths.get(node, {})
+        return {s.id: hostpci.host_ids(by_id.get(s.id, ())) for s in self.sections}

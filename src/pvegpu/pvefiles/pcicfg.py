@@ -93,7 +93,13 @@ class MapLine:
 
     @property
     def node(self) -> str:
-        return self.get("node") or ""
+        return self._node
+
+    _node: str = attrs.field(init=False, default="", repr=False)
+    """The `node=` value, kept: every node of a cluster reads every line's node."""
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_node", self.get("node") or "")
 
     def to_map(self) -> PciMap:
         """The known keys as a PciMap; keys pvegpu does not know stay only in `value`."""
