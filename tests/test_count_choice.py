@@ -254,21 +254,10 @@ def test_count_keeps_to_one_node_whenever_one_has_enough() -> None:
 
 
 def test_count_passes_over_a_gpu_a_vm_outside_the_spec_holds(tmp_path: Path) -> None:
-    """Three RTX 3090s, no NUMA node: 01:00.0 on vfio-pci, VM 200's (`hostpci0`);
-    02:00.0 and 03:00.0 on nvidia, no guest's. `count = 2` takes the two free ones (PCI
-    order would take 01:00.0 and refuse the plan: VM 200 would take it back), and says
-    which it passed over. The VM's GPU is taken only by its own pool."""
-    cards = [(f"0000:0{i}:00.0", RTX3090, "NVIDIA GeForce RTX 3090") for i in (1, 2, 3)]
-    vm = _vm("w", 200, "hostpci0: 0000:01:00,pcie=1\n")
-    host = _nvidia_desktop(
-        "pve-rt",
-        cards,
-        drivers=["vfio-pci", "nvidia", "nvidia"],
-        files={"etc/pve/lxc/101.conf": _ct("a", 101, ""), "etc/pve/qemu-server/200.conf": vm},
-    )
-    root = tmp_path / "root"
-    write_host(host, root)
-    facts = discover(root)
+    """VM 200 holds 01:00.0; 02:00.0 and 03:00.0 are free. `count = 2` takes the two free
+    ones (PCI order would take 01:00.0 and refuse the plan: VM 200 would take it back),
+    and says which it passed over. The VM's GPU is taken only by its own pool."""
+    facts = _vm_holds_the_first(tmp_path)
     spec = Spec(node="pve-rt", pools=(PoolSpec(name="a", count=2, lxc=LxcSpec(vmid=101)),))
     result = plan(facts, spec)
     assert [str(g.address) for g in result.pools[0].gpus] == ["0000:02:00.0", "0000:03:00.0"]
@@ -296,6 +285,16 @@ def test_count_takes_a_gpu_in_use_only_when_the_free_ones_are_too_few(tmp_path: 
     """The same host, `count = 3` for the container: only two are free, so the choice
     takes all three as before and the checks after it refuse the plan, naming VM 200's
     line (the choice itself does not hide why)."""
+    spec = Spec(node="pve-rt", pools=(PoolSpec(name="a", count=3, lxc=LxcSpec(vmid=101)),))
+    with pytest.raises(PlanError) as err:
+        plan(_vm_holds_the_first(tmp_path), spec)
+    (taken,) = [p for p in err.value.problems if p.code == "vm-takes-pool-gpu"]
+    assert taken.subject == "etc/pve/qemu-server/200.conf line 9"
+
+
+def _vm_holds_the_first(tmp_path: Path) -> HostFacts:
+    """Three RTX 3090s, no NUMA node: 01:00.0 on vfio-pci, VM 200's (`hostpci0`);
+    02:00.0 and 03:00.0 on nvidia, no guest's; CT 101 without GPUs."""
     cards = [(f"0000:0{i}:00.0", RTX3090, "NVIDIA GeForce RTX 3090") for i in (1, 2, 3)]
     vm = _vm("w", 200, "hostpci0: 0000:01:00,pcie=1\n")
     host = _nvidia_desktop(
@@ -306,7 +305,4 @@ def test_count_takes_a_gpu_in_use_only_when_the_free_ones_are_too_few(tmp_path: 
     )
     root = tmp_path / "root"
     write_host(host, root)
-    spec = Spec(node="pve-rt", pools=(PoolSpec(name="a", count=3, lxc=LxcSpec(vmid=101)),))
-    with pytest.raises(PlanError) as err:
-        plan(discover(root), spec)
-    assert "vm-takes-pool-gpu" in {p.code for p in err.value.problems}
+    return discover(root)
