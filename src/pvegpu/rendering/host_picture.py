@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import attrs
 
-from pvegpu.host.acs import upstream_bridges
 from pvegpu.model.facts import GPU, HostFacts
 from pvegpu.model.kernels import ModuleOrigin
+from pvegpu.model.ports import upstream_bridges
 from pvegpu.model.references import GpuReference, Holder
 from pvegpu.pci import PciAddress
 from pvegpu.pvefiles.guestconf import LineKind, split_sections
