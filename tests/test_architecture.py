@@ -287,7 +287,9 @@ def test_help_imports_no_planning_rendering_or_jinja2() -> None:
 
 LAYERS: tuple[frozenset[str], ...] = (
     # The bottom: small top-level modules every stage may use.
-    frozenset({"errors", "pci", "wording", "redact", "jsontext", "gcpause", "values"}),
+    frozenset(
+        {"errors", "diagnostic", "pci", "wording", "redact", "jsontext", "gcpause", "values"}
+    ),
     # What pvegpu knows of each GPU vendor and GPU model: tables that import only `pci`.
     # Below the values because a GPU's facts ask `vendor_of` which vendor it is.
     frozenset({"vendors", "hardware"}),

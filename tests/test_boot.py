@@ -13,7 +13,8 @@ from syrupy.assertion import SnapshotAssertion
 
 import fixture_hosts
 from bundled import KPRO6_LXC_ONLY, KPRO6_SPEC, WORKSTATION_VM, host_facts
-from pvegpu.errors import PlanError, Problem
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import PlanError
 from pvegpu.host import sysfs
 from pvegpu.host.discover import discover
 from pvegpu.host.facts_json import facts_from_json, facts_to_json
@@ -21,7 +22,7 @@ from pvegpu.host.snapshot import snapshot, unpack
 from pvegpu.model.artifact import Artifact
 from pvegpu.model.bootconfig import BootLoader, BootModule, KernelCmdline, ModuleStage
 from pvegpu.model.facts import HostFacts
-from pvegpu.model.plan import Finding, Plan
+from pvegpu.model.plan import Plan
 from pvegpu.planning.planner import plan
 from pvegpu.rendering.registry import RENDERERS
 from pvegpu.rendering.revert import render_revert
@@ -52,13 +53,13 @@ def kpro6(tmp_path: Path, files: Mapping[str, str], links: Mapping[str, str] = {
     return _host(tmp_path, fixture_hosts.kpro6(), files, links)
 
 
-def _refusals(facts: HostFacts, spec: str = KPRO6_SPEC) -> list[Problem]:
+def _refusals(facts: HostFacts, spec: str = KPRO6_SPEC) -> list[Diagnostic]:
     with pytest.raises(PlanError) as err:
         plan(facts, parse_spec(spec))
     return list(err.value.problems)
 
 
-def _codes(problems: Sequence[Problem | Finding]) -> list[tuple[str, str]]:
+def _codes(problems: Sequence[Diagnostic]) -> list[tuple[str, str]]:
     return [(p.code, p.subject) for p in problems]
 
 

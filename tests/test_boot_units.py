@@ -27,10 +27,11 @@ from pvegpu.apply.bundle import Bundle, bundle_from_files
 from pvegpu.apply.check import check
 from pvegpu.apply.run import apply_bundle
 from pvegpu.apply.undo import revert
+from pvegpu.diagnostic import Severity
 from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
 from pvegpu.model.artifact import HOST, Artifact
-from pvegpu.model.plan import Plan, Severity
+from pvegpu.model.plan import Plan
 from pvegpu.model.schema import UserspacePolicy
 from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.planning.planner import plan

@@ -12,9 +12,9 @@ import pytest
 from bundled import FIXTURES, copy_tree, example_plan, example_spec
 from pvegpu.apply.check import EXIT_ERRORS, EXIT_WARNINGS, CheckReport, check
 from pvegpu.cli import main
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.artifact import REVERT_BUNDLE
 from pvegpu.model.facts import ConfigFile
-from pvegpu.model.plan import Finding, Severity
 from pvegpu.planning import planner
 from pvegpu.rendering.registry import render
 from test_apply import CT, ROOTFS, Setup
@@ -139,14 +139,14 @@ def test_plans_report_a_stale_uvm_major_the_plan_does_not_fix() -> None:
 
 
 def test_check_reports_the_plans_finding_type(tmp_path: Path) -> None:
-    """The live host's findings and the plan's repeated ones are one type, `Finding`
+    """The live host's findings and the plan's repeated ones are one type, `Diagnostic`
     with a `Severity`, so plan, SUMMARY.md and check print them alike."""
     setup = Setup(tmp_path)
     try:
         after_the_upgrade(setup.root)
         findings = check(setup.root, setup.bundle).findings
         assert findings
-        assert all(type(f) is Finding and type(f.severity) is Severity for f in findings)
+        assert all(type(f) is Diagnostic and type(f.severity) is Severity for f in findings)
         assert {Severity.ERROR, Severity.INFO} <= {f.severity for f in findings}
     finally:
         setup.kernel.close()
@@ -166,6 +166,6 @@ def test_exit_code_follows_the_worst_severity(
     severities: tuple[Severity, ...], exit_code: int
 ) -> None:
     findings = tuple(
-        Finding(s, f"code-{i}", "subject", "message") for i, s in enumerate(severities)
+        Diagnostic(s, f"code-{i}", "subject", "message") for i, s in enumerate(severities)
     )
     assert CheckReport("kpro6", findings).exit_code == exit_code

@@ -17,11 +17,11 @@ from bundled import FIXTURES, copy_tree, example_spec, spec_path
 from pvegpu.apply.bundle import bundle_from_files
 from pvegpu.apply.check import check
 from pvegpu.cli import main
+from pvegpu.diagnostic import Severity
 from pvegpu.engines.common.dropins import effective_dropins
 from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
 from pvegpu.model.facts import ConfigFile
-from pvegpu.model.plan import Severity
 from pvegpu.pipeline import (
     check_host,
     discover_for,

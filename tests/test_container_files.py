@@ -19,10 +19,11 @@ from syrupy.assertion import SnapshotAssertion
 
 import fixture_hosts
 from bundled import EXAMPLES
+from pvegpu.diagnostic import Severity
 from pvegpu.errors import PlanError
 from pvegpu.model.artifact import HOST, REVERT_BUNDLE, Artifact
 from pvegpu.model.paths import SPLIT_SCRIPT
-from pvegpu.model.plan import Plan, Severity
+from pvegpu.model.plan import Plan
 from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.rendering.bundle import write_bundle
 from pvegpu.rendering.review.apply_steps import runbook

@@ -12,6 +12,7 @@ import attrs
 import pytest
 
 from pvegpu import engines
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.engines import ENGINE_NAMES, Engine, engine_for
 from pvegpu.engines.common.installed_files import RootFiles
 from pvegpu.engines.common.server_line import ServerLine
@@ -19,7 +20,7 @@ from pvegpu.engines.sglang.engine import SGLANG
 from pvegpu.errors import PlanError, PvegpuError
 from pvegpu.model.decision import DecidedServer
 from pvegpu.model.facts import ConfigFile
-from pvegpu.model.plan import Finding, Plan
+from pvegpu.model.plan import Plan
 from pvegpu.model.schema import P2PSetting, ServingSpec
 from pvegpu.planning import decide
 from pvegpu.planning.decide import decided_servings
@@ -61,7 +62,7 @@ class _Recording:
 
     def decide(
         self, context: ServingContext, spec: ServingSpec
-    ) -> tuple[DecidedServer, tuple[Finding, ...]] | PvegpuError:
+    ) -> tuple[DecidedServer, tuple[Diagnostic, ...]] | PvegpuError:
         self.asked.append(f"decide {context.pool.name} {context.where}")
         return SGLANG.decide(context, spec)
 
@@ -151,7 +152,7 @@ class _Stub:
 
     def decide(
         self, context: ServingContext, spec: ServingSpec
-    ) -> tuple[DecidedServer, tuple[Finding, ...]] | PvegpuError:
+    ) -> tuple[DecidedServer, tuple[Diagnostic, ...]] | PvegpuError:
         # Everything neutral is already decided when an engine is asked.
         assert context.visible_devices == (0, 1, 2, 3)
         assert context.tp == len(context.gpus) == 4

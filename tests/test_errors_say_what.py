@@ -17,6 +17,7 @@ from bundled import EXAMPLES, REPO, copy_tree, example_plan, fixture_root
 from pvegpu.apply.check import EXIT_ERRORS, EXIT_WARNINGS
 from pvegpu.cli import main
 from pvegpu.cli.arguments import EPILOG
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.engines.sglang.option_check import (
     parse_command_line,
     releases_taking,
@@ -28,7 +29,6 @@ from pvegpu.errors import (
     BundleError,
     DiscoveryError,
     PlanError,
-    Problem,
     PvegpuError,
     RenderError,
     SpecError,
@@ -349,8 +349,8 @@ def test_the_cli_gives_the_spec_line_of_a_plan_problem(
     )
 
 
-_PROBLEM_MAKERS = {"Problem": 3, "one": 3, "problem": 2}
-"""Calls that make a Problem, and the position of their fix argument."""
+_PROBLEM_MAKERS = {"Diagnostic.error": 3, "one": 3, "problem": 2}
+"""Calls that make a refusal's Diagnostic, and the position of their fix argument."""
 
 
 def _fixless(path: Path, base: Path = SRC) -> list[str]:
@@ -360,6 +360,8 @@ def _fixless(path: Path, base: Path = SRC) -> list[str]:
             continue
         func = node.func
         name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            name = f"{func.value.id}.{name}" if name == "error" else name
         position = _PROBLEM_MAKERS.get(name)
         if position is None or (name == "problem" and not node.args):
             continue  # not a maker, or a method that words a problem already made
@@ -373,7 +375,7 @@ def _fixless(path: Path, base: Path = SRC) -> list[str]:
 
 
 def test_every_problem_has_a_fix() -> None:
-    """Walks every place pvegpu makes a Problem (discovery, the spec, planning, serving,
+    """Walks every place pvegpu makes a refusal (discovery, the spec, planning, serving,
     rendering, apply, the CLI): each one says what to do."""
     files = sorted(SRC.rglob("*.py"))
     assert len(files) > 100
@@ -381,9 +383,9 @@ def test_every_problem_has_a_fix() -> None:
 
 
 def test_the_fix_walk_finds_a_problem_without_one(tmp_path: Path) -> None:
-    """The walk itself: a Problem with no fix, or an empty one, is found."""
+    """The walk itself: a refusal with no fix, or an empty one, is found."""
     bad = tmp_path / "probe.py"
-    bad.write_text('P = Problem("c", "s", "m")\nQ = X.one("c", "s", "m", "")\n')
+    bad.write_text('P = Diagnostic.error("c", "s", "m")\nQ = X.one("c", "s", "m", "")\n')
     assert _fixless(bad, tmp_path) == ["probe.py:1", "probe.py:2"]
 
 
@@ -509,8 +511,11 @@ def test_render_says_which_artifact_is_which(name: str) -> None:
 
 
 def test_the_public_api_lists_what_docs_api_md_uses() -> None:
-    for name in ("ArtifactRole", "BundleError", "write_bundle", "render", "Problem"):
+    for name in ("ArtifactRole", "BundleError", "write_bundle", "render", "Diagnostic"):
         assert name in pvegpu.__all__ and getattr(pvegpu, name) is not None
-    assert attrs.fields(Problem).line.default is None
-    assert str(Problem("c", "pools[0]", "m", "f", line=3)) == "pools[0] (line 3): m [c]\n  fix: f"
+    assert attrs.fields(Diagnostic).line.default is None
+    assert (
+        str(Diagnostic.error("c", "pools[0]", "m", "f", line=3))
+        == "pools[0] (line 3): m [c]\n  fix: f"
+    )
     assert issubclass(BundleError, PvegpuError) and BundleError.exit_code == 4

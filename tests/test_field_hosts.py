@@ -15,10 +15,10 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 
 import field_hosts as fh
-from pvegpu.errors import PlanError, Problem
+from pvegpu.diagnostic import Diagnostic, Severity
+from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
 from pvegpu.model.facts import HostFacts
-from pvegpu.model.plan import Finding
 from pvegpu.model.references import GpuReference, ReferenceKind
 from pvegpu.pci import PciAddress
 from pvegpu.planning.numbering import next_boot_numbers
@@ -36,24 +36,25 @@ def facts_of(tmp_path: Path, shape: fh.FieldHost) -> HostFacts:
     return discover(shape.write(tmp_path))
 
 
-def refused(facts: HostFacts, spec: str) -> list[Problem]:
+def refused(facts: HostFacts, spec: str) -> list[Diagnostic]:
     with pytest.raises(PlanError) as err:
         plan(facts, parse_spec(spec))
     return list(err.value.problems)
 
 
-def found(facts: HostFacts, spec: str) -> list[Finding]:
+def found(facts: HostFacts, spec: str) -> list[Diagnostic]:
     return [f for f in plan(facts, parse_spec(spec)).findings if f.code not in ROUTINE]
 
 
-def said(items: Sequence[Problem | Finding]) -> list[tuple[str, str]]:
+def said(items: Sequence[Diagnostic]) -> list[tuple[str, str]]:
     return sorted((i.code, i.subject) for i in items)
 
 
-def review(items: Sequence[Problem | Finding]) -> str:
+def review(items: Sequence[Diagnostic]) -> str:
     """What the admin reads: each refusal with its fix, each finding with its code."""
     texts = [
-        str(i) if isinstance(i, Problem) else f"{i.subject}: {i.message} [{i.code}]" for i in items
+        str(i) if i.severity is Severity.ERROR else f"{i.subject}: {i.message} [{i.code}]"
+        for i in items
     ]
     return "\n\n".join(texts) + "\n"
 

@@ -26,10 +26,10 @@ import pytest
 
 from deadline import HangError, deadline
 from depth import THOROUGH
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.errors import PvegpuError
 from pvegpu.model.facts import ConfigFile, HostFacts
 from pvegpu.model.model_config import LINEAR_LAYER_TYPES
-from pvegpu.model.plan import Finding
 from pvegpu.model.schema import Spec
 from pvegpu.pipeline import discover_for
 from pvegpu.planning.planner import plan
@@ -340,7 +340,7 @@ def test_mutated_pci_cfg_map_values_give_typed_errors(host: str, spec_name: str)
     outcomes.check()
 
 
-def _live_stale(facts: HostFacts) -> Iterator[Finding]:
+def _live_stale(facts: HostFacts) -> Iterator[Diagnostic]:
     """What `pvegpu check` runs on pci.cfg: parse (refusals are typed), then the rule."""
     existing = facts.file(pcicfg.PATH)
     assert existing is not None

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pvegpu.errors import PlanError, Problem
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
 from pvegpu.host.snapshot import snapshot, unpack
 from pvegpu.model.facts import FileStat
@@ -59,7 +60,7 @@ def root(tmp_path: Path) -> Path:
     return root
 
 
-def _refusals(root: Path, ct: int, vm: int) -> list[Problem]:
+def _refusals(root: Path, ct: int, vm: int) -> list[Diagnostic]:
     text = SPEC.format(ct=ct, vm=vm)
     with pytest.raises(PlanError) as err:
         plan(discover(root), parse_spec(text))

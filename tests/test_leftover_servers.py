@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from bundled import EXAMPLE_HOSTS, copy_tree, example_plan, example_spec, fixture_root, host_facts
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.engines import installed_files
-from pvegpu.errors import PlanError, Problem
+from pvegpu.errors import PlanError
 from pvegpu.host import container_units
 from pvegpu.host.discover import read_host
 from pvegpu.host.reader import RootReader
@@ -97,7 +98,7 @@ def planned(root: Path, text: str = NO_SERVING) -> Plan:
     return plan(discover_for(one, root), one)
 
 
-def refused(root: Path, text: str = NO_SERVING) -> list[Problem]:
+def refused(root: Path, text: str = NO_SERVING) -> list[Diagnostic]:
     with pytest.raises(PlanError) as err:
         planned(root, text)
     return [p for p in err.value.problems if p.code in OWN_CODES]
@@ -237,7 +238,7 @@ WantedBy=multi-user.target
 """
 
 
-def _second(root: Path) -> list[Problem]:
+def _second(root: Path) -> list[Diagnostic]:
     with pytest.raises(PlanError) as err:
         planned(root, SERVING)
     return [p for p in err.value.problems if p.code == SECOND]

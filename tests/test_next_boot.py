@@ -15,6 +15,7 @@ import fixture_hosts
 import upgrade_host as up
 from bundled import KPRO6_LXC_ONLY, WORKSTATION_VM, spec_path
 from pvegpu.apply.check import check
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.errors import DiscoveryError, PlanError
 from pvegpu.host.discover import discover
 from pvegpu.host.facts_json import facts_from_json, facts_to_json
@@ -23,7 +24,7 @@ from pvegpu.host.kernels import version_key
 from pvegpu.host.snapshot import snapshot, unpack
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.kernels import KernelChoice, Kernels, ModuleOrigin, NextModule
-from pvegpu.model.plan import Finding, Plan
+from pvegpu.model.plan import Plan
 from pvegpu.pipeline import discover_for, plan_and_render
 from pvegpu.planning.planner import plan
 from pvegpu.rendering.review import Step, runbook
@@ -49,7 +50,7 @@ def _facts(tmp_path: Path, spec: HostSpec) -> HostFacts:
     return discover(up.write(spec, tmp_path / "host"))
 
 
-def _ours(findings: Sequence[Finding]) -> list[tuple[str, str]]:
+def _ours(findings: Sequence[Diagnostic]) -> list[tuple[str, str]]:
     return [(f.code, f.subject) for f in findings if f.code in NEXT_BOOT_CODES]
 
 

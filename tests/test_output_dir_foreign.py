@@ -2,7 +2,7 @@
 
 The previous bundle in OUT is replaced only when its MANIFEST.json is a regular pvegpu
 manifest and every entry of OUT is a file it lists or a directory one of those is in.
-Each odd OUT is refused with a Problem naming the path, and OUT is left as it was, byte
+Each odd OUT is refused with a Diagnostic naming the path, and OUT is left as it was, byte
 for byte, with nothing written beside it. Before the fix a MANIFEST.json that was an
 empty directory, or any empty directory in OUT, was deleted and render exited 0.
 """

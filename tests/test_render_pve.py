@@ -9,10 +9,11 @@ from hypothesis import strategies as st
 from syrupy.assertion import SnapshotAssertion
 
 from depth import examples
+from pvegpu.diagnostic import Severity
 from pvegpu.errors import PlanError
 from pvegpu.model.artifact import HOST, REVIEW, Artifact
 from pvegpu.model.facts import HostFacts
-from pvegpu.model.plan import Plan, Severity
+from pvegpu.model.plan import Plan
 from pvegpu.model.schema import (
     DeviceStyle,
     LxcSpec,

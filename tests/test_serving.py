@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bundled import spec_path
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.engines import installed_files
 from pvegpu.engines.common.drops import DroppedSetting
 from pvegpu.engines.common.releases import Versions
@@ -34,7 +35,7 @@ from pvegpu.model.model_config import (
     tp_divides,
     valid_tp_sizes,
 )
-from pvegpu.model.plan import Finding, Plan, Pool, Severity
+from pvegpu.model.plan import Plan, Pool
 from pvegpu.model.schema import LxcSpec, P2PSetting, PoolSpec, Spec
 from pvegpu.planning.decide import decided_servings
 from pvegpu.serving.container import container_driver_problems, container_driver_state
@@ -99,7 +100,7 @@ def codes_of(err: PvegpuError) -> list[str]:
     return [p.code for p in err.problems]
 
 
-def findings_of(plan: Plan) -> tuple[Finding, ...]:
+def findings_of(plan: Plan) -> tuple[Diagnostic, ...]:
     """What deciding the servers adds to the plan's findings."""
     return decided_servings(plan).findings[len(plan.findings) :]
 

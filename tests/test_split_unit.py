@@ -16,7 +16,8 @@ import pytest
 import pvegpu.rendering.split as rendering_split
 from bundled import FIXTURES, KPRO6_LXC_ONLY, REPO, copy_tree, example_plan
 from linters import SYSTEM_UNITS, SYSTEMCTL, needs_systemd, verify
-from pvegpu.errors import PlanError, Problem
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import PlanError
 from pvegpu.model.artifact import HOST, REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.model.facts import ConfigFile, HostFacts, PciFunction, VfioIdsSetting
 from pvegpu.model.plan import Plan
@@ -242,7 +243,7 @@ def _function_edit(plan: Plan, edit: Callable[[PciFunction], PciFunction]) -> Ho
     )
 
 
-def _refused(facts: HostFacts, spec: Spec) -> list[Problem]:
+def _refused(facts: HostFacts, spec: Spec) -> list[Diagnostic]:
     with pytest.raises(PlanError) as caught:
         planner.plan(facts, spec)
     return list(caught.value.problems)

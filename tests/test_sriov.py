@@ -15,7 +15,8 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 
 from pvegpu.cli import main
-from pvegpu.errors import DiscoveryError, PlanError, Problem
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import DiscoveryError, PlanError
 from pvegpu.host.discover import discover
 from pvegpu.host.facts_json import facts_from_json, facts_to_json
 from pvegpu.host.snapshot import snapshot, unpack
@@ -44,7 +45,7 @@ def pool_spec(selector: str, *, vfio: bool = True, vmid: int = 200) -> str:
     return head + "\n[pools.lxc]\nvmid = 300\n"
 
 
-def problems_of(facts: HostFacts, spec: str) -> list[Problem]:
+def problems_of(facts: HostFacts, spec: str) -> list[Diagnostic]:
     with pytest.raises(PlanError) as err:
         plan(facts, parse_spec(spec, "spec.toml"))
     return list(err.value.problems)

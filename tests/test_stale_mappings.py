@@ -20,8 +20,9 @@ from syrupy.assertion import SnapshotAssertion
 import fixture_hosts
 from bundled import FIXTURES, copy_tree, example_plan, example_spec, host_facts
 from pvegpu.apply.check import EXIT_ERRORS, check
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.facts import HostFacts
-from pvegpu.model.plan import Finding, Plan, Severity
+from pvegpu.model.plan import Plan
 from pvegpu.planning.planner import plan
 from pvegpu.planning.stale_mappings import stale_map_findings, stale_map_line
 from pvegpu.pvefiles import pcicfg
@@ -36,7 +37,7 @@ A4000_LINE = "id=10de:24b0,iommugroup=6,node=pve-ws,path=0000:39:00,subsystem-id
 VM121 = "etc/pve/qemu-server/121.conf"
 
 
-def stale(findings: tuple[Finding, ...]) -> list[Finding]:
+def stale(findings: tuple[Diagnostic, ...]) -> list[Diagnostic]:
     return [f for f in findings if f.code == "mapping-stale"]
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from bundled import example_facts, example_spec
 from pvegpu import engines
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.engines import ENGINE_NAMES
 from pvegpu.engines.common.installed_files import RootFiles
 from pvegpu.engines.common.old_unit import unit_base
@@ -21,7 +22,6 @@ from pvegpu.errors import PvegpuError
 from pvegpu.model.artifact import ArtifactRole
 from pvegpu.model.decision import DECIDED, DecidedServer
 from pvegpu.model.facts import ConfigFile
-from pvegpu.model.plan import Finding
 from pvegpu.model.schema import ServingSpec, Spec
 from pvegpu.planning.planner import plan as pvegpu_plan
 from pvegpu.planning.unit_gpus import unit_demand
@@ -75,7 +75,7 @@ class ToyEngine:
 
     def decide(
         self, context: ServingContext, spec: ServingSpec
-    ) -> tuple[DecidedServer, tuple[Finding, ...]] | PvegpuError:
+    ) -> tuple[DecidedServer, tuple[Diagnostic, ...]] | PvegpuError:
         checks = context.checks(spec)
         old = unit_base(checks, context.vmid, context.rootfs)
         serving = ToyServing(

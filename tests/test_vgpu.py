@@ -19,7 +19,8 @@ import pytest
 
 from fixture_hosts import vgpu_l40s
 from pvegpu.cli import main
-from pvegpu.errors import PlanError, Problem, SpecError
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import PlanError, SpecError
 from pvegpu.host.discover import discover
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Plan
@@ -88,13 +89,13 @@ def spec(*pools: str) -> str:
     return 'node = "pve-vdi"\n' + "".join(pools or (pool(),))
 
 
-def problems_of(facts: HostFacts, text: str) -> list[Problem]:
+def problems_of(facts: HostFacts, text: str) -> list[Diagnostic]:
     with pytest.raises(PlanError) as err:
         plan(facts, parse_spec(text, "spec.toml"))
     return list(err.value.problems)
 
 
-def one(problems: list[Problem], code: str) -> Problem:
+def one(problems: list[Diagnostic], code: str) -> Diagnostic:
     hits = [p for p in problems if p.code == code]
     assert len(hits) == 1, [(p.code, p.subject) for p in problems]
     return hits[0]

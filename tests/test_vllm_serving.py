@@ -11,10 +11,11 @@ import pytest
 
 import bundled
 from pvegpu import engines
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.engines.vllm.decision import VllmServing
 from pvegpu.errors import PvegpuError, SpecError
 from pvegpu.model.facts import ConfigFile
-from pvegpu.model.plan import Finding, Plan, Severity
+from pvegpu.model.plan import Plan
 from pvegpu.model.schema import P2PSetting, ServingSpec
 from pvegpu.pipeline import check_host, running_unit
 from pvegpu.planning.decide import decided_servings
@@ -49,7 +50,7 @@ def codes(err: PvegpuError) -> list[str]:
     return [p.code for p in err.problems]
 
 
-def findings(spec: ServingSpec, **files: Any) -> tuple[Finding, ...]:
+def findings(spec: ServingSpec, **files: Any) -> tuple[Diagnostic, ...]:
     return decided_servings(kpro6_plan(spec, **files)).findings
 
 

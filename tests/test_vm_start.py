@@ -25,7 +25,8 @@ from syrupy.assertion import SnapshotAssertion
 
 from bundled import copy_tree, example_plan, fixture_root, host_facts
 from fixture_hosts import HDA_BARS, PRO6000_BARS
-from pvegpu.errors import DiscoveryError, Problem
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import DiscoveryError
 from pvegpu.host.discover import discover
 from pvegpu.model.facts import ConfigFile, HostFacts
 from pvegpu.model.resources import Bar, HostCpu
@@ -89,7 +90,7 @@ def edited(facts: HostFacts, path: str, old: str, new: str) -> HostFacts:
     return with_file(facts, path, found.content.replace(old, new))
 
 
-def codes(problems: tuple[Problem, ...]) -> list[str]:
+def codes(problems: tuple[Diagnostic, ...]) -> list[str]:
     return [p.code for p in problems]
 
 

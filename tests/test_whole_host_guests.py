@@ -19,11 +19,12 @@ from syrupy.assertion import SnapshotAssertion
 
 import fixture_hosts
 from bundled import host_facts
-from pvegpu.errors import PlanError, Problem
+from pvegpu.diagnostic import Diagnostic, Severity
+from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
 from pvegpu.model.artifact import REVERT_BUNDLE, Artifact
 from pvegpu.model.facts import HostFacts
-from pvegpu.model.plan import Finding, Plan
+from pvegpu.model.plan import Plan
 from pvegpu.planning.planner import plan
 from pvegpu.pvefiles import lxcconf
 from pvegpu.pvefiles.guestconf import ConfLine, split_sections
@@ -91,20 +92,22 @@ def variant(
     return discover(root)
 
 
-def refused(facts: HostFacts, spec: str) -> tuple[Problem, ...]:
+def refused(facts: HostFacts, spec: str) -> tuple[Diagnostic, ...]:
     with pytest.raises(PlanError) as error:
         plan(facts, parse_spec(spec))
     return error.value.problems
 
 
-def of(findings: tuple[Finding, ...], *codes: str) -> list[Finding]:
+def of(findings: tuple[Diagnostic, ...], *codes: str) -> list[Diagnostic]:
     return [f for f in findings if f.code in codes]
 
 
-def text(items: list[Finding] | tuple[Problem, ...]) -> str:
+def text(items: list[Diagnostic] | tuple[Diagnostic, ...]) -> str:
     """Findings as SUMMARY.md lists them, problems as the CLI prints them."""
     lines = [
-        f"{i.severity}: {i.code} ({i.subject}): {i.message}" if isinstance(i, Finding) else str(i)
+        f"{i.severity}: {i.code} ({i.subject}): {i.message}"
+        if i.severity is not Severity.ERROR
+        else str(i)
         for i in items
     ]
     return "\n\n".join(lines) + "\n"

@@ -15,12 +15,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.errors import (
     ApplyError,
     BundleError,
     DiscoveryError,
     PlanError,
-    Problem,
     PvegpuError,
     RenderError,
     SpecError,
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from pvegpu.model.decision import DecidedServer
     from pvegpu.model.facts import GPU, HostFacts, IommuGroup, NumaNode, PciFunction
     from pvegpu.model.plan import (
-        Finding,
         LxcContainer,
         PciMap,
         PciMapping,
@@ -60,7 +59,6 @@ _HOMES = {
     "pvegpu.pci": ("CpuList", "PciAddress"),
     "pvegpu.pipeline": ("discover_for", "plan_and_render"),
     "pvegpu.model.plan": (
-        "Finding",
         "LxcContainer",
         "PciMap",
         "PciMapping",
@@ -101,8 +99,8 @@ __all__ = [
     "BundleError",
     "CpuList",
     "DecidedServer",
+    "Diagnostic",
     "DiscoveryError",
-    "Finding",
     "HostFacts",
     "IommuGroup",
     "LxcContainer",
@@ -114,9 +112,9 @@ __all__ = [
     "Plan",
     "PlanError",
     "Pool",
-    "Problem",
     "PvegpuError",
     "RenderError",
+    "Severity",
     "SglangServing",
     "Spec",
     "SpecError",

@@ -1,38 +1,15 @@
 """Errors are values: a stable code, the exact file/device/spec path, and a fix line.
 
-Every failure pvegpu reports is a `Problem`. Exceptions carry one or more problems so a
-plan can report everything wrong with a spec at once instead of the first thing only.
+Every failure pvegpu reports is a `Diagnostic` of severity error (pvegpu/diagnostic.py).
+Exceptions carry one or more of them (`problems`) so a plan can report everything wrong
+with a spec at once instead of the first thing only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-import attrs
-
-from pvegpu.values import value_class
-
-
-@value_class
-@attrs.frozen(eq=False, repr=False)
-class Problem:
-    """One thing that is wrong, said so that the user can fix it without reading code."""
-
-    code: str
-    """Stable, kebab-case identifier (`gpu-in-two-pools`); tests and automation key on it."""
-    subject: str
-    """The exact file, device or spec path the problem is about."""
-    message: str
-    fix: str = ""
-    """A line the user can act on or paste; empty when there is nothing to suggest."""
-    line: int | None = None
-    """The spec file's line that sets `subject` (a spec path), where the loader found it
-    (spec/lines.py); None for every other subject."""
-
-    def __str__(self) -> str:
-        where = self.subject if self.line is None else f"{self.subject} (line {self.line})"
-        text = f"{where}: {self.message} [{self.code}]"
-        return f"{text}\n  fix: {self.fix}" if self.fix else text
+from pvegpu.diagnostic import Diagnostic, Severity
 
 
 class PvegpuError(Exception):
@@ -42,15 +19,18 @@ class PvegpuError(Exception):
     partial = False
     """True when some output was already written before the failure."""
 
-    def __init__(self, problems: Iterable[Problem]) -> None:
+    def __init__(self, problems: Iterable[Diagnostic]) -> None:
         self.problems = tuple(problems)
+        """What is wrong: errors only (a warning does not stop anything)."""
         if not self.problems:
             raise ValueError("an error needs at least one problem")
+        if any(p.severity is not Severity.ERROR for p in self.problems):
+            raise ValueError("an error holds only diagnostics of severity error")
         super().__init__("\n".join(str(p) for p in self.problems))
 
     @classmethod
     def one(cls, code: str, subject: str, message: str, fix: str = "") -> PvegpuError:
-        return cls([Problem(code, subject, message, fix)])
+        return cls([Diagnostic.error(code, subject, message, fix)])
 
 
 class DiscoveryError(PvegpuError):

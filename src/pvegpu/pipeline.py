@@ -18,9 +18,10 @@ from pvegpu.model.schema import Spec
 from pvegpu.planning.planner import plan
 
 if TYPE_CHECKING:
+    from pvegpu.diagnostic import Diagnostic
     from pvegpu.model.current import CurrentPool, CurrentSplit
     from pvegpu.model.observed import ObservedHost
-    from pvegpu.model.plan import ClusterPlan, Finding
+    from pvegpu.model.plan import ClusterPlan
     from pvegpu.planning.host_checks import RunningUnit
     from pvegpu.rendering.cluster import NodeArtifacts
     from pvegpu.rendering.review.reconcile import Reconciliation
@@ -212,7 +213,7 @@ def render_cluster_bundles(
 
 def check_host(
     root: Path, servers: Mapping[int, Collection[str]] | None = None, node: str | None = None
-) -> tuple[HostFacts, ObservedHost, tuple[Finding, ...]]:
+) -> tuple[HostFacts, ObservedHost, tuple[Diagnostic, ...]]:
     """`pvegpu check`'s discovery and judgement of the host as it is: its facts, what it
     reads beyond them (containers, /dev, the staged userspace) and the planner's findings
     on both. `servers`: the units a plan serves, by vmid; their P2P is the plan's, which

@@ -15,7 +15,8 @@ from typing import Any
 
 import attrs
 
-from pvegpu.errors import BundleError, Problem
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import BundleError
 from pvegpu.model.artifact import REVERT_BUNDLE, REVIEW
 from pvegpu.model.manifest import MANIFEST, Manifest, ManifestError
 from pvegpu.rendering.outdir import relative_path
@@ -102,7 +103,11 @@ class Bundle:
 
 def _bad(message: str) -> BundleError:
     return BundleError(
-        [Problem("bundle-invalid", MANIFEST, message, "render the bundle again with pvegpu")]
+        [
+            Diagnostic.error(
+                "bundle-invalid", MANIFEST, message, "render the bundle again with pvegpu"
+            )
+        ]
     )
 
 

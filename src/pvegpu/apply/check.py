@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.host.reader import RootReader
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.observed import ObservedHost
-from pvegpu.model.plan import Finding, Severity
 from pvegpu.values import value_class
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ EXIT_ERRORS = 9
 @attrs.frozen(eq=False, repr=False)
 class CheckReport:
     node: str
-    findings: tuple[Finding, ...]
+    findings: tuple[Diagnostic, ...]
 
     @property
     def exit_code(self) -> int:
@@ -55,7 +55,7 @@ class CheckReport:
 
 
 def check(
-    root: Path, bundle: Bundle | None, plan_findings: tuple[Finding, ...] = ()
+    root: Path, bundle: Bundle | None, plan_findings: tuple[Diagnostic, ...] = ()
 ) -> CheckReport:
     servers: dict[int, list[str]] = {}
     for planned in bundle.serving if bundle is not None else ():
@@ -73,20 +73,20 @@ def check(
     return CheckReport(facts.node, unique)
 
 
-def bundle_findings(bundle: Bundle) -> list[Finding]:
+def bundle_findings(bundle: Bundle) -> list[Diagnostic]:
     """The plan's own findings, as `info`: the reviewer saw them when approving, so they
     are repeated for the record but do not turn a timer's check red forever."""
     return [
-        Finding(Severity.INFO, f"plan:{f['code']}", str(f["subject"]), str(f["message"]))
+        Diagnostic(Severity.INFO, f"plan:{f['code']}", str(f["subject"]), str(f["message"]))
         for f in bundle.findings
     ]
 
 
 def _against_bundle(
     reader: RootReader, facts: HostFacts, observed: ObservedHost, bundle: Bundle
-) -> Iterator[Finding]:
+) -> Iterator[Diagnostic]:
     if facts.node != bundle.node:
-        yield Finding(
+        yield Diagnostic(
             Severity.ERROR,
             "wrong-node",
             "/etc/hostname",
@@ -98,15 +98,15 @@ def _against_bundle(
         address, want = str(planned["address"]), planned["driver_after"]
         now = functions.get(address)
         if now is None:
-            yield Finding(Severity.ERROR, "device-gone", address, "is no longer on the PCI bus")
+            yield Diagnostic(Severity.ERROR, "device-gone", address, "is no longer on the PCI bus")
             continue
         if now.driver != want:
-            yield Finding(
+            yield Diagnostic(
                 Severity.ERROR, "driver-not-planned", address,
                 f"is on {now.driver or 'no driver'}, the plan puts it on {want}",
             )  # fmt: skip
         if want == "vfio-pci" and now.driver_override != "vfio-pci":
-            yield Finding(
+            yield Diagnostic(
                 Severity.ERROR, "override-missing", address,
                 "has no driver_override vfio-pci: the next probe or boot can take it back",
             )  # fmt: skip
@@ -114,18 +114,18 @@ def _against_bundle(
         unit = f"etc/systemd/system/{bundle.split_unit}"
         wants = f"etc/systemd/system/sysinit.target.wants/{bundle.split_unit}"
         if not reader.exists(unit):
-            yield Finding(Severity.ERROR, "split-unit-missing", "/" + unit, "is not installed")
+            yield Diagnostic(Severity.ERROR, "split-unit-missing", "/" + unit, "is not installed")
         elif reader.readlink(wants) is None:
-            yield Finding(
+            yield Diagnostic(
                 Severity.ERROR, "split-unit-disabled", "/" + unit,
                 "is not enabled: the split is lost at the next reboot",
             )  # fmt: skip
     for name in bundle.boot_units:
         unit = f"etc/systemd/system/{name}"
         if not reader.exists(unit):
-            yield Finding(Severity.ERROR, "boot-unit-missing", "/" + unit, "is not installed")
+            yield Diagnostic(Severity.ERROR, "boot-unit-missing", "/" + unit, "is not installed")
         elif reader.readlink(f"etc/systemd/system/multi-user.target.wants/{name}") is None:
-            yield Finding(
+            yield Diagnostic(
                 Severity.ERROR, "boot-unit-disabled", "/" + unit,
                 "is not enabled: after the next reboot the containers' GPU nodes or their "
                 f"staged driver userspace are not readied before guests start (systemctl "
@@ -145,14 +145,14 @@ def _against_bundle(
             path, where = f"{rootfs}/{entry.path}", f"CT {vmid}:/{entry.path}"
         content = reader.read_bytes(path)
         if content != entry.content:
-            yield Finding(
+            yield Diagnostic(
                 Severity.ERROR, "file-differs", where,
                 "is not the bundle's copy" if content is not None else "is missing",
             )  # fmt: skip
     yield from _serving(observed, bundle)
 
 
-def _serving(observed: ObservedHost, bundle: Bundle) -> Iterator[Finding]:
+def _serving(observed: ObservedHost, bundle: Bundle) -> Iterator[Diagnostic]:
     from pvegpu.pipeline import running_unit
 
     for planned in bundle.serving:
@@ -162,7 +162,7 @@ def _serving(observed: ObservedHost, bundle: Bundle) -> Iterator[Finding]:
             continue
         subject = f"CT {vmid}:{posixpath.join('/etc/systemd/system', unit)}.service"
         if running.tp != int(planned["tp_size"]):
-            yield Finding(
+            yield Diagnostic(
                 Severity.ERROR, "serving-tp", subject,
                 f"runs with TP {running.tp}, the plan says {planned['tp_size']}",
             )  # fmt: skip
@@ -171,12 +171,12 @@ def _serving(observed: ObservedHost, bundle: Bundle) -> Iterator[Finding]:
             variable, want = key.upper(), str(planned[key])
             now = running.variable(variable)
             if now not in (None, want):
-                yield Finding(
+                yield Diagnostic(
                     Severity.ERROR, "serving-visible-devices", subject,
                     f"{variable}={now}, the plan says {want}",
                 )  # fmt: skip
         if bool(planned["p2p_disabled"]) and not running.p2p_disabled:
-            yield Finding(
+            yield Diagnostic(
                 Severity.ERROR, "serving-p2p-on", subject,
                 "P2P is on (no NCCL_P2P_DISABLE=1); the plan turns it off",
             )  # fmt: skip

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from pvegpu.apply.handlers import handlers_of
 from pvegpu.apply.not_installed import missing_command
-from pvegpu.errors import ApplyError, Problem
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import ApplyError
 from pvegpu.rendering.review.actions import InstallFile
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def commands_needed(bundle: Bundle) -> dict[str, str]:
     return needed
 
 
-def missing_commands(host: Host, bundle: Bundle) -> tuple[Problem, ...]:
+def missing_commands(host: Host, bundle: Bundle) -> tuple[Diagnostic, ...]:
     """A `command-missing` problem for each command of `bundle` the host lacks."""
     return tuple(
         missing_command(command, why)

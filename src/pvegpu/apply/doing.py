@@ -16,7 +16,8 @@ from pvegpu.apply.bundle import Bundle, Entry
 from pvegpu.apply.container import checked, pct_exec
 from pvegpu.apply.host import Host, sha256_of
 from pvegpu.apply.state import State
-from pvegpu.errors import ApplyError, Problem
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import ApplyError
 from pvegpu.rendering.revert import KEPT_SUFFIX
 from pvegpu.rendering.review.actions import (
     CheckBase,
@@ -66,7 +67,7 @@ class Applying:
 def step_failed(subject: str, message: str) -> ApplyError:
     return ApplyError(
         [
-            Problem(
+            Diagnostic.error(
                 "apply-step-failed",
                 subject,
                 message,

@@ -6,7 +6,7 @@ and below the action table (apply/commands.py lists what a bundle needs from it)
 
 from __future__ import annotations
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic
 
 PROVIDED_BY = {
     "pct": "pve-container",
@@ -19,11 +19,11 @@ PROVIDED_BY = {
 """The Debian package that installs each command apply runs, on a Proxmox VE 8 node."""
 
 
-def missing_command(command: str, needed_for: str = "") -> Problem:
+def missing_command(command: str, needed_for: str = "") -> Diagnostic:
     """`command` is not installed, which on a Proxmox VE node it always is."""
     package = PROVIDED_BY.get(command)
     where = f" (the {package} package installs it on every one)" if package else ""
-    return Problem(
+    return Diagnostic.error(
         "command-missing",
         command,
         f"is not installed (not found on PATH): this is not a Proxmox VE node{where}"

@@ -25,7 +25,8 @@ from pvegpu.apply import container
 from pvegpu.apply.bundle import Bundle
 from pvegpu.apply.commands import missing_commands
 from pvegpu.apply.host import Host, sha256_of
-from pvegpu.errors import ApplyError, DiscoveryError, Problem
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import ApplyError, DiscoveryError
 from pvegpu.host.discover import discover
 from pvegpu.pvefiles.guestconf import parse_lines, split_sections
 from pvegpu.rendering.review.actions import CheckHolders, StopContainer, WritePveFile
@@ -39,7 +40,7 @@ _RERENDER = "discover and render again (pvegpu render), review, then apply the n
 
 def preflight(
     host: Host, bundle: Bundle, *, resuming: bool, compared: list[str] | None = None
-) -> tuple[Problem, ...]:
+) -> tuple[Diagnostic, ...]:
     """Every problem found; `compared` gets a line for each file compared with its base."""
     not_node = not_this_node(host, bundle)
     if not_node:
@@ -53,7 +54,7 @@ def preflight(
     )
 
 
-def not_this_node(host: Host, bundle: Bundle) -> tuple[Problem, ...]:
+def not_this_node(host: Host, bundle: Bundle) -> tuple[Diagnostic, ...]:
     """A command of the runbook is missing: not a Proxmox VE node, and so nothing else is
     checked (it would ask `pct` about containers that are not there). Checked before the
     apply lock is taken, so that such a machine is left without a state directory."""
@@ -61,11 +62,11 @@ def not_this_node(host: Host, bundle: Bundle) -> tuple[Problem, ...]:
     return (*_node(host, bundle), *missing) if missing else ()
 
 
-def _node(host: Host, bundle: Bundle) -> Iterator[Problem]:
+def _node(host: Host, bundle: Bundle) -> Iterator[Diagnostic]:
     raw = host.read("etc/hostname")
     name = raw.decode(errors="replace").strip() if raw else ""
     if name != bundle.node:
-        yield Problem(
+        yield Diagnostic.error(
             "wrong-node",
             "/etc/hostname",
             f"this host is {name or 'unnamed'!r}; the bundle was rendered for {bundle.node!r}",
@@ -73,7 +74,7 @@ def _node(host: Host, bundle: Bundle) -> Iterator[Problem]:
         )
 
 
-def _files(host: Host, bundle: Bundle, compared: list[str]) -> Iterator[Problem]:
+def _files(host: Host, bundle: Bundle, compared: list[str]) -> Iterator[Diagnostic]:
     for entry in bundle.entries:
         if entry.base_sha256 is None:
             continue
@@ -98,7 +99,7 @@ def _files(host: Host, bundle: Bundle, compared: list[str]) -> Iterator[Problem]
         elif now == entry.sha256:
             compared.append(f"{where}: already the bundle's new copy (sha256 {now[:12]})")
         else:
-            yield Problem(
+            yield Diagnostic.error(
                 "file-changed",
                 where,
                 f"changed since the bundle was rendered (sha256 {now[:12]}, the bundle's "
@@ -107,7 +108,7 @@ def _files(host: Host, bundle: Bundle, compared: list[str]) -> Iterator[Problem]
             )
 
 
-def _facts(host: Host, bundle: Bundle, *, resuming: bool) -> Iterator[Problem]:
+def _facts(host: Host, bundle: Bundle, *, resuming: bool) -> Iterator[Diagnostic]:
     try:
         facts = discover(host.root)
     except DiscoveryError as err:
@@ -121,17 +122,17 @@ def _facts(host: Host, bundle: Bundle, *, resuming: bool) -> Iterator[Problem]:
         address = str(fact["address"])
         current = now.get(address)
         if current is None:
-            yield Problem("device-gone", address, "is no longer on the PCI bus", _RERENDER)
+            yield Diagnostic.error("device-gone", address, "is no longer on the PCI bus", _RERENDER)
             continue
         changed = [k for k in _IDS if current[k] != fact[k]]
         if changed:
             what = ", ".join(f"{k} {fact[k]} -> {current[k]}" for k in changed)
-            yield Problem(
+            yield Diagnostic.error(
                 "device-changed", address, f"is not the device planned: {what}", _RERENDER
             )
         allowed = {fact["driver"], fact["driver_after"]} if resuming else {fact["driver"]}
         if current["driver"] not in allowed:
-            yield Problem(
+            yield Diagnostic.error(
                 "driver-changed",
                 address,
                 f"is bound to {current['driver'] or 'no driver'}; the plan saw "
@@ -140,7 +141,7 @@ def _facts(host: Host, bundle: Bundle, *, resuming: bool) -> Iterator[Problem]:
             )
 
 
-def _holders(host: Host, bundle: Bundle) -> Iterator[Problem]:
+def _holders(host: Host, bundle: Bundle) -> Iterator[Diagnostic]:
     actions = [a for s in bundle.steps for a in s.actions]
     devices = [d for a in actions if isinstance(a, CheckHolders) for d in a.devices]
     stopped = [a.vmid for a in actions if isinstance(a, StopContainer)]
@@ -148,7 +149,7 @@ def _holders(host: Host, bundle: Bundle) -> Iterator[Problem]:
         # A process of a container apply stops lets go of the GPU before the move.
         if any(holder.in_container(vmid) for vmid in stopped):
             continue
-        yield Problem(
+        yield Diagnostic.error(
             "gpu-held",
             holder.device,
             f"is held by process {holder.pid} ({holder.command}); unbinding it would block",
@@ -163,7 +164,7 @@ def guests_touched(bundle: Bundle) -> list[str]:
     return sorted(p for p in paths if _GUEST_CONF.fullmatch(p))
 
 
-def _locks(host: Host, bundle: Bundle) -> Iterator[Problem]:
+def _locks(host: Host, bundle: Bundle) -> Iterator[Diagnostic]:
     for path in guests_touched(bundle):
         raw = host.read(path)
         if raw is None:
@@ -171,7 +172,7 @@ def _locks(host: Host, bundle: Bundle) -> Iterator[Problem]:
         main = split_sections(raw.decode(errors="replace"))[0]
         lock = next((line.value for line in parse_lines(main.text) if line.key == "lock"), None)
         if lock is not None:
-            yield Problem(
+            yield Diagnostic.error(
                 "guest-locked",
                 "/" + path,
                 f"carries `lock: {lock.strip()}`: Proxmox is busy with this guest (backup, "

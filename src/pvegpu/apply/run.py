@@ -11,7 +11,8 @@ from pvegpu.apply.execute import Executor, Say, Told, ignore
 from pvegpu.apply.host import Host
 from pvegpu.apply.preflight import not_this_node, preflight
 from pvegpu.apply.state import LOCK, State
-from pvegpu.errors import ApplyError, Problem
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import ApplyError
 from pvegpu.rendering.review.actions import CheckGpus, StartService, WaitHealthy
 from pvegpu.rendering.review.commands import HEALTH_TIMEOUT_S, SPLIT_SCRIPT
 from pvegpu.vendors import CONTAINER_TOOL
@@ -92,7 +93,7 @@ def _apply(host: Host, bundle: Bundle, say: Say, told: Told) -> None:
 
 def verify(host: Host, bundle: Bundle, say: Say) -> None:
     """The split's status, each started container and its server, its GPUs, its health."""
-    problems: list[Problem] = []
+    problems: list[Diagnostic] = []
     if bundle.split_unit is not None:
         if host.run([SPLIT_SCRIPT, "status"]).rc != 0:
             problems.append(_problem(SPLIT_SCRIPT, "`status` reports functions not as planned"))
@@ -154,8 +155,8 @@ def server_gpus(serving: dict[str, object]) -> int:
     return len([i for i in visible.split(",") if i.strip()])
 
 
-def _problem(subject: str, message: str) -> Problem:
-    return Problem(
+def _problem(subject: str, message: str) -> Diagnostic:
+    return Diagnostic.error(
         "verify-failed",
         subject,
         message,

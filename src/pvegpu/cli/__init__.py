@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pvegpu.cli.arguments import EPILOG, build_parser, command_of
-from pvegpu.errors import Problem, PvegpuError
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import PvegpuError
 from pvegpu.gcpause import command_paused, frozen_for_exit
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ compiled templates in the per-user cache when they do."""
 def refusal_document(
     command: str,
     err: PvegpuError,
-    problems: Sequence[Problem] | None = None,
+    problems: Sequence[Diagnostic] | None = None,
     progress: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What `--json` prints on a refusal (docs/cli.md, "Refusals as JSON"); `problems`:
@@ -71,7 +72,7 @@ def refusal_document(
     }
 
 
-def located(problems: Sequence[Problem], spec: Path | None) -> tuple[Problem, ...]:
+def located(problems: Sequence[Diagnostic], spec: Path | None) -> tuple[Diagnostic, ...]:
     """`problems` with the line of `spec` that sets each spec-path subject (the planner's
     `pools[0].gpus[1]`; the loader placed its own already). The spec is read again only
     when a refusal names a spec path, and only as the loader reads it: a regular file,

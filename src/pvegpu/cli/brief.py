@@ -21,9 +21,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TextIO
 
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.artifact import Artifact
-from pvegpu.model.plan import Finding, Plan, Severity
+from pvegpu.model.plan import Plan
 from pvegpu.model.references import Holder
 from pvegpu.pci import PciAddress
 from pvegpu.rendering.review import ChangeKind, changed_files, layout, moving_functions
@@ -182,7 +183,7 @@ def _guest_moves(plan: Plan) -> list[str]:
     return lines
 
 
-def finding_counts(findings: Sequence[Finding]) -> str:
+def finding_counts(findings: Sequence[Diagnostic]) -> str:
     """`1 warning, 5 info`; `no findings`."""
     counts = Counter(f.severity for f in findings)
     parts = [
@@ -194,7 +195,7 @@ def finding_counts(findings: Sequence[Finding]) -> str:
 
 
 def finding_lines(
-    findings: Sequence[Finding], paint: Painter, *, pointer: str, indent: str = "  "
+    findings: Sequence[Diagnostic], paint: Painter, *, pointer: str, indent: str = "  "
 ) -> list[str]:
     """Errors and warnings in full, most severe first; infos counted, with their codes
     and `pointer` (where their text is)."""

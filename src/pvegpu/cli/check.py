@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pvegpu.apply.check import CheckReport, check
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.errors import PlanError, SpecError
-from pvegpu.model.plan import Finding, Severity
 
 if TYPE_CHECKING:
     from pvegpu.apply.bundle import Bundle
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 CHECK_SCHEMA = "pvegpu.check/1"
 
 
-def _spec_bundle(args: argparse.Namespace) -> tuple[Bundle | None, tuple[Finding, ...]]:
+def _spec_bundle(args: argparse.Namespace) -> tuple[Bundle | None, tuple[Diagnostic, ...]]:
     from pvegpu.apply.bundle import bundle_from_files
     from pvegpu.pipeline import discover_for, plan_and_render
     from pvegpu.rendering.bundle_layout import bundle_files
@@ -34,13 +34,13 @@ def _spec_bundle(args: argparse.Namespace) -> tuple[Bundle | None, tuple[Finding
         # SpecError here is the server's options against the release installed now (an
         # upgrade in the container); a spec that does not load was refused above.
         return None, tuple(
-            Finding(Severity.ERROR, p.code, p.subject, p.message) for p in err.problems
+            Diagnostic(Severity.ERROR, p.code, p.subject, p.message) for p in err.problems
         )
     header = manifest_header(plan, artifacts, str(args.spec))
     return bundle_from_files(bundle_files(artifacts, **header)), ()
 
 
-def drift(args: argparse.Namespace, bundle: Bundle) -> tuple[Finding, ...]:
+def drift(args: argparse.Namespace, bundle: Bundle) -> tuple[Diagnostic, ...]:
     """What an upgrade changed: the applied spec (`--spec`, or the one MANIFEST.json
     names) planned on the host as it is now, against the host's files, each with the
     command that reconciles it (`pvegpu apply --reconcile`) or the render to review."""
@@ -50,7 +50,7 @@ def drift(args: argparse.Namespace, bundle: Bundle) -> tuple[Finding, ...]:
     source = str(args.spec) if args.spec is not None else bundle.spec
     if source is None or not Path(source).is_file():
         return (
-            Finding(
+            Diagnostic(
                 Severity.INFO,
                 "drift-unchecked",
                 f"{args.bundle}/MANIFEST.json",
@@ -62,14 +62,14 @@ def drift(args: argparse.Namespace, bundle: Bundle) -> tuple[Finding, ...]:
         planned, _, found = reconcile_host(load_spec(Path(source)), args.root, bundle.functions)
     except (PlanError, SpecError) as err:
         return tuple(
-            Finding(Severity.ERROR, p.code, p.subject, f"the applied spec {source}: {p.message}")
+            Diagnostic(Severity.ERROR, p.code, p.subject, f"the applied spec {source}: {p.message}")
             for p in err.problems
         )
     reconcile = f"pvegpu apply --reconcile --bundle {args.bundle}" + (
         f" --spec {args.spec}" if args.spec is not None else ""
     )
     findings = [
-        Finding(
+        Diagnostic(
             Severity.WARNING,
             "drift-reconcilable",
             f"/{a.path}",
@@ -79,7 +79,7 @@ def drift(args: argparse.Namespace, bundle: Bundle) -> tuple[Finding, ...]:
         for a in found.writes
     ]
     findings += [
-        Finding(
+        Diagnostic(
             Severity.WARNING,
             "drift-needs-render",
             f"/{left.artifact.path}",
@@ -127,7 +127,7 @@ def _write_atomically(path: Path, text: str) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     bundle: Bundle | None = None
-    refused: tuple[Finding, ...] = ()
+    refused: tuple[Diagnostic, ...] = ()
     if args.bundle:
         # The bundle reader (and the review code it checks against) only with --bundle.
         from pvegpu.apply.bundle import read_bundle_dir

@@ -18,7 +18,8 @@ from typing import Any
 
 from pvegpu.cli.brief import Painter, colour_wanted, file_counts, finding_counts, finding_lines
 from pvegpu.cli.diffs import diff
-from pvegpu.errors import PlanError, Problem
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import PlanError
 from pvegpu.model.artifact import REVERT_BUNDLE, REVIEW
 from pvegpu.model.plan import ClusterPlan
 from pvegpu.model.schema import Spec
@@ -33,18 +34,20 @@ Roots = Sequence[tuple[str | None, Path]] | None
 Whether a run is a cluster's at all is `cli.plan.single_root`'s to say."""
 
 
-def _given_problems(given: Sequence[tuple[str | None, Path]]) -> Iterator[Problem]:
+def _given_problems(given: Sequence[tuple[str | None, Path]]) -> Iterator[Diagnostic]:
     seen: set[str] = set()
     for name, root in given:
         if name is None:
-            yield Problem(
+            yield Diagnostic.error(
                 "root-needs-node",
                 str(root),
                 "a spec with several nodes (or several roots) needs the node of each root",
                 f"write --root NODE={root}",
             )
         elif name in seen:
-            yield Problem("root-given-twice", name, "two roots are given for this node", "keep one")
+            yield Diagnostic.error(
+                "root-given-twice", name, "two roots are given for this node", "keep one"
+            )
         seen.add(name or "")
 
 

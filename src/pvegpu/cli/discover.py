@@ -14,7 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import RenderError
 from pvegpu.host.discover import discover
 from pvegpu.host.facts_dump import facts_to_json
 from pvegpu.model.facts import HostFacts
@@ -37,7 +38,7 @@ def run_discover(args: argparse.Namespace) -> int:
 
 
 def _svg_problem(path: Path, message: str, fix: str) -> RenderError:
-    return RenderError([Problem("output-unwritable", str(path), message, fix)])
+    return RenderError([Diagnostic.error("output-unwritable", str(path), message, fix)])
 
 
 def _check_svg_target(path: Path) -> None:

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import RenderError
 from pvegpu.model.current import CurrentSplit
 from pvegpu.pipeline import init_host
 from pvegpu.rendering.init_spec import pool_summaries
@@ -26,7 +27,7 @@ def _refuse_existing(out: Path) -> None:
     if os.path.lexists(out):
         raise RenderError(
             [
-                Problem(
+                Diagnostic.error(
                     "output-exists",
                     str(out),
                     "the file exists; init never overwrites a spec (it may be the one you edited)",
@@ -47,7 +48,7 @@ def _write(out: Path, text: str) -> None:
     except OSError as err:
         raise RenderError(
             [
-                Problem(
+                Diagnostic.error(
                     "output-unwritable",
                     str(out),
                     f"cannot write the spec: {err.strerror}",

@@ -20,12 +20,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from pvegpu.diagnostic import Diagnostic
     from pvegpu.engines.common.installed_files import RootFiles
     from pvegpu.engines.common.server_line import ServerLine
     from pvegpu.errors import PvegpuError
     from pvegpu.model.decision import DecidedServer
     from pvegpu.model.facts import ConfigFile
-    from pvegpu.model.plan import Finding
     from pvegpu.model.schema import ServingSpec
     from pvegpu.serving.context import ServingContext
 
@@ -57,7 +57,7 @@ class Engine(Protocol):
 
     def decide(
         self, context: ServingContext, spec: ServingSpec
-    ) -> tuple[DecidedServer, tuple[Finding, ...]] | PvegpuError:
+    ) -> tuple[DecidedServer, tuple[Diagnostic, ...]] | PvegpuError:
         """The server `spec` asks of the context's pool and its findings, or every problem
         (the context's first) as an error.
 

@@ -2,7 +2,7 @@
 
 Each function takes the exact text of one file and returns a typed value, or raises
 ValueError with a sentence saying what was expected. They never touch the filesystem;
-`pvegpu.host.discover` reads the files and turns a ValueError into a Problem naming the path.
+`pvegpu.host.discover` reads the files and turns a ValueError into a Diagnostic naming the path.
 A vendor's own files (its driver's version, which node each GPU has) are parsed by the
 same rules in its module under `pvegpu.vendors`.
 """

@@ -14,7 +14,8 @@ from typing import Any
 
 import attrs
 
-from pvegpu.errors import PlanError, Problem
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import PlanError
 from pvegpu.jsontext import load_json
 from pvegpu.values import value_class
 
@@ -85,7 +86,7 @@ def _problem(
     message: str,
     fix: str = "point model_config at the model's own config.json (Hugging Face layout)",
 ) -> PlanError:
-    return PlanError([Problem("model-config-invalid", path, message, fix)])
+    return PlanError([Diagnostic.error("model-config-invalid", path, message, fix)])
 
 
 def _shown(value: Any) -> str:
@@ -293,7 +294,7 @@ def checkpoint_bytes_from_shards(shards: Iterable[tuple[str, int]]) -> int | Non
     return sum(sizes) if sizes else None
 
 
-def problem_tp(model: ModelConfig, tp: int, subject: str) -> Problem:
+def problem_tp(model: ModelConfig, tp: int, subject: str) -> Diagnostic:
     """The refusal for a TP size the heads do not allow, with the sizes that work."""
     parts = [f"{model.num_attention_heads} attention heads", f"{model.num_key_value_heads} KV"]
     if model.linear_num_key_heads or model.linear_num_value_heads:
@@ -301,7 +302,7 @@ def problem_tp(model: ModelConfig, tp: int, subject: str) -> Problem:
             f"{model.linear_num_key_heads}/{model.linear_num_value_heads} linear k/v heads"
         )
     valid = ", ".join(str(t) for t in valid_tp_sizes(model))
-    return Problem(
+    return Diagnostic.error(
         "tp-does-not-divide-heads",
         subject,
         f"TP={tp} (the pool's GPU count) does not divide the heads in {model.path} "

@@ -6,6 +6,7 @@ from enum import StrEnum
 
 import attrs
 
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.model.decision import DecidedServer
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts, NumaNode, PciFunction
 from pvegpu.model.host_changes import HostChanges
@@ -26,40 +27,6 @@ class PoolKind(StrEnum):
     VFIO = "vfio"
     """GPUs move to vfio-pci for VM passthrough (or, NVIDIA vGPU virtual functions, stay
     on the host driver and go to VMs as vGPUs: `Pool.vgpu_type`)."""
-
-
-class Severity(StrEnum):
-    """How much a finding matters; its value is what every output prints."""
-
-    INFO = "info"
-    WARNING = "warning"
-    ERROR = "error"
-    """Only `pvegpu check` reports it: the live host is broken. A plan never carries
-    one, since what would stop a plan refuses it (`PlanError`) instead."""
-
-
-@value_class
-@attrs.frozen(eq=False, repr=False)
-class Finding:
-    """Something the reviewer should know that does not stop the plan, or something
-    `pvegpu check` found on the live host (the same type, so both print alike)."""
-
-    severity: Severity
-    code: str
-    subject: str
-    message: str
-    reboot_first: bool = False
-    """The plan holds only until the next boot: the runbook reboots after the split and
-    plans again there, and starts no container before (rendering/review/apply_steps)."""
-
-    def document(self) -> dict[str, str]:
-        """Its JSON form in `plan --json` (one node or a cluster) and MANIFEST.json."""
-        return {
-            "severity": str(self.severity),
-            "code": self.code,
-            "subject": self.subject,
-            "message": self.message,
-        }
 
 
 @value_class
@@ -203,7 +170,7 @@ class Plan:
     facts: HostFacts
     spec: Spec
     pools: tuple[Pool, ...]
-    findings: tuple[Finding, ...] = ()
+    findings: tuple[Diagnostic, ...] = ()
     containers_losing_gpus: tuple[ContainerGpusRemoved, ...] = ()
     """Other containers' lines for the pools' GPUs, which the bundle removes."""
     moved_map_lines: tuple[MapLinesMoved, ...] = ()
@@ -240,7 +207,7 @@ class ClusterPlan:
     """One plan per node, in the spec's order of `nodes`."""
     shared: SharedPciCfg | None = None
     """The cluster's pci.cfg; None when no pool of any node has a mapping."""
-    findings: tuple[Finding, ...] = ()
+    findings: tuple[Diagnostic, ...] = ()
     """What concerns several nodes (a mapping's devices differ in subsystem id or memory);
     each node's own findings stay on its plan."""
 

@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterator, Sequence
 
 import attrs
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.facts import HostFacts, PciFunction
-from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.model.ports import PortAcs, PortType, upstream_bridges
 from pvegpu.pci import PciAddress
 from pvegpu.values import value_class
@@ -138,7 +138,7 @@ def _now(function: PciFunction) -> str:
     return OTHER_GUEST if function.driver == VFIO_DRIVER else HOST
 
 
-def acs_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
+def acs_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """The plan's refusals: a split across a port without ACS while the override is on."""
     settings = facts.acs_overrides
     places = _pool_places(pools)
@@ -148,7 +148,7 @@ def acs_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
     for conflict in conflicts(facts, lambda f: places.get(f.address) or _now(f)):
         if not any(f.address in places for f, _ in conflict.places):
             continue  # the plan moves none of them: nothing it could be refused for
-        yield Problem(
+        yield Diagnostic.error(
             "acs-override-split",
             str(conflict.domain.top),
             f"pcie_acs_override is on ({where}) and the devices below "
@@ -160,7 +160,7 @@ def acs_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
         )
 
 
-def multifunction_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+def multifunction_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """Functions of one device the plan sends to different places while the override is
     on: its `multifunction` part splits them into groups, and only the device's own ACS,
     which discovery does not read, keeps them apart. SR-IOV virtual functions are
@@ -183,7 +183,7 @@ def multifunction_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[
         if len(set(apart.values())) > 1:
             said.add(slot)
             where = "; ".join(f"{a} -> {p}" for a, p in sorted(apart.items()))
-            yield Finding(
+            yield Diagnostic(
                 Severity.WARNING,
                 "acs-override-multifunction",
                 slot,
@@ -194,10 +194,10 @@ def multifunction_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[
             )
 
 
-def acs_findings(facts: HostFacts) -> Iterator[Finding]:
+def acs_findings(facts: HostFacts) -> Iterator[Diagnostic]:
     """What every plan and `pvegpu check` says while the override is on."""
     for setting in facts.acs_overrides:
-        yield Finding(
+        yield Diagnostic(
             Severity.WARNING,
             "acs-override",
             setting.source,
@@ -208,7 +208,7 @@ def acs_findings(facts: HostFacts) -> Iterator[Finding]:
         )
     for port in facts.acs_ports:
         if port.isolates is None:
-            yield Finding(
+            yield Diagnostic(
                 Severity.WARNING,
                 "acs-unknown",
                 str(port.address),
@@ -229,7 +229,7 @@ def _ports_summary(ports: tuple[PortAcs, ...]) -> str:
     return "; ".join(parts)
 
 
-def check_findings(facts: HostFacts) -> Iterator[Finding]:
+def check_findings(facts: HostFacts) -> Iterator[Diagnostic]:
     """`pvegpu check`: the refusal's rule on the drivers the devices have now."""
     settings = facts.acs_overrides
     if not settings:
@@ -241,7 +241,7 @@ def check_findings(facts: HostFacts) -> Iterator[Finding]:
         return "a VM (vfio-pci)" if function.driver == VFIO_DRIVER else HOST
 
     for conflict in conflicts(facts, place):
-        yield Finding(
+        yield Diagnostic(
             Severity.ERROR,
             "acs-override-split",
             str(conflict.domain.top),

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.hardware import binding_modules
 from pvegpu.model.bootconfig import BootConfig, KernelCmdline, ModuleStage
 from pvegpu.model.facts import HostFacts, VfioIdsSetting
 from pvegpu.model.paths import SPLIT_UNIT_NAME
-from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.model.plan import Pool, PoolKind
 
 BY_ADDRESS = "pvegpu binds vfio GPUs by address (driver_override) instead"
 
@@ -48,7 +48,7 @@ def _next_boot_ids(boot: BootConfig) -> list[tuple[KernelCmdline, VfioIdsSetting
     ]
 
 
-def boot_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
+def boot_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """Refusals: what would undo the split, or make passthrough impossible, at the next boot."""
     functions = [f for p in pools if p.kind is PoolKind.VFIO for f in p.functions]
     if not functions:
@@ -57,7 +57,7 @@ def boot_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
     for module in boot.modules:
         taken = [f for f in functions if module.module in binding_modules(f)]
         if module.stage is ModuleStage.INITRAMFS and taken:
-            yield Problem(
+            yield Diagnostic.error(
                 "boot-driver-in-initramfs",
                 module.source,
                 f"loads {module.name} from the initramfs, before {SPLIT_UNIT_NAME} can pin "
@@ -70,7 +70,7 @@ def boot_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
         params = cmdline.params
         off = _iommu_off(params, facts.iommu.vendor)
         if off is not None:
-            yield Problem(
+            yield Diagnostic.error(
                 "boot-iommu-off",
                 cmdline.source,
                 f"{cmdline.where} has {off}: after the next boot the IOMMU is off, the VM "
@@ -79,17 +79,19 @@ def boot_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
             )
         passthrough = _passthrough(params)
         if facts.sev_snp and passthrough is not None:
-            yield Problem("boot-iommu-passthrough", cmdline.source, *_snp_text(cmdline, boot))
+            yield Diagnostic.error(
+                "boot-iommu-passthrough", cmdline.source, *_snp_text(cmdline, boot)
+            )
 
 
-def boot_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+def boot_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """What the reviewer should know about the next boot that does not stop the plan."""
     functions = [f for p in pools if p.kind is PoolKind.VFIO for f in p.functions]
     for module in facts.boot.modules:
         if module.stage is ModuleStage.MODULES_LOAD and any(
             module.module in binding_modules(f) for f in functions
         ):
-            yield Finding(
+            yield Diagnostic(
                 Severity.INFO,
                 "boot-driver-after-split",
                 module.source,
@@ -102,7 +104,7 @@ def boot_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
     for cmdline in facts.boot.cmdlines:
         if _passthrough(cmdline.params) is not None:
             message, fix = _snp_text(cmdline, facts.boot)
-            yield Finding(
+            yield Diagnostic(
                 Severity.WARNING, "boot-iommu-passthrough", cmdline.source, f"{message}: {fix}"
             )
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.facts import HostFacts, driver_order
-from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.model.plan import Pool
 from pvegpu.model.references import GpuReference
 from pvegpu.pci import PciAddress
 from pvegpu.planning.claims import by_destination
@@ -29,7 +30,7 @@ def cdi_findings(
     owners: dict[PciAddress, Pool],
     leaving: frozenset[PciAddress],
     numbers: Renumbering,
-) -> Iterator[Finding]:
+) -> Iterator[Diagnostic]:
     """A `cdi-spec-stale` warning per spec among `refs` (the CDI references of the host)
     that names a node the split removes or the reboot renumbers."""
     by_file: dict[str, list[GpuReference]] = {}
@@ -77,7 +78,7 @@ def cdi_findings(
                 ". Its names by index then count only the GPUs the driver still holds: "
                 f"{shifts}; change what asks for them"
             )
-        yield Finding(
+        yield Diagnostic(
             Severity.WARNING,
             "cdi-spec-stale",
             path,

@@ -15,7 +15,8 @@ from collections.abc import Collection, Iterator, Mapping
 
 import attrs
 
-from pvegpu.errors import PlanError, Problem, PvegpuError, SpecError
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import PlanError, PvegpuError, SpecError
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.plan import ClusterPlan, Plan
@@ -27,7 +28,7 @@ from pvegpu.pvefiles import pcicfg
 _POOL_PATH = re.compile(r"^pools\[(\d+)\]")
 
 
-def root_problems(spec: Spec, names: Collection[str]) -> Iterator[Problem]:
+def root_problems(spec: Spec, names: Collection[str]) -> Iterator[Diagnostic]:
     """A node of the spec without a root, a root for a node the spec does not name.
 
     Needs only the names given on the command line, so the CLI asks before reading any
@@ -35,7 +36,7 @@ def root_problems(spec: Spec, names: Collection[str]) -> Iterator[Problem]:
     wanted = spec.node_names
     for node in wanted:
         if node not in names:
-            yield Problem(
+            yield Diagnostic.error(
                 "node-without-root",
                 node,
                 "the spec plans this node but no root was given for it",
@@ -43,7 +44,7 @@ def root_problems(spec: Spec, names: Collection[str]) -> Iterator[Problem]:
             )
     for name in names:
         if name not in wanted:
-            yield Problem(
+            yield Diagnostic.error(
                 "root-not-in-spec",
                 name,
                 f"a root is given for node {name!r}, which the spec does not plan",
@@ -51,10 +52,10 @@ def root_problems(spec: Spec, names: Collection[str]) -> Iterator[Problem]:
             )
 
 
-def _name_problems(facts: Mapping[str, HostFacts]) -> Iterator[Problem]:
+def _name_problems(facts: Mapping[str, HostFacts]) -> Iterator[Diagnostic]:
     for name, node_facts in facts.items():
         if node_facts.node != name:
-            yield Problem(
+            yield Diagnostic.error(
                 "root-node-mismatch",
                 name,
                 f"the root given for {name!r} is host {node_facts.node!r} (its etc/hostname)",
@@ -62,7 +63,7 @@ def _name_problems(facts: Mapping[str, HostFacts]) -> Iterator[Problem]:
             )
 
 
-def _pci_cfg_problems(facts: Mapping[str, HostFacts]) -> Iterator[Problem]:
+def _pci_cfg_problems(facts: Mapping[str, HostFacts]) -> Iterator[Diagnostic]:
     """pmxcfs gives every node the same /etc/pve: roots that disagree on pci.cfg were taken
     at different times, and a file patched from one of them would undo the other's state."""
     copies: dict[str | None, list[str]] = {}
@@ -74,7 +75,7 @@ def _pci_cfg_problems(facts: Mapping[str, HostFacts]) -> Iterator[Problem]:
             f"{', '.join(names)}: {'none' if text is None else f'{len(text)} bytes'}"
             for text, names in copies.items()
         )
-        yield Problem(
+        yield Diagnostic.error(
             "pcicfg-differs",
             pcicfg.PATH,
             f"the roots hold different copies of the cluster's one file ({groups})",
@@ -83,7 +84,7 @@ def _pci_cfg_problems(facts: Mapping[str, HostFacts]) -> Iterator[Problem]:
         )
 
 
-def _renumbered(problem: Problem, node: str, indexes: tuple[int, ...]) -> Problem:
+def _renumbered(problem: Diagnostic, node: str, indexes: tuple[int, ...]) -> Diagnostic:
     """A node plan's problem, as the cluster spec names it: `kpro7: pools[3].count`."""
     subject = _POOL_PATH.sub(lambda m: f"pools[{indexes[int(m[1])]}]", problem.subject)
     return attrs.evolve(problem, subject=f"{node}: {subject}")

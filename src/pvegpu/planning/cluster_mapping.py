@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.hardware import GPU_MEMORY
 from pvegpu.model.mapping_cfg import pci_cfg
-from pvegpu.model.plan import Finding, Plan, Severity, SharedPciCfg
+from pvegpu.model.plan import Plan, SharedPciCfg
 from pvegpu.model.schema import PoolSpec
 from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.pcicfg import PciCfgSection, PciMap, PciMapping
@@ -84,7 +84,7 @@ def _pool_specs(node_plan: Plan) -> list[PoolSpec | None]:
 
 def shared_pci_cfg(
     plans: Sequence[Plan],
-) -> tuple[SharedPciCfg | None, list[Problem], list[Finding]]:
+) -> tuple[SharedPciCfg | None, list[Diagnostic], list[Diagnostic]]:
     """The merged file's mappings, the mappings refused, what the reviewer should know."""
     parts: dict[str, list[PciMapping]] = {}
     drop: dict[str, list[str]] = {}
@@ -99,15 +99,15 @@ def shared_pci_cfg(
         return None, [], []
     mappings = tuple(_merged(p) for p in parts.values())
     kept = _kept_lines(pci_cfg(plans[0].facts).sections, mappings)
-    problems: list[Problem] = []
-    findings: list[Finding] = []
+    problems: list[Diagnostic] = []
+    findings: list[Diagnostic] = []
     for mapping in mappings:
         lines = [*mapping.maps, *kept.get(mapping.id, [])]
         subject = f"{pcicfg.PATH} mapping {mapping.id!r}"
         ids = _by_node(lines, lambda e: e.id)
         if len(ids) > 1 and len(set().union(*ids.values())) > 1:
             problems.append(
-                Problem(
+                Diagnostic.error(
                     "mapping-devices-differ",
                     subject,
                     f"holds {_said(ids)}; Proxmox gives a VM any free device of the mapping "
@@ -120,7 +120,7 @@ def shared_pci_cfg(
         subsystems = _by_node(lines, lambda e: e.subsystem_id)
         if len(subsystems) > 1 and len(set().union(*subsystems.values())) > 1:
             findings.append(
-                Finding(
+                Diagnostic(
                     Severity.INFO,
                     "mapping-subsystem-differs",
                     subject,
@@ -133,7 +133,7 @@ def shared_pci_cfg(
         memory = _memory_by_node(plans, mapping.id)
         if len(memory) > 1 and len(set().union(*memory.values())) > 1:
             findings.append(
-                Finding(
+                Diagnostic(
                     Severity.WARNING,
                     "mapping-memory-differs",
                     subject,

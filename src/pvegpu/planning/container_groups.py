@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.formats.accounts import group_ids
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.guests import guests
 from pvegpu.model.paths import GROUP_FILE
-from pvegpu.model.plan import Finding, LxcContainer, Severity
+from pvegpu.model.plan import LxcContainer
 from pvegpu.model.rootfs import RootfsLocation, pct_mount_path, rootfs_dirs
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pvefiles.guestconf import LineKind
@@ -45,7 +45,10 @@ def render_group(groups: Mapping[str, object]) -> str | None:
 
 
 def render_gid(
-    facts: HostFacts, container: LxcContainer, problems: list[Problem], findings: list[Finding]
+    facts: HostFacts,
+    container: LxcContainer,
+    problems: list[Diagnostic],
+    findings: list[Diagnostic],
 ) -> int | None:
     """The gid the container's render nodes get: its own `render` (or `video`) group when
     it is unprivileged and uses devN entries; None (root's, as pve-container writes it)
@@ -70,7 +73,7 @@ def render_gid(
             "container's users open it"
         )
         findings.append(
-            Finding(
+            Diagnostic(
                 Severity.WARNING,
                 "lxc-raw-unprivileged-ids",
                 path,
@@ -90,7 +93,7 @@ def render_gid(
         gid, members = groups[name]
         if not members:
             findings.append(
-                Finding(
+                Diagnostic(
                     Severity.WARNING,
                     "lxc-render-group-empty",
                     path,
@@ -107,7 +110,7 @@ def render_gid(
         why = f" ({location.why})" if location.path is None and location.why else ""
         read = f"its /etc/group was not read: nothing at {places}{why}"
     problems.append(
-        Problem(
+        Diagnostic.error(
             "lxc-render-gid-unknown",
             path,
             f"CT {vmid} is unprivileged, so its render nodes need the container's own "

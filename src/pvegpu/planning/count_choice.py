@@ -36,10 +36,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.facts import GPU, HostFacts
-from pvegpu.model.plan import Finding, Severity
 from pvegpu.model.references import Holder
 from pvegpu.model.schema import PoolSpec
 from pvegpu.pci import PciAddress
@@ -62,8 +61,8 @@ def choose_counts(
     free: Sequence[GPU],
     in_use: Callable[[PoolSpec, GPU], str | None],
     selections: list[tuple[GPU, ...]],
-    problems: list[Problem],
-    findings: list[Finding],
+    problems: list[Diagnostic],
+    findings: list[Diagnostic],
 ) -> None:
     """Fill `selections[i]` for each `count` pool from `free` (the GPUs no explicit
     selector took, in PCI order); `in_use(pool, gpu)` says why a GPU is in use elsewhere
@@ -83,7 +82,7 @@ def choose_counts(
         else:
             if len(left) < pool.count:
                 problems.append(
-                    Problem(
+                    Diagnostic.error(
                         "not-enough-gpus",
                         f"pools[{i}].count",
                         f"asks for {pool.count} GPUs but only {len(left)} are not in another pool",
@@ -96,7 +95,7 @@ def choose_counts(
 
 
 def _choose(
-    pool: PoolSpec, index: int, candidates: Sequence[GPU], findings: list[Finding]
+    pool: PoolSpec, index: int, candidates: Sequence[GPU], findings: list[Diagnostic]
 ) -> list[GPU]:
     """`pool.count` of `candidates` (PCI order): the first of the lowest node that has
     that many, else the first in PCI order (and why, unless that is every candidate)."""
@@ -115,10 +114,10 @@ def _choose(
     return chosen
 
 
-def _skips(pool: PoolSpec, index: int, busy: dict[PciAddress, str]) -> Finding:
+def _skips(pool: PoolSpec, index: int, busy: dict[PciAddress, str]) -> Diagnostic:
     # Information: the choice is not PCI order here, and the reviewer sees why.
     passed = "; ".join(f"{address.short}: {why}" for address, why in sorted(busy.items()))
-    return Finding(
+    return Diagnostic(
         Severity.INFO,
         "count-skips-gpus-in-use",
         pool.name,
@@ -130,7 +129,7 @@ def _skips(pool: PoolSpec, index: int, busy: dict[PciAddress, str]) -> Finding:
 
 def _spans(
     pool: PoolSpec, index: int, nodes: dict[int, list[GPU]], chosen: Sequence[GPU]
-) -> Finding:
+) -> Diagnostic:
     spanned = sorted({_node_key(g) for g in chosen})
     listed = ", ".join(
         f"{_node_name(k)}: {len(gpus)} ({', '.join(g.address.short for g in gpus)})"
@@ -139,7 +138,7 @@ def _spans(
     largest = max(len(gpus) for gpus in nodes.values())
     # Information: `pool-spans-numa-nodes` already warns that the pool spans nodes; this
     # says why the choice could not keep it on one and what would.
-    return Finding(
+    return Diagnostic(
         Severity.INFO,
         "count-spans-numa-nodes",
         pool.name,

@@ -14,11 +14,12 @@ from collections.abc import Collection, Sequence
 
 import attrs
 
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.engines import ENGINE_NAMES, engine_for
-from pvegpu.errors import PlanError, Problem, PvegpuError, SpecError
+from pvegpu.errors import PlanError, PvegpuError, SpecError
 from pvegpu.model.decision import DecidedServer
 from pvegpu.model.facts import HostFacts
-from pvegpu.model.plan import Finding, Plan, Pool
+from pvegpu.model.plan import Plan, Pool
 from pvegpu.model.schema import DEFAULT_ENGINE, ServingSpec
 from pvegpu.serving.context import serving_context
 
@@ -31,7 +32,7 @@ def decide_serving(
     where: str,
     *,
     after_reboot: bool = False,
-) -> tuple[DecidedServer, tuple[Finding, ...]] | PvegpuError:
+) -> tuple[DecidedServer, tuple[Diagnostic, ...]] | PvegpuError:
     """The server `spec` asks of `pool`, decided by the engine it names, or an error.
     `after_reboot`: the runbook reboots before the server starts again."""
     engine = engine_for(spec.engine)
@@ -76,7 +77,7 @@ def decided_servings(plan: Plan) -> Plan:
     return attrs.evolve(plan, pools=tuple(pools), findings=(*plan.findings, *findings))
 
 
-def serving_problems(plan: Plan, judged: Collection[str]) -> list[Problem]:
+def serving_problems(plan: Plan, judged: Collection[str]) -> list[Diagnostic]:
     """The problems of the servers of the pools named in `judged`, for a plan already
     refused for others: the refusal then holds them too, instead of a later run finding
     them (a pool's server whose GPUs or container were refused is not judged: its TP,
@@ -87,15 +88,15 @@ def serving_problems(plan: Plan, judged: Collection[str]) -> list[Problem]:
 
 def _servings(
     plan: Plan, judged: frozenset[str] | None
-) -> tuple[list[Pool], list[Finding], list[Problem], list[Problem]]:
+) -> tuple[list[Pool], list[Diagnostic], list[Diagnostic], list[Diagnostic]]:
     """Every serving pool's server decided (those named in `judged`; None: all): the
     pools, the servers' findings, the plan problems and the option tables' problems."""
     specs = {p.name: (i, p) for i, p in enumerate(plan.spec.pools)}
     pools: list[Pool] = []
-    findings: list[Finding] = []
+    findings: list[Diagnostic] = []
     built: list[DecidedServer] = []
-    plan_problems: list[Problem] = []
-    render_problems: list[Problem] = []
+    plan_problems: list[Diagnostic] = []
+    render_problems: list[Diagnostic] = []
     # The runbook then stops at the reboot: the servers start on the next boot's driver.
     after_reboot = any(f.reboot_first for f in plan.findings)
     for pool in plan.pools:
@@ -121,14 +122,14 @@ def _servings(
     return pools, findings, plan_problems, render_problems
 
 
-def _unit_clashes(built: Sequence[DecidedServer]) -> list[Problem]:
-    clashes: list[Problem] = []
+def _unit_clashes(built: Sequence[DecidedServer]) -> list[Diagnostic]:
+    clashes: list[Diagnostic] = []
     seen: dict[tuple[int, str], str] = {}
     for serving in built:
         key = (serving.vmid, serving.unit)
         if key in seen:
             clashes.append(
-                Problem(
+                Diagnostic.error(
                     "serving-unit-clash",
                     f"ct:{serving.vmid}/{serving.unit_path}",
                     f"pools {seen[key]} and {serving.pool} both render this unit",

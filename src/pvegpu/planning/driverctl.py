@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import DriverctlOverride, HostFacts, PciFunction
-from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.pci import PciAddress
 
 
@@ -40,7 +40,7 @@ def planned_driver(pool: Pool, function: PciFunction) -> str | None:
     return VFIO_DRIVER if pool.kind is PoolKind.VFIO else host_driver(function)
 
 
-def driverctl_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
+def driverctl_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """A saved override that binds a device of the plan to another driver than the plan's."""
     places = _places(pools)
     for override in facts.driverctl:
@@ -51,7 +51,7 @@ def driverctl_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Prob
         wanted = planned_driver(pool, function)
         if wanted is None or override.driver == wanted:
             continue
-        yield Problem(
+        yield Diagnostic.error(
             "driverctl-override-conflict",
             override.path,
             f"driverctl binds {override.address} to {override.driver} at every boot, and the "
@@ -61,7 +61,7 @@ def driverctl_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Prob
         )
 
 
-def driverctl_findings(facts: HostFacts, pools: Sequence[Pool] = ()) -> Iterator[Finding]:
+def driverctl_findings(facts: HostFacts, pools: Sequence[Pool] = ()) -> Iterator[Diagnostic]:
     """What the saved overrides the plan accepts will do at boot (`pvegpu check`: every
     override, with no plan)."""
     places = _places(pools)
@@ -71,7 +71,7 @@ def driverctl_findings(facts: HostFacts, pools: Sequence[Pool] = ()) -> Iterator
             pool, function = found
             if planned_driver(pool, function) != override.driver:
                 continue  # refused by driverctl_problems
-            yield Finding(
+            yield Diagnostic(
                 Severity.WARNING,
                 "driverctl-also-binds",
                 override.path,
@@ -86,7 +86,7 @@ def driverctl_findings(facts: HostFacts, pools: Sequence[Pool] = ()) -> Iterator
             if device is None
             else f"{device.vendor_device}, on {device.driver or 'no driver'} now"
         )
-        yield Finding(
+        yield Diagnostic(
             Severity.INFO,
             "driverctl-override",
             override.path,

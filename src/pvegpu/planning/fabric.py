@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import attrs
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
-from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.pci import PciAddress
 from pvegpu.values import value_class
 from pvegpu.vendors import nvswitch
@@ -93,7 +93,7 @@ def board_switches(
 
 
 def switch_functions(
-    facts: HostFacts, switches: Sequence[PciFunction], where: str, problems: list[Problem]
+    facts: HostFacts, switches: Sequence[PciFunction], where: str, problems: list[Diagnostic]
 ) -> tuple[PciFunction, ...]:
     """The NVSwitches and their IOMMU groups' other non-bridge members: vfio-pci takes
     groups. A group holding anything but NVSwitches would take a host device along."""
@@ -104,7 +104,7 @@ def switch_functions(
         group = facts.group(switch.iommu_group) if switch.iommu_group is not None else None
         if group is None:
             problems.append(
-                Problem(
+                Diagnostic.error(
                     "nvswitch-without-iommu-group",
                     str(switch.address),
                     "this NVSwitch must go to the VM with the board's GPUs, and it has no "
@@ -120,7 +120,7 @@ def switch_functions(
                 continue
             if not nvswitch.is_switch(function):
                 problems.append(
-                    Problem(
+                    Diagnostic.error(
                         "foreign-device-in-group",
                         str(switch.address),
                         f"IOMMU group {group.id} of this NVSwitch also holds {address} "
@@ -177,13 +177,13 @@ def board_conflict(facts: HostFacts, place: Callable[[PciFunction], str | None])
     return Conflict(places, found)
 
 
-def fabric_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
+def fabric_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """The board split between the host and VMs, or between VMs, without shared mode."""
     conflict = board_conflict(facts, _plan_place(pools))
     if conflict is None:
         return
     found = conflict.board
-    yield Problem(
+    yield Diagnostic.error(
         "nvswitch-board-split",
         ", ".join(p for p, _ in conflict.places if p != HOST),
         f"splits the NVSwitch board: {conflict.summary()}. Every one of the "
@@ -207,7 +207,7 @@ def _plan_place(pools: Iterable[Pool]) -> Callable[[PciFunction], str | None]:
     return lambda function: where.get(function.address, HOST)
 
 
-def fabric_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+def fabric_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """What the reviewer must do about Fabric Manager for the plan's pools."""
     found = board(facts)
     yield from _unknown_models(facts, pools)
@@ -229,7 +229,7 @@ def fabric_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding
                 if manager.installed or manager.enabled
                 else ""
             )
-            yield Finding(
+            yield Diagnostic(
                 Severity.WARNING,
                 "fabric-manager-in-guest",
                 subject,
@@ -241,7 +241,7 @@ def fabric_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding
                 f"initialized'{host}",
             )
         elif found.shared and pool.kind is PoolKind.VFIO:
-            yield Finding(
+            yield Diagnostic(
                 Severity.WARNING,
                 "fabric-shared-partition",
                 subject,
@@ -251,7 +251,7 @@ def fabric_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding
                 + ("" if manager.enabled else f"; enable it: systemctl enable --now {unit}"),
             )
         elif pool.kind is PoolKind.LXC and not manager.enabled:
-            yield Finding(
+            yield Diagnostic(
                 Severity.WARNING,
                 "fabric-manager-not-enabled",
                 subject,
@@ -262,7 +262,7 @@ def fabric_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding
             )
 
 
-def _unknown_models(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+def _unknown_models(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """A GPU of the board's vendor that pvegpu does not know as an SXM model, on a host
     with NVSwitches: it is taken to be off the board, which only the admin can confirm."""
     if not facts.nvswitches:
@@ -270,7 +270,7 @@ def _unknown_models(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding
     for pool in pools:
         for gpu in pool.gpus:
             if gpu.function.vendor == nvswitch.PCI_VENDOR and not nvswitch.is_sxm_gpu(gpu.function):
-                yield Finding(
+                yield Diagnostic(
                     Severity.WARNING,
                     "nvswitch-unknown-gpu-model",
                     str(gpu.address),
@@ -281,7 +281,7 @@ def _unknown_models(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding
                 )
 
 
-def check_findings(facts: HostFacts) -> Iterator[Finding]:
+def check_findings(facts: HostFacts) -> Iterator[Diagnostic]:
     """`pvegpu check`: the board's rule on the drivers bound now."""
 
     def place(function: PciFunction) -> str | None:
@@ -295,7 +295,7 @@ def check_findings(facts: HostFacts) -> Iterator[Finding]:
         and facts.fabric_manager.enabled
         and all(s.driver == VFIO_DRIVER for s in found.switches)
     ):
-        yield Finding(
+        yield Diagnostic(
             Severity.ERROR,
             "fabric-manager-without-nvswitches",
             nvswitch.MANAGER_UNIT,
@@ -304,7 +304,7 @@ def check_findings(facts: HostFacts) -> Iterator[Finding]:
         )
     conflict = board_conflict(facts, place)
     if conflict is not None:
-        yield Finding(
+        yield Diagnostic(
             Severity.ERROR,
             "nvswitch-board-split",
             ", ".join(str(s.address) for s in conflict.board.switches),

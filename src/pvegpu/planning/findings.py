@@ -6,10 +6,11 @@ import re
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.paths import SPLIT_MODPROBE, SPLIT_UNIT
-from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.planning.acs import acs_findings, multifunction_findings
 from pvegpu.planning.driverctl import driverctl_findings
 from pvegpu.planning.references import cgroup_key_findings
@@ -19,7 +20,7 @@ from pvegpu.vendors import VENDORS
 _LXC_CONFIG = re.compile(r"etc/pve/lxc/([0-9]+)\.conf")
 
 
-def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """What the reviewer should know about an accepted plan."""
     by_id: dict[str, set[str]] = defaultdict(set)
     # A vGPU pool's VFs are bound by nothing pvegpu writes: they stay where they are.
@@ -28,7 +29,7 @@ def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
             by_id[gpu.vendor_device].add(pool.name)
     for vendor_device, names in sorted(by_id.items()):
         if len(names) > 1:
-            yield Finding(
+            yield Diagnostic(
                 Severity.INFO,
                 "identical-device-ids",
                 vendor_device,
@@ -38,7 +39,7 @@ def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
             )
     for pool in pools:
         if len(pool.numa_nodes) > 1:
-            yield Finding(
+            yield Diagnostic(
                 Severity.WARNING,
                 "pool-spans-numa-nodes",
                 pool.name,
@@ -50,7 +51,7 @@ def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
         gpu_addresses |= {s.address for s in pool.nvswitches}
         extra = [f for f in pool.functions if f.address not in gpu_addresses]
         if pool.kind is PoolKind.VFIO and extra:
-            yield Finding(
+            yield Diagnostic(
                 Severity.INFO,
                 "group-members-move",
                 pool.name,
@@ -62,7 +63,7 @@ def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
     yield from multifunction_findings(facts, pools)
     yield from _shadowing_softdeps(facts, pools)
     if facts.sev_snp:
-        yield Finding(
+        yield Diagnostic(
             Severity.INFO,
             "sev-snp",
             "host",
@@ -72,7 +73,9 @@ def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
     yield from host_findings(facts, frozenset(p.lxc.vmid for p in pools if p.lxc is not None))
 
 
-def host_findings(facts: HostFacts, rewritten: frozenset[int] = frozenset()) -> Iterator[Finding]:
+def host_findings(
+    facts: HostFacts, rewritten: frozenset[int] = frozenset()
+) -> Iterator[Diagnostic]:
     """What is wrong with the host whatever the split: every plan reports it, and
     `pvegpu check` reports it of the host as it is (one rule, not two).
 
@@ -85,7 +88,7 @@ def host_findings(facts: HostFacts, rewritten: frozenset[int] = frozenset()) -> 
                 claimed[gpu.vendor_device] = claimed.get(gpu.vendor_device, 0) + 1
         for ids, count in claimed.items():
             if count > 1:
-                yield Finding(
+                yield Diagnostic(
                     Severity.WARNING,
                     "vfio-ids-identical",
                     setting.source,
@@ -97,7 +100,7 @@ def host_findings(facts: HostFacts, rewritten: frozenset[int] = frozenset()) -> 
     yield from acs_findings(facts)
 
 
-def _stale_dynamic_majors(facts: HostFacts, rewritten: frozenset[int]) -> Iterator[Finding]:
+def _stale_dynamic_majors(facts: HostFacts, rewritten: frozenset[int]) -> Iterator[Diagnostic]:
     """Raw-style containers allow a dynamic node (nvidia-uvm, AMD's kfd) by the major the
     kernel handed out when its module loaded: after a driver update it can differ from
     the rendered rule, and the container's GPU userspace fails to open the node."""
@@ -115,7 +118,7 @@ def _stale_dynamic_majors(facts: HostFacts, rewritten: frozenset[int]) -> Iterat
                 continue
             allowed = raw_uvm_majors(file.content, nodes)
             if allowed is not None and major not in allowed:
-                yield Finding(
+                yield Diagnostic(
                     Severity.ERROR,
                     f"container-{dynamic.module.removeprefix('nvidia-')}-major-stale",
                     file.path,
@@ -138,7 +141,7 @@ def _container_of(path: str) -> int | None:
 _BINDER_MARKS = ("vfio-pci", "driver_override", "drivers_probe", "/unbind", "new_id")
 
 
-def _other_binders(facts: HostFacts) -> Iterator[Finding]:
+def _other_binders(facts: HostFacts) -> Iterator[Diagnostic]:
     """Hand-made units that also (re)bind GPUs race the split unit at every boot."""
     for file in facts.files:
         if not file.path.startswith("etc/systemd/system/") or file.path == SPLIT_UNIT:
@@ -146,7 +149,7 @@ def _other_binders(facts: HostFacts) -> Iterator[Finding]:
         marks = [m for m in _BINDER_MARKS if m in file.content]
         if marks:
             unit = file.path.rsplit("/", 1)[1]
-            yield Finding(
+            yield Diagnostic(
                 Severity.WARNING,
                 "other-gpu-binder",
                 file.path,
@@ -156,7 +159,7 @@ def _other_binders(facts: HostFacts) -> Iterator[Finding]:
             )
 
 
-def _shadowing_softdeps(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+def _shadowing_softdeps(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """kmod honours only the first `softdep` line for a module, in file-name order.
 
     pvegpu-vfio.conf makes each VM function's host driver load vfio-pci first; an
@@ -179,7 +182,7 @@ def _shadowing_softdeps(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Fin
             if len(words) >= 2 and words[0] == "softdep" and words[1] in drivers:
                 if "vfio-pci" in words or "vfio_pci" in words:
                     continue
-                yield Finding(
+                yield Diagnostic(
                     Severity.WARNING,
                     "softdep-shadowed",
                     file.path,

@@ -8,7 +8,7 @@ host_guests.py finds the lines; this module words them.
 
 from __future__ import annotations
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.model.facts import GPU
 from pvegpu.model.plan import Pool
 from pvegpu.planning.claims import Claims, by_destination, container_may_hold, container_node
@@ -37,10 +37,10 @@ def every_gpu(
     named: list[tuple[str, Pool]],
     claims: Claims,
     nodes: DeviceNodes,
-) -> Problem:
+) -> Diagnostic:
     rules = _keep_rules(vmid, claims, nodes)
     holder = "a DRM driver" if nodes.drm else _holder(nodes)
-    return Problem(
+    return Diagnostic.error(
         "lxc-grants-all-gpus",
         where,
         f"`{line.raw.strip()}` lets CT {vmid} open every GPU {holder} holds (before the "
@@ -52,13 +52,13 @@ def every_gpu(
     )
 
 
-def every_device(where: str, rule: EveryDevice, claims: Claims) -> Problem:
+def every_device(where: str, rule: EveryDevice, claims: Claims) -> Diagnostic:
     """A rule for every device (`a`): one refusal naming each GPU once, whatever nodes
     (NVIDIA's, DRM's) it is opened by; its fix keeps the container's other devices."""
     vmid = rule.vmid
     rules = "".join(_keep_rules(vmid, claims, nodes) for nodes in rule.families)
     named = [(g.address.short, p) for g, p in rule.hit]
-    return Problem(
+    return Diagnostic.error(
         "lxc-grants-all-gpus",
         where,
         f"`{rule.line.raw.strip()}` lets CT {vmid} open every device, every GPU of every "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.guests import guests
 from pvegpu.model.schema import Spec
@@ -25,13 +25,13 @@ _FIX = (
 )
 
 
-def guest_id_problems(facts: HostFacts, spec: Spec) -> Iterator[Problem]:
+def guest_id_problems(facts: HostFacts, spec: Spec) -> Iterator[Diagnostic]:
     for i, pool in enumerate(spec.pools):
         if pool.vfio is not None and pool.vfio.vm is not None:
             vmid = pool.vfio.vm.vmid
             holder = guests(facts).config_path("lxc", vmid)
             if holder is not None:
-                yield Problem(
+                yield Diagnostic.error(
                     "vmid-is-a-container",
                     f"pools[{i}].vfio.vm.vmid",
                     f"{vmid} is the id of a container ({holder} exists), not of a VM: guest "
@@ -42,7 +42,7 @@ def guest_id_problems(facts: HostFacts, spec: Spec) -> Iterator[Problem]:
             vmid = pool.lxc.vmid
             holder = guests(facts).config_path("qemu-server", vmid)
             if holder is not None:
-                yield Problem(
+                yield Diagnostic.error(
                     "vmid-is-a-vm",
                     f"pools[{i}].lxc.vmid",
                     f"{vmid} is the id of a VM ({holder} exists), not of a container: guest "

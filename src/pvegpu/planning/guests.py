@@ -13,10 +13,10 @@ from collections.abc import Collection, Sequence
 
 import attrs
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
 from pvegpu.model.paths import NODES_UNIT_NAME, lxc_config, vm_config
-from pvegpu.model.plan import Finding, LxcContainer, Plan, Pool, Severity, VmGuest
+from pvegpu.model.plan import LxcContainer, Plan, Pool, VmGuest
 from pvegpu.model.schema import CpusetPolicy, DeviceStyle, PoolSpec
 from pvegpu.planning.claims import node_naming
 from pvegpu.planning.container_groups import render_gid
@@ -54,8 +54,8 @@ def lxc_container(
     facts: HostFacts,
     spec: PoolSpec,
     gpus: Sequence[GPU],
-    problems: list[Problem],
-    findings: list[Finding],
+    problems: list[Diagnostic],
+    findings: list[Diagnostic],
     where: str,
     numbers: Renumbering | None = None,
     naming: NodeNaming | None = None,
@@ -80,10 +80,10 @@ def lxc_container(
         userspace=spec.lxc.userspace,
     )
     path = container.config_path
-    own: list[Problem] = []
+    own: list[Diagnostic] = []
     if container.config is None:
         own.append(
-            Problem(
+            Diagnostic.error(
                 "lxc-config-missing",
                 path,
                 f"container {vmid} does not exist on this node",
@@ -100,7 +100,7 @@ def lxc_container(
         # Said, not dropped: a spec asking for display and getting compute nodes only
         # would look granted in review.
         own.append(
-            Problem(
+            Diagnostic.error(
                 "lxc-display-unsupported",
                 f"{where}.lxc.display",
                 f"display = true: the container nodes of {gpus[0].vendor_device} GPUs "
@@ -144,7 +144,7 @@ def lxc_container(
 
 
 def _pool_nodes(
-    gpus: Sequence[GPU], problems: list[Problem], *, serves: bool = False
+    gpus: Sequence[GPU], problems: list[Diagnostic], *, serves: bool = False
 ) -> DeviceNodes | None:
     """The device nodes of the pool's vendor, or None with the refusal: a GPU of a vendor
     with none pvegpu knows, or GPUs of two vendors (one container config gets one
@@ -154,7 +154,7 @@ def _pool_nodes(
     unknown = [g for g in gpus if g.vendor is None or g.vendor.nodes is None]
     for gpu in unknown:
         problems.append(
-            Problem(
+            Diagnostic.error(
                 "lxc-gpu-vendor-unknown",
                 str(gpu.address),
                 f"is a {gpu.vendor_device}; pvegpu knows no device nodes of its vendor to "
@@ -173,7 +173,7 @@ def _pool_nodes(
             else ""
         )
         problems.append(
-            Problem(
+            Diagnostic.error(
                 "lxc-pool-mixed-vendors",
                 ", ".join(str(g.address) for g in gpus),
                 f"are GPUs of {' and '.join(names)}: a container pool hands over one "
@@ -191,8 +191,8 @@ def _dynamic_node(
     facts: HostFacts,
     nodes: DeviceNodes,
     container: LxcContainer,
-    problems: list[Problem],
-    findings: list[Finding],
+    problems: list[Diagnostic],
+    findings: list[Diagnostic],
 ) -> int | None:
     """The major of the nodes' dynamic node (nvidia-uvm, kfd) for raw lines, with what its
     module's absence, or its number's changing, means for the container."""
@@ -204,7 +204,7 @@ def _dynamic_node(
     if major is None:
         if container.devices is DeviceStyle.RAW:
             problems.append(
-                Problem(
+                Diagnostic.error(
                     f"{module}-major-unknown",
                     path,
                     f"raw device lines need the {module} major, but /proc/devices has no "
@@ -216,7 +216,7 @@ def _dynamic_node(
             # Proxmox stats each devN node at start; a missing node fails it. The bundle's
             # nodes unit makes it, in the runbook and at every boot (rendering/boot_units).
             findings.append(
-                Finding(
+                Diagnostic(
                     Severity.INFO,
                     f"{module}-not-loaded",
                     path,
@@ -228,7 +228,7 @@ def _dynamic_node(
             )
         else:
             findings.append(
-                Finding(
+                Diagnostic(
                     Severity.WARNING,
                     f"{module}-not-loaded",
                     path,
@@ -240,7 +240,7 @@ def _dynamic_node(
     elif container.devices is DeviceStyle.RAW:
         rules = ", ".join(f"`c {major}:{m}`" for m in dynamic.minors)
         findings.append(
-            Finding(
+            Diagnostic(
                 Severity.INFO,
                 f"{module}-major-dynamic",
                 path,
@@ -256,8 +256,8 @@ def _dynamic_node(
     return major
 
 
-def _gpu_problems(gpus: Sequence[GPU], nodes: DeviceNodes) -> list[Problem]:
-    problems: list[Problem] = []
+def _gpu_problems(gpus: Sequence[GPU], nodes: DeviceNodes) -> list[Diagnostic]:
+    problems: list[Diagnostic] = []
     for gpu in gpus:
         split = gpu.vendor if gpu.partitioned else None
         if split is not None:
@@ -265,7 +265,7 @@ def _gpu_problems(gpus: Sequence[GPU], nodes: DeviceNodes) -> list[Problem]:
             # tie to this GPU: the container would get partition 0 alone, and silently.
             attribute = f"/sys/bus/pci/devices/{gpu.address}/{split.compute_partition}"
             problems.append(
-                Problem(
+                Diagnostic.error(
                     "lxc-gpu-partitioned",
                     str(gpu.address),
                     f"is split into {gpu.compute_partition} compute partitions ({attribute}): "
@@ -281,7 +281,7 @@ def _gpu_problems(gpus: Sequence[GPU], nodes: DeviceNodes) -> list[Problem]:
         vendor = gpu.vendor
         driver = vendor.host_driver if vendor is not None else "its driver"
         problems.append(
-            Problem(
+            Diagnostic.error(
                 "gpu-minor-unknown",
                 str(gpu.address),
                 f"is on {gpu.driver or 'no driver'}, so its {nodes.gpu_path.format(minor='N')} "
@@ -297,8 +297,8 @@ def vm_guest(
     spec: PoolSpec,
     gpus: Sequence[GPU],
     mapping: PciMapping | None,
-    problems: list[Problem],
-    findings: list[Finding],
+    problems: list[Diagnostic],
+    findings: list[Diagnostic],
     pool_mappings: Collection[str] = (),
     *,
     switches: int = 0,
@@ -317,7 +317,7 @@ def vm_guest(
     config = facts.file(path)
     if spec.mapping is None:
         problems.append(
-            Problem(
+            Diagnostic.error(
                 "vm-without-mapping",
                 f"pool {spec.name!r}",
                 f"VM {vmid} gets its GPUs through a PCI mapping, and the pool has none",
@@ -348,7 +348,7 @@ def vm_guest(
                 findings.extend(_converted(path, mapping_id, patched.conversions))
         if not pcie:
             findings.append(
-                Finding(
+                Diagnostic(
                     Severity.WARNING,
                     "vm-not-q35",
                     path,
@@ -373,10 +373,10 @@ def vm_guest(
 
 def _converted(
     path: str, mapping_id: str, conversions: Sequence[hostpci.Conversion]
-) -> list[Finding]:
+) -> list[Diagnostic]:
     """One finding per line moved off a mapping the GPUs leave: its diff shows a changed
     mapping id, and the reviewer should see that the VM keeps its devices and options."""
-    findings: list[Finding] = []
+    findings: list[Diagnostic] = []
     for c in conversions:
         if c.old_mapping is None:
             continue  # a raw address: the artifact's reason names it
@@ -387,7 +387,7 @@ def _converted(
             else "to a free index (a pending change holds its old one), options kept,"
         )
         findings.append(
-            Finding(
+            Diagnostic(
                 Severity.INFO,
                 "vm-hostpci-converted",
                 path,
@@ -400,7 +400,7 @@ def _converted(
 
 
 def _numa_pin(
-    facts: HostFacts, gpus: Sequence[GPU], subject: str, problems: list[Problem]
+    facts: HostFacts, gpus: Sequence[GPU], subject: str, problems: list[Diagnostic]
 ) -> qemuconf.NumaPin | None:
     nodes = {g.numa_node for g in gpus}
     node = next(iter(nodes)) if len(nodes) == 1 else None
@@ -408,7 +408,7 @@ def _numa_pin(
     if node is None or numa is None:
         known = sorted(nodes, key=lambda n: -1 if n is None else n)
         problems.append(
-            Problem(
+            Diagnostic.error(
                 "vm-numa-ambiguous",
                 subject,
                 f"NUMA pinning needs the pool's GPUs on one known node; they are on "
@@ -429,7 +429,7 @@ def pin_containers(plan: Plan) -> Plan:
     """
     nodes = {n.id: n for n in plan.facts.numa_nodes}
     pools: list[Pool] = []
-    findings: list[Finding] = []
+    findings: list[Diagnostic] = []
     for pool in plan.pools:
         pin = pool.serving.numa if pool.serving is not None else None
         container = pool.lxc
@@ -445,7 +445,7 @@ def pin_containers(plan: Plan) -> Plan:
                 pools.append(pool)
                 continue
             findings.append(
-                Finding(
+                Diagnostic(
                     Severity.WARNING,
                     "lxc-cpuset-kept",
                     container.config_path,
@@ -461,7 +461,7 @@ def pin_containers(plan: Plan) -> Plan:
         cores = lxcconf.cores(container.config.content, container.config_path)
         if cores is not None and cores > len(node.cpus):
             findings.append(
-                Finding(
+                Diagnostic(
                     Severity.WARNING,
                     "lxc-cores-beyond-node",
                     container.config_path,

@@ -16,13 +16,13 @@ from collections.abc import Collection, Iterator, Sequence
 
 import attrs
 
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.engines.common.dropins import effective_dropins
 from pvegpu.engines.common.environment import P2P_ENV
 from pvegpu.errors import PvegpuError
 from pvegpu.model.facts import GPU, HostFacts
 from pvegpu.model.observed import ObservedContainer, ObservedHost, ObservedUnit
 from pvegpu.model.paths import NODES_UNIT_NAME, USERSPACE_CURRENT, USERSPACE_SCRIPT
-from pvegpu.model.plan import Finding, Severity
 from pvegpu.planning.acs import check_findings as acs_check_findings
 from pvegpu.planning.container_groups import render_group
 from pvegpu.planning.driverctl import driverctl_findings
@@ -103,7 +103,7 @@ def _running(rootfs: str, unit: ObservedUnit) -> RunningUnit | None:
 
 def host_checks(
     facts: HostFacts, observed: ObservedHost, planned: Collection[tuple[int, str]] = ()
-) -> Iterator[Finding]:
+) -> Iterator[Diagnostic]:
     """Everything check reports of the host as it is. `planned`: the (vmid, unit) of the
     servers a plan decides; their P2P is the plan's, compared by check with the unit."""
     loaded = facts.gpu_driver(CONTAINER_VENDOR.host_driver)
@@ -134,7 +134,7 @@ def _container_checks(
     host_version: str | None,
     pending: NextDriver | None,
     planned: Collection[tuple[int, str]],
-) -> Iterator[Finding]:
+) -> Iterator[Diagnostic]:
     vmid = container.vmid
     # With the host's staged userspace its GPU programs run that, not their own.
     bypassed = container.host_userspace
@@ -152,7 +152,7 @@ def _container_checks(
     )
     for problem in mismatch:
         # The planner's refusal, as check's finding: its message and the fix it names.
-        yield Finding(
+        yield Diagnostic(
             Severity.ERROR, problem.code, f"CT {vmid}", f"{problem.message}. Fix: {problem.fix}"
         )
     if not mismatch and pending is not None and breaks_at_reboot(state, pending):
@@ -166,7 +166,7 @@ def _container_checks(
             continue
         running = running_unit(observed, vmid, unit)
         if running is not None and running.tp > 1 and not p2p_on and not running.p2p_disabled:
-            yield Finding(
+            yield Diagnostic(
                 Severity.ERROR,
                 "p2p-under-translation",
                 f"CT {vmid}:/etc/systemd/system/{unit}.service",
@@ -199,7 +199,7 @@ def _node_families(facts: HostFacts) -> list[tuple[DeviceNodes, frozenset[int]]]
     return families
 
 
-def container_node_findings(facts: HostFacts, observed: ObservedHost) -> Iterator[Finding]:
+def container_node_findings(facts: HostFacts, observed: ObservedHost) -> Iterator[Diagnostic]:
     """Each container's GPU lines against the nodes the host's GPUs have now, and its devN
     entries' gid against its own render group: what a reboot or an image update moves.
 
@@ -217,7 +217,7 @@ def container_node_findings(facts: HostFacts, observed: ObservedHost) -> Iterato
                 paths = [drm_node_path(m) if nodes.drm else nodes.path(m) for m in gone]
                 reported.update(paths)
                 names = ", ".join(paths)
-                yield Finding(
+                yield Diagnostic(
                     Severity.ERROR,
                     "container-node-missing",
                     path,
@@ -229,7 +229,7 @@ def container_node_findings(facts: HostFacts, observed: ObservedHost) -> Iterato
         yield from _node_group(container)
 
 
-def _node_group(container: ObservedContainer) -> Iterator[Finding]:
+def _node_group(container: ObservedContainer) -> Iterator[Diagnostic]:
     """An unprivileged container's DRM devN gid against its own render group now."""
     if not container.unprivileged:
         return
@@ -240,7 +240,7 @@ def _node_group(container: ObservedContainer) -> Iterator[Finding]:
     groups = dict(container.groups)
     name = render_group(groups)
     if name is not None and gids != {groups[name]}:
-        yield Finding(
+        yield Diagnostic(
             Severity.WARNING,
             "container-node-group-changed",
             container.config,
@@ -255,7 +255,7 @@ def absent_node_findings(
     container: ObservedContainer,
     families: Sequence[DeviceNodes],
     reported: Collection[str],
-) -> Iterator[Finding]:
+) -> Iterator[Diagnostic]:
     """Each GPU line of the container's main section whose node does not exist under the
     root's /dev; `reported`: nodes another finding already names (a GPU's node by a number
     no GPU has now). A root without /dev (a snapshot, a fixture tree) has none to see."""
@@ -283,7 +283,7 @@ def absent_node_findings(
             else "it appears once its driver holds the GPU (a MIG instance's node, once "
             "the instance is made again)"
         )
-        yield Finding(
+        yield Diagnostic(
             Severity.ERROR,
             "device-node-missing",
             f"{container.config} line {number}",
@@ -294,7 +294,7 @@ def absent_node_findings(
 
 def staged_userspace_findings(
     observed: ObservedHost, container: ObservedContainer, host_version: str | None
-) -> Iterator[Finding]:
+) -> Iterator[Diagnostic]:
     """A container bind-mounting the staged host userspace gets the loaded module's
     version: `current` must point at it (the boot unit ran since the last driver change)."""
     if not container.host_userspace or host_version is None:
@@ -303,7 +303,7 @@ def staged_userspace_findings(
     if staged == host_version and observed.staged_is_dir:
         return
     now = f"is {staged}" if staged else "holds none"
-    yield Finding(
+    yield Diagnostic(
         Severity.ERROR,
         "host-userspace-stale",
         f"/{USERSPACE_CURRENT}",
@@ -315,7 +315,7 @@ def staged_userspace_findings(
     )
 
 
-def _mappings(facts: HostFacts) -> Iterator[Finding]:
+def _mappings(facts: HostFacts) -> Iterator[Diagnostic]:
     """pci.cfg's map lines of this node against sysfs, by the planner's rule
     (`stale_map_findings`): every line, the pools' own too (nothing rewrites them now)."""
     existing = facts.file(pcicfg.PATH)
@@ -325,6 +325,6 @@ def _mappings(facts: HostFacts) -> Iterator[Finding]:
         sections = pcicfg.parse(existing.content)
     except PvegpuError as err:
         for p in err.problems:
-            yield Finding(Severity.ERROR, p.code, p.subject, p.message)
+            yield Diagnostic(Severity.ERROR, p.code, p.subject, p.message)
         return
     yield from stale_map_findings(facts, sections, live=True)

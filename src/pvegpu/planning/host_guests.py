@@ -23,10 +23,10 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
 from pvegpu.model.guests import LXC, GuestConfig, guests
-from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.model.released import ContainerGpusRemoved
 from pvegpu.planning.claims import (
     Claims,
@@ -60,15 +60,15 @@ from pvegpu.wording import plural
 @attrs.frozen(eq=False, repr=False)
 class GuestVerdict:
     removed: tuple[ContainerGpusRemoved, ...] = ()
-    problems: tuple[Problem, ...] = ()
-    findings: tuple[Finding, ...] = ()
+    problems: tuple[Diagnostic, ...] = ()
+    findings: tuple[Diagnostic, ...] = ()
 
 
 @attrs.define
 class _Collected:
     removed: list[ContainerGpusRemoved] = attrs.field(factory=list)
-    problems: list[Problem] = attrs.field(factory=list)
-    findings: list[Finding] = attrs.field(factory=list)
+    problems: list[Diagnostic] = attrs.field(factory=list)
+    findings: list[Diagnostic] = attrs.field(factory=list)
     every_device: dict[str, EveryDevice] = attrs.field(factory=dict)
     """A rule for every major (`a`, `c *:* rwm`) reaches the GPUs of every node family:
     one refusal per line, whatever families it was found in (`every_device`)."""
@@ -174,7 +174,7 @@ def _container(
     out: _Collected,
 ) -> None:
     file = config.file
-    snapshots: list[Finding] = []
+    snapshots: list[Diagnostic] = []
     changes = [
         change
         for f in families
@@ -185,7 +185,7 @@ def _container(
         # One artifact per config: two stacks' lines (a GPU's /dev/nvidiaN and its DRM
         # nodes) would need one patch that knows both.
         out.problems.append(
-            Problem(
+            Diagnostic.error(
                 "container-loses-gpus-of-two-stacks",
                 file.path,
                 f"CT {vmid} holds GPUs the plan gives elsewhere or renumbers by the nodes "
@@ -228,7 +228,7 @@ def _changes(
     naming: NodeNaming,
     numbers: Renumbering,
     out: _Collected,
-    snapshot_findings: list[Finding],
+    snapshot_findings: list[Diagnostic],
 ) -> _Change | None:
     """What the container loses of one node family (its lines for pool GPUs that go
     elsewhere) and which of its lines move to new numbers, with the problems its other
@@ -310,7 +310,7 @@ def _changes(
     return _Change(removed, taken, moved)
 
 
-def _renumbered(file: ConfigFile, vmid: int, change: _Change) -> Finding:
+def _renumbered(file: ConfigFile, vmid: int, change: _Change) -> Diagnostic:
     nodes = change.removed.nodes
     moves = ", ".join(
         dict.fromkeys(
@@ -318,7 +318,7 @@ def _renumbered(file: ConfigFile, vmid: int, change: _Change) -> Finding:
             for key, c in change.moved
         )
     )
-    return Finding(
+    return Diagnostic(
         Severity.WARNING,
         "container-renumbered-at-reboot",
         file.path,
@@ -340,7 +340,7 @@ def _stale_numbers(
     section: str,
     lines: list[tuple[ConfLine, NodeChange]],
     nodes: DeviceNodes,
-) -> Finding:
+) -> Diagnostic:
     """A pending change or snapshot naming GPUs by numbers the next boot changes: pvegpu
     edits neither, so it says what they will name."""
     pending = section.lower() in PENDING_SECTIONS
@@ -359,7 +359,7 @@ def _stale_numbers(
             f"a rollback to it after that reboot opens another GPU or none: after `pct "
             f"rollback {vmid} {section}`, run pvegpu again before starting CT {vmid}"
         )
-    return Finding(
+    return Diagnostic(
         Severity.WARNING,
         "container-number-stale-at-reboot",
         f"{path} [{section}]",
@@ -384,7 +384,7 @@ def _loses_gpus(
     taken: list[tuple[str, Pool]],
     *,
     stopped: bool = False,
-) -> Finding:
+) -> Diagnostic:
     """`stopped`: another container's, which the runbook shuts down before the split
     when it keeps no GPU (rendering/review/emptied_steps.py)."""
     stop = f"stop whatever uses them in CT {vmid} before the split, and check"
@@ -402,7 +402,7 @@ def _loses_gpus(
         )
     else:
         check = "that nothing in it needs a GPU: it keeps none"
-    return Finding(
+    return Diagnostic(
         Severity.WARNING,
         "container-loses-gpus",
         file.path,
@@ -420,8 +420,8 @@ def _stack(nodes: DeviceNodes) -> str:
 
 def _pending(
     where: str, guest: str, line: ConfLine, named: list[tuple[str, Pool]], setter: str
-) -> Problem:
-    return Problem(
+) -> Diagnostic:
+    return Diagnostic.error(
         "pending-grants-pool-gpu",
         where,
         f"the pending change `{line.raw.strip()}` gives {guest}, at its next start, "
@@ -432,8 +432,8 @@ def _pending(
 
 def _snapshot(
     path: str, guest: str, tool: str, vmid: int, name: str, named: list[tuple[str, Pool]]
-) -> Finding:
-    return Finding(
+) -> Diagnostic:
+    return Diagnostic(
         Severity.WARNING,
         "snapshot-grants-pool-gpus",
         f"{path} [{name}]",
@@ -493,7 +493,7 @@ def _vm(
 
 def _takes(
     where: str, vmid: int, line: ConfLine, key: str, named: list[tuple[str, Pool]]
-) -> Problem:
+) -> Diagnostic:
     # A vfio pool's GPUs could be this VM's instead; a container pool's stay on the host.
     vfio = all(p.kind is PoolKind.VFIO for _, p in named)
     harm = (
@@ -501,7 +501,7 @@ def _takes(
         if vfio
         else f"starting VM {vmid} would bind them to vfio-pci, away from the container"
     )
-    return Problem(
+    return Diagnostic.error(
         "vm-takes-pool-gpu",
         where,
         f"`{line.raw.strip()}` hands VM {vmid} {by_destination(named)}: {harm}",
@@ -518,7 +518,7 @@ def _shrinks(
     mapping_id: str,
     keys: list[tuple[str, bool]],
     mappings: MappingOutcome,
-) -> Finding:
+) -> Diagnostic:
     main = [key for key, later in keys if not later]
     pending = [key for key, later in keys if later]
     named = [*main, *(f"the pending {k}" for k in pending)]
@@ -551,4 +551,4 @@ def _shrinks(
             f"each line takes one free device at start, so VM {vmid} gets fewer GPUs, or "
             f"does not start when none is free; check its hostpci lines (qm config {vmid})"
         )
-    return Finding(Severity.WARNING, "vm-mapping-shrinks", path, message)
+    return Diagnostic(Severity.WARNING, "vm-mapping-shrinks", path, message)

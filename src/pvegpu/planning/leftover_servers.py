@@ -41,8 +41,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import attrs
 
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.engines.common.deprecations import CODE as DEPRECATED_CODE
-from pvegpu.errors import Problem
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
 from pvegpu.model.guests import guests
 from pvegpu.model.paths import (
@@ -52,7 +52,7 @@ from pvegpu.model.paths import (
     template_of,
     unit_dropin_dirs,
 )
-from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.model.released import ContainerGpusRemoved
 from pvegpu.model.rootfs import pct_mount_path, rootfs_dirs
 from pvegpu.model.schema import DEFAULT_ENGINE, Spec
@@ -79,8 +79,8 @@ from pvegpu.wording import plural
 @value_class
 @attrs.frozen(eq=False, repr=False)
 class LeftoverVerdict:
-    problems: tuple[Problem, ...] = ()
-    findings: tuple[Finding, ...] = ()
+    problems: tuple[Diagnostic, ...] = ()
+    findings: tuple[Diagnostic, ...] = ()
 
 
 @value_class
@@ -139,8 +139,8 @@ class _Unit:
 def leftover_servers(
     facts: HostFacts, spec: Spec, pools: Sequence[Pool], removed: Sequence[ContainerGpusRemoved]
 ) -> LeftoverVerdict:
-    problems: list[Problem] = []
-    findings: list[Finding] = []
+    problems: list[Diagnostic] = []
+    findings: list[Diagnostic] = []
     for container in _containers(facts, spec, pools, removed):
         location = guests(facts).rootfs(container.vmid)
         # Where discovery read the units: the storage's directory, else a `pct mount`.
@@ -293,7 +293,7 @@ def _available(visible: tuple[str, ...] | None, count: int) -> int:
 
 
 def _judge(
-    container: _Container, unit: _Unit, problems: list[Problem], findings: list[Finding]
+    container: _Container, unit: _Unit, problems: list[Diagnostic], findings: list[Diagnostic]
 ) -> None:
     for server in unit.demand.servers:
         findings.extend(_deprecated(container, unit, server))
@@ -317,7 +317,7 @@ def _judge(
         findings.append(_visible(container, unit, unit.demand.visible or (), unit.visible_source))
 
 
-def _judge_idle(container: _Container, unit: _Unit) -> Iterator[Finding]:
+def _judge_idle(container: _Container, unit: _Unit) -> Iterator[Diagnostic]:
     """A unit installed but not enabled: only a server that could not start on what the
     container has after the plan is mentioned; it starts when someone starts it."""
     for server in unit.demand.servers:
@@ -385,8 +385,8 @@ def _seen(container: _Container, server: ServerDemand, after: int) -> str:
 
 def _needs(
     container: _Container, unit: _Unit, server: ServerDemand, need: int, after: int
-) -> Problem:
-    return Problem(
+) -> Diagnostic:
+    return Diagnostic.error(
         "container-unit-needs-gpus",
         unit.source,
         f"{unit.name} is enabled in CT {container.vmid} and runs {server.server} with "
@@ -399,8 +399,8 @@ def _needs(
 
 def _short(
     container: _Container, unit: _Unit, server: ServerDemand, need: int, after: int
-) -> Finding:
-    return Finding(
+) -> Diagnostic:
+    return Diagnostic(
         Severity.WARNING,
         "container-unit-short",
         unit.source,
@@ -413,8 +413,8 @@ def _short(
 
 def _idle(
     container: _Container, unit: _Unit, server: ServerDemand, need: int, after: int
-) -> Finding:
-    return Finding(
+) -> Diagnostic:
+    return Diagnostic(
         Severity.WARNING,
         "container-unit-disabled-needs-gpus",
         unit.source,
@@ -426,9 +426,11 @@ def _idle(
     )
 
 
-def _visible(container: _Container, unit: _Unit, visible: tuple[str, ...], where: str) -> Finding:
+def _visible(
+    container: _Container, unit: _Unit, visible: tuple[str, ...], where: str
+) -> Diagnostic:
     keep = ",".join(str(i) for i in range(container.after))
-    return Finding(
+    return Diagnostic(
         Severity.WARNING,
         "container-unit-visible-devices",
         where,
@@ -440,7 +442,7 @@ def _visible(container: _Container, unit: _Unit, visible: tuple[str, ...], where
     )
 
 
-def _unknown(container: _Container, unit: _Unit, server: ServerDemand) -> Finding:
+def _unknown(container: _Container, unit: _Unit, server: ServerDemand) -> Diagnostic:
     option = server.unresolved
     if option is not None:
         why = f"`{option.written}` is not a number after Environment= is applied" + (
@@ -448,7 +450,7 @@ def _unknown(container: _Container, unit: _Unit, server: ServerDemand) -> Findin
         )
     else:
         why = f"its sizes may be set in {server.config}, which {server.config_problem}"
-    return Finding(
+    return Diagnostic(
         Severity.WARNING,
         "container-unit-gpus-unknown",
         unit.source,
@@ -460,7 +462,7 @@ def _unknown(container: _Container, unit: _Unit, server: ServerDemand) -> Findin
 
 def _second_servers(
     container: _Container, rendered: str, enabled: Sequence[_Unit]
-) -> Iterator[Problem]:
+) -> Iterator[Diagnostic]:
     """Each server enabled in a serving pool's container besides the unit pvegpu renders
     (another engine, an older unit name): it starts with the container next to the new
     one, on the same GPUs, and one of the two fails for want of their memory, at every
@@ -470,7 +472,7 @@ def _second_servers(
         if unit.name == rendered:
             continue
         for server in unit.demand.servers:
-            yield Problem(
+            yield Diagnostic.error(
                 "container-unit-second-server",
                 unit.source,
                 f"{unit.name} is enabled in CT {container.vmid} and runs {server.server}; "
@@ -486,12 +488,12 @@ def _second_servers(
             break  # one refusal per unit
 
 
-def _deprecated(container: _Container, unit: _Unit, server: ServerDemand) -> Iterator[Finding]:
+def _deprecated(container: _Container, unit: _Unit, server: ServerDemand) -> Iterator[Diagnostic]:
     """A flag the engine deprecates: the unit starts today, and not on a release past the
     removal, which a routine upgrade of the container brings."""
     for gone in server.deprecated:
         where = f"{unit.name} (enabled in CT {container.vmid})"
-        yield Finding(
+        yield Diagnostic(
             Severity.WARNING,
             DEPRECATED_CODE,
             unit.source,
@@ -500,8 +502,8 @@ def _deprecated(container: _Container, unit: _Unit, server: ServerDemand) -> Ite
         )
 
 
-def _unchecked(container: _Container, volume: str, why: str) -> Finding:
-    return Finding(
+def _unchecked(container: _Container, volume: str, why: str) -> Diagnostic:
+    return Diagnostic(
         Severity.WARNING,
         "container-units-unchecked",
         container.config.path,

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
 from pvegpu.model.mapping_cfg import pci_cfg
-from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.model.plan import Pool
 from pvegpu.model.released import MapLinesMoved
 from pvegpu.model.schema import MappingSpec
 from pvegpu.pvefiles import pcicfg
@@ -28,7 +28,7 @@ def pool_mapping(
     switches: Sequence[PciFunction] = (),
     *,
     moves: bool = False,
-) -> tuple[PciMapping | None, list[Problem]]:
+) -> tuple[PciMapping | None, list[Diagnostic]]:
     """The pool's pci.cfg section with this node's map lines, or the problems in the way.
 
     Every GPU has an IOMMU group: plan() refuses one without (gpu-without-iommu-group)
@@ -36,7 +36,7 @@ def pool_mapping(
     whole board (planning/fabric.py), a map line each after the GPUs'. `moves`: the GPUs
     go to vfio-pci (a passthrough pool), where they have no vGPU types any more."""
     maps: list[PciMap] = []
-    problems: list[Problem] = []
+    problems: list[Diagnostic] = []
     for gpu in gpus:
         # The function-less path hands over every function of the slot (GPU + audio);
         # that only works when they all sit in the GPU's group. A VF is one function: its
@@ -73,7 +73,7 @@ def pool_mapping(
     return (None if problems else mapping), problems
 
 
-def pci_cfg_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
+def pci_cfg_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """Refusals of pci.cfg as a whole: a mapping id used twice, an existing file that
     Proxmox would misread (so it cannot be patched)."""
     mappings = [p.mapping for p in pools if p.mapping is not None]
@@ -81,7 +81,7 @@ def pci_cfg_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Proble
         return
     for mapping_id, n in Counter(m.id for m in mappings).items():
         if n > 1:
-            yield Problem(
+            yield Diagnostic.error(
                 "mapping-id-twice",
                 f"{pcicfg.PATH} mapping {mapping_id!r}",
                 "two pools name the same mapping; a VM would get GPUs of either pool",
@@ -94,7 +94,7 @@ def pci_cfg_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Proble
 
 def pci_cfg_findings(
     facts: HostFacts, pools: Sequence[Pool], moved: Sequence[MapLinesMoved] = ()
-) -> Iterator[Finding]:
+) -> Iterator[Diagnostic]:
     """The pools' mappings are printed anew, as Proxmox prints them: the `#` comments
     inside them (and inside a mapping the plan removes) do not survive; every other byte
     of the file does."""
@@ -105,7 +105,7 @@ def pci_cfg_findings(
     drop = {m.mapping_id: m.values for m in moved}
     dropped = pcicfg.dropped_comment_lines(existing.content, owned, drop)
     if dropped:
-        yield Finding(
+        yield Diagnostic(
             Severity.INFO,
             "pcicfg-comments-dropped",
             pcicfg.PATH,

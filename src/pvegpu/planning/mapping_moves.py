@@ -19,11 +19,11 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.guests import guests
 from pvegpu.model.mapping_cfg import pci_cfg
-from pvegpu.model.plan import Finding, Pool, Severity, VmGuest
+from pvegpu.model.plan import Pool, VmGuest
 from pvegpu.model.released import MapLinesMoved
 from pvegpu.planning.claims import Claims
 from pvegpu.planning.stale_mappings import stale_map_findings
@@ -44,8 +44,8 @@ class MappingOutcome:
     """Each mapping's devices on this node after the plan, by mapping id."""
     counts: Mapping[str, tuple[int, int]] = attrs.field(factory=dict)
     """Map lines on this node before and after the plan, by mapping id."""
-    problems: tuple[Problem, ...] = ()
-    findings: tuple[Finding, ...] = ()
+    problems: tuple[Diagnostic, ...] = ()
+    findings: tuple[Diagnostic, ...] = ()
 
     def shrinks(self, mapping_id: str) -> tuple[int, int] | None:
         """(before, after) when the mapping hands over fewer devices on this node."""
@@ -76,7 +76,7 @@ def mapping_outcome(facts: HostFacts, pools: Sequence[Pool], claims: Claims) -> 
         return MappingOutcome(devices=devices, counts=counts, problems=refusals)
     sections = existing.sections
     moved: list[MapLinesMoved] = []
-    problems: list[Problem] = []
+    problems: list[Diagnostic] = []
     for section in sections:
         here = [m for m in section.maps if m.node == facts.node]
         if section.id in owners:
@@ -140,14 +140,14 @@ def _hosts(line: MapLine) -> tuple[HostId, ...]:
 
 def _old_mapping_problems(
     facts: HostFacts, vm: VmGuest, paths: Mapping[str, tuple[str, ...]]
-) -> list[Problem]:
+) -> list[Diagnostic]:
     """The pool's VM's lines on a mapping its GPUs leave that guests.py cannot convert:
     in the main section, one whose mapping keeps other devices on this node; pending, any
     whose mapping keeps none (it would name a mapping without a device at the next start).
     """
     if vm.config is None:
         return []
-    problems: list[Problem] = []
+    problems: list[Diagnostic] = []
     number = 0
     for section, lines in guests(facts).config(vm.config).sections:
         for line in lines:
@@ -165,10 +165,10 @@ def _old_mapping_problems(
 
 def _old_mapping_shared(
     where: str, node: str, vm: VmGuest, raw: str, use: HostpciUse, left: tuple[str, ...]
-) -> Problem:
+) -> Diagnostic:
     devices = ", ".join(left)
     them = "it" if len(left) == 1 else "them"
-    return Problem(
+    return Diagnostic.error(
         "vm-old-mapping-shared",
         where,
         f"`{raw.strip()}` names mapping {use.mapping}, which the pool's GPUs leave for "
@@ -182,8 +182,10 @@ def _old_mapping_shared(
     )
 
 
-def _pending_old_mapping(where: str, node: str, vm: VmGuest, raw: str, use: HostpciUse) -> Problem:
-    return Problem(
+def _pending_old_mapping(
+    where: str, node: str, vm: VmGuest, raw: str, use: HostpciUse
+) -> Diagnostic:
+    return Diagnostic.error(
         "vm-pending-old-mapping",
         where,
         f"the pending change `{raw.strip()}` names mapping {use.mapping}, which has no "
@@ -203,8 +205,8 @@ def _uses_mapping(text: str) -> bool:
 
 def _moving(
     line: MapLine, section: PciCfgSection, claims: Claims
-) -> tuple[set[str], Problem | None]:
-    """The pool mappings this line's devices move to; a Problem when only some move."""
+) -> tuple[set[str], Diagnostic | None]:
+    """The pool mappings this line's devices move to; a Diagnostic when only some move."""
     hosts = host_ids([line.get("path") or ""])
     claimed = [c for c in claims.of_hosts(hosts) if c.pool.mapping is not None]
     targets = {c.pool.mapping.id for c in claimed if c.pool.mapping is not None}
@@ -212,7 +214,7 @@ def _moving(
     if not claimed or not staying:
         return targets, None
     moving = ", ".join(str(c.function.address) for c in claimed)
-    return targets, Problem(
+    return targets, Diagnostic.error(
         "mapping-line-mixed",
         f"{pcicfg.PATH} line {line.line}",
         f"mapping {section.id!r} hands over {line.get('path')} as one device: {moving} "
@@ -224,7 +226,7 @@ def _moving(
     )
 
 
-def _moved_finding(node: str, moved: MapLinesMoved) -> Finding:
+def _moved_finding(node: str, moved: MapLinesMoved) -> Diagnostic:
     n = len(moved.paths)
     message = (
         f"loses its {'map line' if n == 1 else f'{n} map lines'} for "
@@ -234,7 +236,7 @@ def _moved_finding(node: str, moved: MapLinesMoved) -> Finding:
     )
     if moved.removed:
         message += "; no map line is left, so the mapping is removed"
-    return Finding(
+    return Diagnostic(
         Severity.INFO,
         "mapping-devices-moved",
         f"{pcicfg.PATH} mapping {moved.mapping_id!r}",

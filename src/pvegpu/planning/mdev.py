@@ -16,12 +16,12 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import attrs
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.facts import GPU, HostFacts, MdevInstance
 from pvegpu.model.guests import guests
 from pvegpu.model.mapping_cfg import pci_cfg
-from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.model.plan import Pool
 from pvegpu.pci import PciAddress
 from pvegpu.pvefiles import hostpci
 from pvegpu.pvefiles.guestconf import is_pending
@@ -100,7 +100,7 @@ def _host_id(address: PciAddress) -> HostId:
 
 def gpu_mdev_problems(
     facts: HostFacts, gpus: Iterable[GPU], uses: Sequence[MdevUse] | None = None
-) -> Iterator[Problem]:
+) -> Iterator[Diagnostic]:
     """`gpu-has-mdev-guests` for each GPU going to vfio-pci that carries virtual GPUs:
     VM lines with `mdev=` on it, mediated devices or vendor vGPUs that exist now."""
     if uses is None:
@@ -117,7 +117,7 @@ def gpu_mdev_problems(
 
 def _problem(
     facts: HostFacts, gpu: GPU, lines: Sequence[MdevUse], live: Sequence[MdevInstance]
-) -> Problem:
+) -> Diagnostic:
     parts = [
         f"VM {u.vmid} ({u.key}: mdev={u.mdev_type}"
         + (f" on mapping {u.mapping}" if u.mapping else "")
@@ -141,7 +141,7 @@ def _problem(
         for u in lines
     ]
     fixes += [_remove(facts, i) for i in live]
-    return Problem(
+    return Diagnostic.error(
         "gpu-has-mdev-guests",
         str(gpu.address),
         f"carries virtual GPUs: {'; '.join(parts)}. Bound to vfio-pci it offers no vGPU "
@@ -163,7 +163,7 @@ def _remove(facts: HostFacts, instance: MdevInstance) -> str:
     return f"echo 0 > /sys/bus/pci/devices/{instance.parent}/{vgpu.directory}/{vgpu.current}"
 
 
-def mdev_problems(facts: HostFacts, pools: Sequence[Pool]) -> list[Problem]:
+def mdev_problems(facts: HostFacts, pools: Sequence[Pool]) -> list[Diagnostic]:
     """The refusals of the GPUs the pools move to vfio-pci (plan() calls this once). A
     vGPU pool's virtual functions stay on their driver, vGPUs and all (planning/vgpu.py)."""
     gpus = [g for p in pools if p.moves_to_vfio for g in p.gpus]
@@ -172,12 +172,12 @@ def mdev_problems(facts: HostFacts, pools: Sequence[Pool]) -> list[Problem]:
     return list(gpu_mdev_problems(facts, gpus))
 
 
-def check_findings(facts: HostFacts) -> Iterator[Finding]:
+def check_findings(facts: HostFacts) -> Iterator[Diagnostic]:
     """`pvegpu check`: the refusal's rule on the GPUs vfio-pci holds now (a VM with an
     `mdev=` line on one of them does not start)."""
     held = [g for g in facts.gpus if g.driver == VFIO_DRIVER]
     for problem in gpu_mdev_problems(facts, held):
-        yield Finding(
+        yield Diagnostic(
             Severity.ERROR,
             problem.code,
             problem.subject,

@@ -16,10 +16,10 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.facts import GPU, HostFacts, MigCap
 from pvegpu.model.guests import guests
-from pvegpu.model.plan import Finding, LxcContainer, Severity
+from pvegpu.model.plan import LxcContainer
 from pvegpu.model.released import ContainerGpusRemoved
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pvefiles import lxccaps
@@ -36,7 +36,7 @@ def _tool(mig: MigSource) -> str:
 
 def _unknown(
     facts: HostFacts, mig: MigSource, held: lxccaps.CapsHeld, vmid: int, path: str
-) -> Problem | None:
+) -> Diagnostic | None:
     """`lxc-mig-caps-unknown`: capability nodes a container holds that no MIG instance the
     driver lists now has."""
     known = {c.minor for c in facts.mig_caps}
@@ -44,7 +44,7 @@ def _unknown(
     if not unknown:
         return None
     nodes = ", ".join(mig.path(m) for m in unknown)
-    return Problem(
+    return Diagnostic.error(
         "lxc-mig-caps-unknown",
         path,
         f"CT {vmid} holds {nodes}, which no MIG instance the driver lists now has "
@@ -57,7 +57,7 @@ def _unknown(
 
 def _no_caps(
     facts: HostFacts, mig: MigSource, container: LxcContainer, gpus: Sequence[GPU]
-) -> Iterator[Finding]:
+) -> Iterator[Diagnostic]:
     """`lxc-mig-without-caps`: a pool GPU has MIG instances and the container holds none
     of their capability nodes, so CUDA in it sees no device of that GPU. Which instance
     it should use is the admin's choice, so nothing is added."""
@@ -66,7 +66,7 @@ def _no_caps(
         if gpu.node_minor is None or not caps:
             continue
         listed = ", ".join(_name(c, mig.path(c.minor)) for c in caps)
-        yield Finding(
+        yield Diagnostic(
             Severity.WARNING,
             "lxc-mig-without-caps",
             container.config_path,
@@ -78,7 +78,7 @@ def _no_caps(
         )
 
 
-def check_findings(facts: HostFacts) -> Iterator[Finding]:
+def check_findings(facts: HostFacts) -> Iterator[Diagnostic]:
     """`pvegpu check`: the containers holding capability nodes of no MIG instance (CUDA
     in them sees no MIG device there), by the plan's rule."""
     for mig in (v.mig for v in VENDORS if v.mig is not None):
@@ -87,7 +87,7 @@ def check_findings(facts: HostFacts) -> Iterator[Finding]:
             held = lxccaps.caps_held(file.content, mig, caps_major)
             problem = _unknown(facts, mig, held, vmid, file.path)
             if problem is not None:
-                yield Finding(Severity.ERROR, problem.code, problem.subject, problem.message)
+                yield Diagnostic(Severity.ERROR, problem.code, problem.subject, problem.message)
 
 
 def _name(cap: MigCap, mig_path: str) -> str:
@@ -99,8 +99,8 @@ def mig_lines(
     container: LxcContainer,
     gpus: Sequence[GPU],
     lines: GpuLines,
-    problems: list[Problem],
-    findings: list[Finding],
+    problems: list[Diagnostic],
+    findings: list[Diagnostic],
 ) -> GpuLines:
     """The container's new GPU lines with the MIG capability nodes it keeps."""
     vendors = {g.vendor for g in gpus if g.vendor is not None}
@@ -128,7 +128,7 @@ def mig_lines(
     dropped = [c for c in (host_wide if held.every else held_caps) if c.minor not in kept]
     if container.devices is DeviceStyle.RAW and caps_major is None and kept:
         problems.append(
-            Problem(
+            Diagnostic.error(
                 "mig-caps-major-unknown",
                 path,
                 f"raw device lines for CT {container.vmid}'s MIG capability nodes need the "
@@ -141,7 +141,7 @@ def mig_lines(
     if kept:
         named = ", ".join(_name(by_minor[m], mig.path(m)) for m in kept)
         findings.append(
-            Finding(
+            Diagnostic(
                 Severity.INFO,
                 "lxc-mig-caps-kept",
                 path,
@@ -157,7 +157,7 @@ def mig_lines(
     if dropped:
         gone = ", ".join(_name(c, mig.path(c.minor)) for c in dropped)
         findings.append(
-            Finding(
+            Diagnostic(
                 Severity.WARNING,
                 "lxc-mig-caps-dropped",
                 path,
@@ -181,13 +181,13 @@ def mig_lines(
 
 def with_lost_caps(
     facts: HostFacts, removed: tuple[ContainerGpusRemoved, ...]
-) -> tuple[tuple[ContainerGpusRemoved, ...], list[Finding]]:
+) -> tuple[tuple[ContainerGpusRemoved, ...], list[Diagnostic]]:
     """Each other container that loses GPUs but keeps some, with the capability nodes it
     holds of the lost GPUs' MIG instances (and the host-wide ones, once it holds no other
     instance) to remove along. A container that keeps no GPU loses every GPU line, these
     included, already (`shared_majors`). The findings say which nodes go."""
     out = []
-    findings: list[Finding] = []
+    findings: list[Diagnostic] = []
     for container in removed:
         mig = next((v.mig for v in VENDORS if v.nodes is container.nodes and v.mig), None)
         if mig is None or container.shared_majors is not None:
@@ -209,7 +209,7 @@ def with_lost_caps(
         out.append(attrs.evolve(container, mig_caps=removal))
         names = ", ".join(_name(by_minor[m], mig.path(m)) for m in gone)
         findings.append(
-            Finding(
+            Diagnostic(
                 Severity.WARNING,
                 "lxc-mig-caps-dropped",
                 container.config_path,

@@ -26,12 +26,13 @@ import posixpath
 from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.decision import ContainerDriver
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.guests import guests
 from pvegpu.model.kernels import MODULES_DIR, ModuleOrigin
 from pvegpu.model.paths import CONTAINER_LIBDIRS, DPKG_STATUS, lxc_config
-from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.model.plan import Pool
 from pvegpu.model.rootfs import rootfs_dirs
 from pvegpu.planning.numbering import Renumbering
 from pvegpu.pvefiles.lxcconf import DeviceStyle, raw_uvm_majors
@@ -56,7 +57,7 @@ HEADERS_PACKAGE = "proxmox-headers-{kernel}"
 
 def next_boot_findings(
     facts: HostFacts, pools: Sequence[Pool], numbers: Renumbering, reboots: bool
-) -> Iterator[Finding]:
+) -> Iterator[Diagnostic]:
     """Every finding of what the next boot changes, for a plan of `pools`; `reboots`: the
     runbook reboots (its containers start after it)."""
     yield from host_next_boot_findings(facts, numbers, reboots)
@@ -78,13 +79,13 @@ def next_boot_findings(
 
 def host_next_boot_findings(
     facts: HostFacts, numbers: Renumbering, reboots: bool = False
-) -> Iterator[Finding]:
+) -> Iterator[Diagnostic]:
     """The kernel and driver findings, which hold for the host whatever a plan does."""
     kernels = facts.boot.kernels
     if kernels.changes_kernel:
         assert kernels.next_boot is not None  # changes_kernel says so
         subject = kernels.decided_by or f"boot/vmlinuz-{kernels.next_boot}"
-        yield Finding(
+        yield Diagnostic(
             Severity.INFO,
             "next-boot-kernel",
             subject,
@@ -94,7 +95,7 @@ def host_next_boot_findings(
             f"{_dynamic_majors(facts)}",
         )
     elif kernels.running is not None and kernels.next_boot is None and kernels.unknown:
-        yield Finding(
+        yield Diagnostic(
             Severity.INFO,
             "next-boot-unknown",
             kernels.decided_by or "boot",
@@ -130,7 +131,7 @@ def _numbering(numbers: Renumbering) -> str:
     return f", which moves these node numbers ({moved}; the plan's lines hold the new ones)"
 
 
-def _driver_findings(pending: NextDriver, reboots: bool) -> Iterator[Finding]:
+def _driver_findings(pending: NextDriver, reboots: bool) -> Iterator[Diagnostic]:
     module = pending.module
     kernel = pending.kernel
     kernels = pending.kernels
@@ -142,7 +143,7 @@ def _driver_findings(pending: NextDriver, reboots: bool) -> Iterator[Finding]:
             if reboots
             else f"until then they run on {pending.loaded}"
         )
-        yield Finding(
+        yield Diagnostic(
             Severity.WARNING,
             "next-boot-driver",
             module.where,
@@ -164,7 +165,7 @@ def _driver_findings(pending: NextDriver, reboots: bool) -> Iterator[Finding]:
         if kernels.running is not None and kernel != kernels.running:
             pin = f"proxmox-boot-tool kernel pin {kernels.running}"
             fix += f". Or keep booting this kernel: `{pin}`"
-        yield Finding(
+        yield Diagnostic(
             Severity.WARNING,
             "next-boot-driver-missing",
             f"{MODULES_DIR}/{kernel}",
@@ -175,7 +176,7 @@ def _driver_findings(pending: NextDriver, reboots: bool) -> Iterator[Finding]:
             f"server fails. {fix}",
         )
     elif module.origin is ModuleOrigin.OTHER and kernels.changes_kernel:
-        yield Finding(
+        yield Diagnostic(
             Severity.INFO,
             "next-boot-driver-unknown",
             module.path or f"{MODULES_DIR}/{kernel}",
@@ -227,7 +228,7 @@ def container_userspace(facts: HostFacts, vmid: int) -> Userspace:
 
 def _container_finding(
     facts: HostFacts, vmid: int, pending: NextDriver, pool: str | None
-) -> Finding | None:
+) -> Diagnostic | None:
     found = container_userspace(facts, vmid)
     if found.rootfs is None:
         return unchecked_finding(vmid, found.why, pending)
@@ -238,11 +239,11 @@ def _container_finding(
 
 def breaks_finding(
     subject: str, vmid: int, found: Userspace, pending: NextDriver, pool: str | None
-) -> Finding:
+) -> Diagnostic:
     """`container-driver-next-boot` of a container whose userspace `breaks_at_reboot`."""
     assert found.state is not None and found.rootfs is not None
     install = next_install(found.state, pending, found.rootfs, vmid)
-    return Finding(
+    return Diagnostic(
         Severity.WARNING,
         "container-driver-next-boot",
         subject,
@@ -251,9 +252,9 @@ def breaks_finding(
     )
 
 
-def unchecked_finding(vmid: int, why: str, pending: NextDriver) -> Finding:
+def unchecked_finding(vmid: int, why: str, pending: NextDriver) -> Diagnostic:
     """A container holding GPU nodes whose files were not read, with a driver change due."""
-    return Finding(
+    return Diagnostic(
         Severity.INFO,
         "container-driver-next-boot-unchecked",
         lxc_config(vmid),
@@ -293,7 +294,7 @@ def dynamic_major_findings(
     facts: HostFacts,
     raw_pools: Mapping[int, DeviceNodes] | None = None,
     rewritten: frozenset[int] = frozenset(),
-) -> Iterator[Finding]:
+) -> Iterator[Diagnostic]:
     """Raw-style containers that allow a dynamic node by its major, when the next boot
     runs another kernel or driver: the major may come out different. `raw_pools`: the
     plan's raw-style pool containers (vmid -> their nodes), whose rules it writes anew;
@@ -312,7 +313,7 @@ def dynamic_major_findings(
         # `container-uvm-major-...` as findings.py's stale rule names it: the node's own part.
         code = f"container-{dynamic.module.rsplit('-', 1)[-1]}-major"
         for vmid, path in _raw_containers(facts, nodes, raw_pools, rewritten):
-            yield Finding(
+            yield Diagnostic(
                 Severity.WARNING,
                 f"{code}-next-boot",
                 path,

@@ -27,8 +27,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.facts import GPU, HostFacts
-from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.pci import PciAddress
 from pvegpu.values import value_class
 from pvegpu.vendors.drm import DRM_MAJOR, RENDER_BASE
@@ -167,7 +168,7 @@ def renumbered(minors: Iterable[int], change: Mapping[int, int]) -> tuple[int, .
     return tuple(change.get(m, m) for m in minors)
 
 
-def renumbering_findings(pools: Sequence[Pool], numbers: Renumbering) -> Iterator[Finding]:
+def renumbering_findings(pools: Sequence[Pool], numbers: Renumbering) -> Iterator[Diagnostic]:
     """A container pool whose GPUs' numbers change at the next boot: its config gets the
     new ones, so nothing may start it before that boot (the runbook reboots first)."""
     for pool in pools:
@@ -181,7 +182,7 @@ def renumbering_findings(pools: Sequence[Pool], numbers: Renumbering) -> Iterato
             if c.major == nodes.major and c.before in (g.container_minor, g.drm_card)
         ]
         if moved:
-            yield Finding(
+            yield Diagnostic(
                 Severity.WARNING,
                 "minors-change-at-reboot",
                 pool.name,

@@ -12,10 +12,11 @@ from collections.abc import Iterable, Iterator
 
 import attrs
 
-from pvegpu.errors import PlanError, Problem
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import PlanError
 from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
-from pvegpu.model.plan import Finding, Plan, Pool, PoolKind
+from pvegpu.model.plan import Plan, Pool, PoolKind
 from pvegpu.model.schema import PoolSpec, Spec
 from pvegpu.pci import PciAddress
 from pvegpu.planning.acs import acs_problems
@@ -53,7 +54,7 @@ from pvegpu.vendors.nvswitch import is_switch
 
 def plan(facts: HostFacts, spec: Spec) -> Plan:
     """Turn facts + spec into a Plan, or raise PlanError listing every problem found."""
-    problems: list[Problem] = []
+    problems: list[Diagnostic] = []
     if spec.is_cluster:
         # One plan is one node's: planning/cluster.py plans each node of a cluster spec.
         raise PlanError.one(
@@ -64,14 +65,14 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
         )
     if spec.node != facts.node:
         problems.append(
-            Problem(
+            Diagnostic.error(
                 "node-mismatch",
                 "node",
                 f"the spec is for node {spec.node!r} but the host is {facts.node!r}",
                 f'set node = "{facts.node}" or point --root at the right host',
             )
         )
-    choice_findings: list[Finding] = []
+    choice_findings: list[Diagnostic] = []
     selections = _select(facts, spec, problems, choice_findings)
     # The pools whose GPUs or container are refused: their servers are not judged when the
     # plan is refused (decide.serving_problems), as that would only repeat the refusal.
@@ -95,7 +96,7 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
     )
     naming = node_naming(facts)
     pools: list[Pool] = []
-    guest_findings: list[Finding] = []
+    guest_findings: list[Diagnostic] = []
     # Every pool's mapping id: a VM line on one is that pool's, never a renamed mapping's.
     ids = frozenset(p.mapping.id for p in spec.pools if p.mapping is not None)
     for index, (pool_spec, gpus) in enumerate(zip(spec.pools, selections, strict=True)):
@@ -180,7 +181,7 @@ def plan(facts: HostFacts, spec: Spec) -> Plan:
 
 
 def _select(
-    facts: HostFacts, spec: Spec, problems: list[Problem], findings: list[Finding]
+    facts: HostFacts, spec: Spec, problems: list[Diagnostic], findings: list[Diagnostic]
 ) -> list[tuple[GPU, ...]]:
     """Each pool's GPUs in PCI order; `count` pools take what the others left, in order,
     one NUMA node's where one has enough (why not: to `findings`)."""
@@ -198,7 +199,7 @@ def _select(
             if not selections[i]:
                 nodes = sorted({g.numa_node for g in facts.gpus if g.numa_node is not None})
                 problems.append(
-                    Problem(
+                    Diagnostic.error(
                         "pool-empty",
                         f"{where}.numa_node",
                         f"no GPU of this host is on NUMA node {pool.numa_node}",
@@ -233,7 +234,7 @@ def _overlapping(selections: list[tuple[GPU, ...]]) -> set[int]:
     return {i for i, gpus in enumerate(selections) if any(seen[g.address] > 1 for g in gpus)}
 
 
-def _no_gpus(facts: HostFacts) -> Problem:
+def _no_gpus(facts: HostFacts) -> Diagnostic:
     """The refusal for a host without a GPU, naming what discovery found instead."""
     by_class: dict[int, list[PciFunction]] = defaultdict(list)
     for function in facts.functions:
@@ -249,7 +250,7 @@ def _no_gpus(facts: HostFacts) -> Problem:
         + ")"
         for klass, functions in sorted(by_class.items())
     ]
-    return Problem(
+    return Diagnostic.error(
         "host-without-gpus",
         "pools",
         "this host has no GPU: no PCI function is a display controller (class 0x03) or a "
@@ -261,7 +262,7 @@ def _no_gpus(facts: HostFacts) -> Problem:
 
 
 def _explicit(
-    facts: HostFacts, texts: Iterable[str], where: str, problems: list[Problem]
+    facts: HostFacts, texts: Iterable[str], where: str, problems: list[Diagnostic]
 ) -> Iterator[GPU]:
     # A short address (`41:00.0`) leaves the domain out: it names that bus/device/function
     # in whichever domain has it, so a GPU behind Intel VMD (`10000:e1:00.0`) can be
@@ -279,7 +280,7 @@ def _explicit(
                 # Two domains with that bus: guessing one could hand a guest the wrong GPU.
                 full = sorted(found)
                 problems.append(
-                    Problem(
+                    Diagnostic.error(
                         "address-ambiguous",
                         f"{where}.gpus[{j}]",
                         f"{text!r} is a function in {len(full)} PCI domains: "
@@ -297,7 +298,7 @@ def _explicit(
             gpu = vf_device(facts, function)
         if gpu is not None and gpu.bmc_display:
             problems.append(
-                Problem(
+                Diagnostic.error(
                     "address-is-bmc-display",
                     f"{where}.gpus[{j}]",
                     f"{address} ({gpu.vendor_device}, {gpu.driver or 'no driver'}) is the "
@@ -321,7 +322,7 @@ def _explicit(
                 "; an NVSwitch is not selected: it goes to the VM that gets every GPU of its board"
             )
         problems.append(
-            Problem(
+            Diagnostic.error(
                 "address-not-a-gpu" if function else "address-not-on-host",
                 f"{where}.gpus[{j}]",
                 message,
@@ -339,7 +340,7 @@ def _names(facts: HostFacts) -> list[str]:
     return [str(g.address) for g in gpus]
 
 
-def _overlaps(spec: Spec, selections: list[tuple[GPU, ...]]) -> Iterator[Problem]:
+def _overlaps(spec: Spec, selections: list[tuple[GPU, ...]]) -> Iterator[Diagnostic]:
     owners: dict[PciAddress, list[str]] = defaultdict(list)
     for i, (pool, gpus) in enumerate(zip(spec.pools, selections, strict=True)):
         # From the selection, not the spec's text: `81:00.0` and `0000:81:00.0` (or a
@@ -347,7 +348,7 @@ def _overlaps(spec: Spec, selections: list[tuple[GPU, ...]]) -> Iterator[Problem
         for address, n in Counter(g.address for g in gpus).items():
             if n > 1:
                 # Its own mistake, in the pool's own key: not a clash between two pools.
-                yield Problem(
+                yield Diagnostic.error(
                     "gpu-listed-twice",
                     f"pools[{i}].gpus",
                     f"lists {address} {'twice' if n == 2 else f'{n} times'}",
@@ -357,7 +358,7 @@ def _overlaps(spec: Spec, selections: list[tuple[GPU, ...]]) -> Iterator[Problem
             owners[gpu.address].append(pool.name)
     for address, names in sorted(owners.items()):
         if len(names) > 1:
-            yield Problem(
+            yield Diagnostic.error(
                 "gpu-in-two-pools",
                 str(address),
                 f"is selected by pools {', '.join(repr(n) for n in names)}",
@@ -370,8 +371,8 @@ def _build_pool(
     spec: PoolSpec,
     where: str,
     gpus: tuple[GPU, ...],
-    problems: list[Problem],
-    findings: list[Finding],
+    problems: list[Diagnostic],
+    findings: list[Diagnostic],
     mapping_ids: frozenset[str] = frozenset(),
     numbers: Renumbering | None = None,
     naming: NodeNaming | None = None,
@@ -436,12 +437,12 @@ def _build_pool(
 
 
 def _vfio_functions(
-    facts: HostFacts, gpus: tuple[GPU, ...], where: str, problems: list[Problem]
+    facts: HostFacts, gpus: tuple[GPU, ...], where: str, problems: list[Diagnostic]
 ) -> tuple[PciFunction, ...]:
     """Every non-bridge member of each GPU's IOMMU group: VFIO takes groups, not devices."""
     if not facts.iommu.enabled:
         problems.append(
-            Problem(
+            Diagnostic.error(
                 "no-iommu",
                 where,
                 "this host has no active IOMMU (/sys/class/iommu is empty), so vfio-pci "
@@ -470,7 +471,7 @@ def _vfio_functions(
                 members[address] = function
         for function in foreign_in[group.id]:
             problems.append(
-                Problem(
+                Diagnostic.error(
                     "foreign-device-in-group",
                     str(gpu.address),
                     f"IOMMU group {group.id} also holds {function.address} "
@@ -484,10 +485,10 @@ def _vfio_functions(
     return tuple(members[a] for a in sorted(members))
 
 
-def _without_iommu_group(facts: HostFacts, gpus: tuple[GPU, ...]) -> list[Problem]:
+def _without_iommu_group(facts: HostFacts, gpus: tuple[GPU, ...]) -> list[Diagnostic]:
     """One refusal per GPU that passthrough cannot take: it has no IOMMU group."""
     return [
-        Problem(
+        Diagnostic.error(
             "gpu-without-iommu-group",
             str(gpu.address),
             "has no IOMMU group, so neither vfio-pci nor a PCI mapping can take it",
@@ -499,7 +500,7 @@ def _without_iommu_group(facts: HostFacts, gpus: tuple[GPU, ...]) -> list[Proble
     ]
 
 
-def _vfio_ids_problems(facts: HostFacts, pools: list[Pool]) -> Iterator[Problem]:
+def _vfio_ids_problems(facts: HostFacts, pools: list[Pool]) -> Iterator[Diagnostic]:
     """`vfio-pci ids=` claims by vendor:device: it would take host-side twins too, now
     (proc/cmdline, modprobe.d) or at the next boot (the boot loader's command line)."""
     host_side = [g for p in pools if p.kind is PoolKind.LXC for g in p.gpus]
@@ -507,7 +508,7 @@ def _vfio_ids_problems(facts: HostFacts, pools: list[Pool]) -> Iterator[Problem]
         for gpu in host_side:
             hit = sorted({i for f in gpu.functions for i in setting.claimed(f)})
             if hit:
-                yield Problem(
+                yield Diagnostic.error(
                     "vfio-ids-grab-host-gpu",
                     setting.source,
                     f"{what}, which also claims {gpu.address} ({', '.join(hit)}) that must "

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.facts import HostFacts, driver_order
-from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.model.references import GpuReference, Holder, ReferenceKind
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pci import PciAddress
@@ -64,10 +64,10 @@ _BLACKLISTS = ("blacklist", "module_blacklist")
 
 def reference_judgments(
     facts: HostFacts, pools: Sequence[Pool], numbers: Renumbering
-) -> tuple[list[Problem], list[Finding]]:
+) -> tuple[list[Diagnostic], list[Diagnostic]]:
     """The refusals and findings the host's GPU references give against the plan."""
-    problems: list[Problem] = []
-    findings: list[Finding] = []
+    problems: list[Diagnostic] = []
+    findings: list[Diagnostic] = []
     if not pools:
         return problems, findings
     owners = _owners(pools)
@@ -172,8 +172,8 @@ def _undo(ref: GpuReference) -> str:
 _CMDLINE_FILES = "/etc/kernel/cmdline, or GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub"
 
 
-def _unresolved(ref: GpuReference, pools: Sequence[Pool]) -> Finding:
-    return Finding(
+def _unresolved(ref: GpuReference, pools: Sequence[Pool]) -> Diagnostic:
+    return Diagnostic(
         Severity.WARNING,
         "gpu-reference-unresolved",
         ref.where,
@@ -201,7 +201,7 @@ def _hook(
     pools: Sequence[Pool],
     owners: dict[PciAddress, Pool],
     leaving: frozenset[PciAddress],
-) -> Iterator[Problem]:
+) -> Iterator[Diagnostic]:
     vmid = ref.vmid
     if vmid is None:
         return
@@ -227,7 +227,7 @@ def _hook(
     )
     taken = [g for g in reached if g in owners and not container_may_hold(owners[g], vmid)]
     if taken:
-        yield Problem(
+        yield Diagnostic.error(
             "lxc-hook-grants-pool-gpu",
             ref.where,
             f"`{ref.text.strip()}` with {ref.selector} gives CT {vmid}, at every start, "
@@ -236,7 +236,7 @@ def _hook(
         )
         return
     if ref.selector is not None and ref.every is None and list(ref.gpus) != after:
-        yield Problem(
+        yield Diagnostic.error(
             "lxc-hook-index-shifts",
             ref.where,
             f"{ref.selector} in CT {vmid} names GPUs by index in the driver's order, and the "
@@ -249,7 +249,7 @@ def _hook(
     if own is not None and own.lxc is not None:
         outside = [g for g in reached if g not in _addresses(own)]
         if outside:
-            yield Problem(
+            yield Diagnostic.error(
                 "lxc-hook-beyond-pool",
                 ref.where,
                 f"the hook gives CT {vmid} (pool {own.name}) GPUs outside its pool too "
@@ -258,7 +258,7 @@ def _hook(
                 f"{fix}, then run pvegpu again",
             )
         elif own.lxc.devices is DeviceStyle.DEV:
-            yield Problem(
+            yield Diagnostic.error(
                 "lxc-hook-with-dev-entries",
                 ref.where,
                 f"the hook mounts CT {vmid}'s GPU nodes at every start, and the plan writes "
@@ -315,10 +315,10 @@ def _hook_after(
 # --- QEMU args -------------------------------------------------------------------------
 
 
-def _qemu_args(ref: GpuReference, owners: dict[PciAddress, Pool]) -> Iterator[Problem]:
+def _qemu_args(ref: GpuReference, owners: dict[PciAddress, Pool]) -> Iterator[Diagnostic]:
     taken = [a for a in ref.addresses if a in owners]
     if taken and ref.vmid is not None:
-        yield Problem(
+        yield Diagnostic.error(
             "vm-args-takes-pool-gpu",
             ref.where,
             f"`{ref.text.strip()}` hands VM {ref.vmid} {_names(taken, owners)}: QEMU opens "
@@ -334,8 +334,8 @@ def _qemu_args(ref: GpuReference, owners: dict[PciAddress, Pool]) -> Iterator[Pr
 def _binder(
     ref: GpuReference,
     owners: dict[PciAddress, Pool],
-    findings: list[Finding],
-) -> Iterator[Problem]:
+    findings: list[Diagnostic],
+) -> Iterator[Diagnostic]:
     if ref.binds is None or _harmless(ref.binds):
         return
     if ref.kind is ReferenceKind.MODPROBE and ref.ids and ref.binds == "vfio-pci ids=":
@@ -356,7 +356,7 @@ def _binder(
             else "remove the line"
         )
         findings.append(
-            Finding(
+            Diagnostic(
                 Severity.WARNING,
                 "gpu-driver-blacklisted",
                 ref.where,
@@ -367,7 +367,7 @@ def _binder(
             )
         )
     elif host_side and not own_vm:
-        yield Problem(
+        yield Diagnostic.error(
             "binder-takes-host-gpu",
             ref.where,
             f"{ref.guest}'s {ref.kind.value} `{ref.text.strip()}` ({ref.binds}) moves "
@@ -385,7 +385,7 @@ def _binder(
         )
     elif hit and ref.kind is not ReferenceKind.SYSTEMD_UNIT:
         findings.append(
-            Finding(
+            Diagnostic(
                 Severity.WARNING,
                 "second-gpu-binder",
                 ref.where,
@@ -403,7 +403,7 @@ def _by_number(
     owners: dict[PciAddress, Pool],
     leaving: frozenset[PciAddress],
     numbers: Renumbering,
-) -> Iterator[Finding]:
+) -> Iterator[Diagnostic]:
     """A host file naming a GPU node by number, when the split takes it away or the next
     boot numbers it afresh (host_guests.py rewrites containers' lines; these it cannot)."""
     node = ref.node
@@ -439,7 +439,7 @@ def _by_number(
         )
     else:
         return
-    yield Finding(Severity.WARNING, "gpu-reference-renumbered", ref.where, message)
+    yield Diagnostic(Severity.WARNING, "gpu-reference-renumbered", ref.where, message)
 
 
 def _harmless(binds: str) -> bool:
@@ -447,7 +447,7 @@ def _harmless(binds: str) -> bool:
     return binds in _HARMLESS_BINDS or binds.startswith(_HARMLESS_PREFIXES)
 
 
-def _moved(ref: GpuReference, owners: dict[PciAddress, Pool]) -> Iterator[Finding]:
+def _moved(ref: GpuReference, owners: dict[PciAddress, Pool]) -> Iterator[Diagnostic]:
     """A hook, hookscript or host file that reaches a GPU the plan gives to a guest other
     than its own (to a VM on vfio-pci, or to another container) and that nothing above
     judged: what it does there is no longer the admin's intent (`gpu-reference-moved`)."""
@@ -462,7 +462,7 @@ def _moved(ref: GpuReference, owners: dict[PciAddress, Pool]) -> Iterator[Findin
     }.get(ref.holder, "at every boot")
     names = _names(elsewhere, owners)
     reach = names if ref.every is None else f"{ref.every}, among them {names}"
-    yield Finding(
+    yield Diagnostic(
         Severity.WARNING,
         "gpu-reference-moved",
         ref.where,
@@ -482,7 +482,9 @@ def _may_hold(pool: Pool, ref: GpuReference) -> bool:
     return not pool.moves_to_vfio
 
 
-def cgroup_key_findings(facts: HostFacts, own: frozenset[int] = frozenset()) -> Iterator[Finding]:
+def cgroup_key_findings(
+    facts: HostFacts, own: frozenset[int] = frozenset()
+) -> Iterator[Diagnostic]:
     """Containers that hold GPUs by the devices.allow key of the hierarchy this host does
     not apply (`lxc.cgroup.*` on cgroup2 hosts, ignored outright by LXC 7.0): they have no
     access through those lines. A pool's own container (`own`) loses them with its patch
@@ -506,7 +508,7 @@ def cgroup_key_findings(facts: HostFacts, own: frozenset[int] = frozenset()) -> 
                 f"LXC {facts.pve.lxc_major} (lxc-pve {facts.pve.lxc}) ignores every "
                 "lxc.cgroup.* key (pve-container warns of them at start)"
             )
-        yield Finding(
+        yield Diagnostic(
             Severity.WARNING,
             "lxc-cgroup-key-inert",
             path,

@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import HostFacts, PciFunction
 from pvegpu.model.plan import Pool, PoolKind
@@ -40,7 +40,7 @@ def revert_driver(facts: HostFacts, function: PciFunction) -> str | None:
     return host_driver(function)
 
 
-def split_problems(facts: HostFacts, pools: Iterable[Pool]) -> Iterator[Problem]:
+def split_problems(facts: HostFacts, pools: Iterable[Pool]) -> Iterator[Diagnostic]:
     """Functions both moved and pinned, then driver names the script cannot carry."""
     pools = tuple(pools)
     yield from _on_both_sides(pools)
@@ -48,7 +48,7 @@ def split_problems(facts: HostFacts, pools: Iterable[Pool]) -> Iterator[Problem]
     yield from _removable(pools)
 
 
-def _on_both_sides(pools: tuple[Pool, ...]) -> Iterator[Problem]:
+def _on_both_sides(pools: tuple[Pool, ...]) -> Iterator[Diagnostic]:
     # A GPU selected by two pools is already `gpu-in-two-pools`: its functions are not
     # reported again. What is left is a function two GPUs share (a dual-head card's
     # display functions in one slot and group), each GPU in a pool of its own kind.
@@ -59,7 +59,7 @@ def _on_both_sides(pools: tuple[Pool, ...]) -> Iterator[Problem]:
     vm = {f.address for p in pools if p.kind is PoolKind.VFIO for f in p.functions}
     host = {f.address for p in pools if p.kind is PoolKind.LXC for f in p.functions}
     for address in sorted((vm & host) - reported):
-        yield Problem(
+        yield Diagnostic.error(
             "split-function-in-two-pools",
             str(address),
             "is planned for vfio-pci and for the host at once",
@@ -67,7 +67,7 @@ def _on_both_sides(pools: tuple[Pool, ...]) -> Iterator[Problem]:
         )
 
 
-def _bad_driver_names(facts: HostFacts, pools: tuple[Pool, ...]) -> Iterator[Problem]:
+def _bad_driver_names(facts: HostFacts, pools: tuple[Pool, ...]) -> Iterator[Diagnostic]:
     # Driver names end up in shell data and modprobe.d lines: only what sysfs uses. These
     # are the names rendering/split.py writes: host and revert drivers of the functions
     # that move, host drivers of those pinned to the host (bridges are in neither).
@@ -83,7 +83,7 @@ def _bad_driver_names(facts: HostFacts, pools: tuple[Pool, ...]) -> Iterator[Pro
                 drivers.add(revert_driver(facts, function))
     for driver in sorted(d for d in drivers if d is not None):
         if not _DRIVER_NAME.fullmatch(driver):
-            yield Problem(
+            yield Diagnostic.error(
                 "split-bad-driver-name",
                 driver,
                 "is not a kernel driver name",
@@ -91,7 +91,7 @@ def _bad_driver_names(facts: HostFacts, pools: tuple[Pool, ...]) -> Iterator[Pro
             )
 
 
-def _removable(pools: tuple[Pool, ...]) -> Iterator[Problem]:
+def _removable(pools: tuple[Pool, ...]) -> Iterator[Diagnostic]:
     """A GPU behind a Thunderbolt/USB4 port (`removable`) in any pool of a split.
 
     It appears once its enclosure is connected and authorized (boltd), often after
@@ -113,7 +113,7 @@ def _removable(pools: tuple[Pool, ...]) -> Iterator[Problem]:
                 if pool.kind is PoolKind.VFIO
                 else "give the container its device nodes by hand (pct set <vmid> --devN ...)"
             )
-            yield Problem(
+            yield Diagnostic.error(
                 "gpu-removable",
                 str(gpu.address),
                 f"pool {pool.name!r}: sits behind a Thunderbolt/USB4 port (removable), so it "

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import GPU, HostFacts, PciFunction
 from pvegpu.model.guests import guests
 from pvegpu.model.host_changes import LateVfPf, MovedFunction
 from pvegpu.model.mapping_cfg import pci_cfg
-from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
+from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.pci import PciAddress
 from pvegpu.planning.split import revert_driver
 from pvegpu.planning.vgpu import is_vgpu_vf
@@ -82,14 +82,14 @@ def late_vf_pfs(facts: HostFacts, pools: Iterable[Pool]) -> tuple[LateVfPf, ...]
     return tuple(found)
 
 
-def sriov_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
+def sriov_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """VFs in container pools, and PFs that go to vfio-pci while their VFs are in use."""
     for pool in pools:
         if pool.kind is PoolKind.VFIO:
             continue
         for gpu in pool.gpus:
             if gpu.function.physfn is not None:
-                yield Problem(
+                yield Diagnostic.error(
                     "sriov-vf-in-container",
                     str(gpu.address),
                     f"pool {pool.name!r} is a container pool, and {gpu.address} is a virtual "
@@ -108,7 +108,7 @@ def sriov_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]
             vfs = facts.virtual_functions(function.address)
             busy = [u for u in (_vf_use(vf, in_pools, named) for vf in vfs) if u]
             if busy:
-                yield Problem(
+                yield Diagnostic.error(
                     "sriov-pf-vfs-in-use",
                     str(function.address),
                     f"pool {pool.name!r} moves this SR-IOV physical function to vfio-pci, "
@@ -124,7 +124,7 @@ def _addresses(pool: Pool) -> Iterator[PciAddress]:
     yield from (g.address for g in pool.gpus)
 
 
-def sriov_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+def sriov_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """A PF that goes to vfio-pci with unused VFs: they disappear with its driver."""
     for pool in pools:
         if pool.kind is not PoolKind.VFIO:
@@ -132,7 +132,7 @@ def sriov_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]
         for function in pool.functions:
             vfs = facts.virtual_functions(function.address)
             if vfs:
-                yield Finding(
+                yield Diagnostic(
                     Severity.WARNING,
                     "sriov-vfs-removed",
                     str(function.address),
@@ -172,7 +172,7 @@ def _named_by_guests(facts: HostFacts) -> set[HostId]:
     return found
 
 
-def check_findings(facts: HostFacts) -> Iterator[Finding]:
+def check_findings(facts: HostFacts) -> Iterator[Diagnostic]:
     """`pvegpu check`: the plan's SR-IOV rules on the live host. A PF on vfio-pci with
     VFs in use (`sriov-pf-vfs-in-use`), and a VF pinned to vfio-pci whose PF probes new
     VFs (`sriov-autoprobe-on`): once its VFs are created again (a reboot, sriov_numvfs
@@ -187,7 +187,7 @@ def check_findings(facts: HostFacts) -> Iterator[Finding]:
             if u
         ]
         if busy:
-            yield Finding(
+            yield Diagnostic(
                 Severity.ERROR,
                 "sriov-pf-vfs-in-use",
                 str(function.address),
@@ -206,7 +206,7 @@ def check_findings(facts: HostFacts) -> Iterator[Finding]:
     for address in sorted(a for a in pinned if a is not None):
         pf = facts.function(address)
         if pf is not None and pf.sriov is not None and pf.sriov.drivers_autoprobe:
-            yield Finding(
+            yield Diagnostic(
                 Severity.WARNING,
                 "sriov-autoprobe-on",
                 str(address),

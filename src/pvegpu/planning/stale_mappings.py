@@ -27,10 +27,10 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 
 import attrs
 
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.formats.shell import word
 from pvegpu.model.facts import HostFacts, PciFunction
 from pvegpu.model.guests import guests
-from pvegpu.model.plan import Finding, Severity
 from pvegpu.pci import PciAddress
 from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.guestconf import is_pending
@@ -98,7 +98,7 @@ def stale_map_findings(
     owned: Collection[str] = (),
     moved: Mapping[str, Collection[str]] | None = None,
     live: bool = False,
-) -> Iterator[Finding]:
+) -> Iterator[Diagnostic]:
     """`mapping-stale`, one per stale map line of this node, with the VMs it stops.
 
     A plan passes the pools' mappings (`owned`, written anew from sysfs) and the map
@@ -196,7 +196,7 @@ def _finding(
     command: str,
     live: bool,
     rewrites: bool,
-) -> Finding:
+) -> Diagnostic:
     line, mapping_id = stale.line, stale.mapping_id
     if stale.missing:
         what = (
@@ -221,7 +221,7 @@ def _finding(
         severity = Severity.ERROR if users else Severity.WARNING
     else:
         severity = Severity.WARNING if users else Severity.INFO
-    return Finding(severity, "mapping-stale", f"{pcicfg.PATH} line {line.line}", message)
+    return Diagnostic(severity, "mapping-stale", f"{pcicfg.PATH} line {line.line}", message)
 
 
 def _differs(key: str, said: str | None, now: str | None) -> str:

@@ -9,7 +9,7 @@ is followed; this check is what makes the first boot and the runbook's own run s
 
 from __future__ import annotations
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.model.facts import HostFacts
 from pvegpu.vendors import VENDORS, Vendor
 
@@ -18,14 +18,14 @@ HOST_USERSPACE_VENDORS = tuple(v for v in VENDORS if v.host_userspace and v.driv
 version (a runtime released apart from the driver, as ROCm is, is the container's own)."""
 
 
-def host_userspace_problems(facts: HostFacts, vendor: Vendor, where: str) -> list[Problem]:
+def host_userspace_problems(facts: HostFacts, vendor: Vendor, where: str) -> list[Diagnostic]:
     """Why the host's userspace cannot be staged for a pool of `vendor`'s GPUs; `where`:
     the pool's spec path. Empty when it can."""
     userspace, source = vendor.host_userspace, vendor.driver_version
     if userspace is None or source is None:
         known = " and ".join(v.name for v in HOST_USERSPACE_VENDORS)
         return [
-            Problem(
+            Diagnostic.error(
                 "userspace-host-unsupported",
                 f"{where}.lxc.userspace",
                 f'userspace = "host" hands the container the host\'s driver userspace of '
@@ -37,7 +37,7 @@ def host_userspace_problems(facts: HostFacts, vendor: Vendor, where: str) -> lis
     loaded = facts.gpu_driver(vendor.host_driver)
     if loaded is None:
         return [
-            Problem(
+            Diagnostic.error(
                 "host-userspace-missing",
                 source.module_version,
                 f'userspace = "host" stages the userspace of the loaded {vendor.host_driver} '
@@ -52,7 +52,7 @@ def host_userspace_problems(facts: HostFacts, vendor: Vendor, where: str) -> lis
     if not missing:
         return []
     return [
-        Problem(
+        Diagnostic.error(
             "host-userspace-missing",
             missing[0],
             f"{vendor.host_driver} {loaded.version} is loaded, but the host root lacks "

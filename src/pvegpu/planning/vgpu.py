@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.facts import GPU, HostFacts, MdevType, PciFunction
-from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.model.plan import Pool
 from pvegpu.pci import PciAddress
 from pvegpu.pvefiles import hostpci
 from pvegpu.pvefiles.guestconf import ConfLine
@@ -81,11 +81,11 @@ def _listed(types: Sequence[MdevType]) -> str:
 
 def vgpu_problems(
     facts: HostFacts, gpus: Sequence[GPU], vgpu_type: str | None, where: str
-) -> list[Problem]:
+) -> list[Diagnostic]:
     """The refusals of a vfio pool's vGPU VFs and its `vgpu_type` (`where`: the pool's spec
     path). A pool with neither has none."""
     vfs = [(g, v) for g in gpus if (v := vgpu_vendor(g.function)) is not None]
-    problems: list[Problem] = []
+    problems: list[Diagnostic] = []
     if vgpu_type is not None:
         named = {g.address for g, _ in vfs}
         problems += [_not_a_vgpu_vf(g, vgpu_type, where) for g in gpus if g.address not in named]
@@ -121,13 +121,13 @@ def _source(vendor: Vendor) -> VgpuSource:
     return vendor.vgpu
 
 
-def _not_a_vgpu_vf(gpu: GPU, vgpu_type: str, where: str) -> Problem:
+def _not_a_vgpu_vf(gpu: GPU, vgpu_type: str, where: str) -> Diagnostic:
     what = (
         "a virtual function without vendor vGPU types"
         if gpu.function.physfn is not None
         else "a whole GPU"
     )
-    return Problem(
+    return Diagnostic.error(
         "vgpu-type-not-vgpu",
         str(gpu.address),
         f"{where}.vfio.vgpu_type is {vgpu_type!r}, but {gpu.address} ({gpu.vendor_device}, "
@@ -138,9 +138,9 @@ def _not_a_vgpu_vf(gpu: GPU, vgpu_type: str, where: str) -> Problem:
     )
 
 
-def _pf_off_driver(pf: PciFunction, vendor: Vendor, vf: GPU) -> Problem:
+def _pf_off_driver(pf: PciFunction, vendor: Vendor, vf: GPU) -> Diagnostic:
     driver = vendor.host_driver
-    return Problem(
+    return Diagnostic.error(
         "vgpu-pf-not-on-host-driver",
         str(pf.address),
         f"is the physical function of vGPU virtual function {vf.address} and is on "
@@ -152,14 +152,14 @@ def _pf_off_driver(pf: PciFunction, vendor: Vendor, vf: GPU) -> Problem:
     )
 
 
-def _vf_off_driver(vf: GPU, vendor: Vendor) -> Problem:
+def _vf_off_driver(vf: GPU, vendor: Vendor) -> Diagnostic:
     driver = vendor.host_driver
     sysfs = f"/sys/bus/pci/devices/{vf.address}"
     fix = f"give it back to {driver}: echo > {sysfs}/driver_override"
     if vf.driver is not None:
         fix += f"; echo {vf.address} > {sysfs}/driver/unbind"
     fix += f"; echo {vf.address} > /sys/bus/pci/drivers_probe; then discover again and plan"
-    return Problem(
+    return Diagnostic.error(
         "vgpu-vf-not-on-host-driver",
         str(vf.address),
         f"is a {vendor.name} vGPU virtual function on {vf.driver or 'no driver'}, not "
@@ -169,7 +169,7 @@ def _vf_off_driver(vf: GPU, vendor: Vendor) -> Problem:
     )
 
 
-def _type_missing(facts: HostFacts, vfs: Sequence[tuple[GPU, Vendor]], where: str) -> Problem:
+def _type_missing(facts: HostFacts, vfs: Sequence[tuple[GPU, Vendor]], where: str) -> Diagnostic:
     names = ", ".join(str(v.address) for v, _ in vfs)
     many = len(vfs) > 1
     vendor = vfs[0][1]
@@ -190,7 +190,7 @@ def _type_missing(facts: HostFacts, vfs: Sequence[tuple[GPU, Vendor]], where: st
             f"({creatable}): stop the VMs on the GPU's other VFs, or name VFs of one GPU; "
             "then discover again and set vgpu_type in the pool's [pools.vfio] table"
         )
-    return Problem(
+    return Diagnostic.error(
         "vgpu-type-missing",
         f"{where}.vfio.vgpu_type",
         f"the pool names {vendor.name} vGPU virtual function{'s' if many else ''} {names}, "
@@ -207,7 +207,7 @@ def _type_not_offered(
     vgpu_type: str,
     offered: Sequence[MdevType],
     where: str,
-) -> Problem:
+) -> Diagnostic:
     current = current_type(facts, vf.address)
     now = f"; it has {current} now" if current else ""
     if offered:
@@ -218,7 +218,7 @@ def _type_not_offered(
             "vGPU manager's default, homogeneous mode), or every slot is taken; stop the VMs "
             "on them or name a VF of another GPU, then discover again"
         )
-    return Problem(
+    return Diagnostic.error(
         "vgpu-type-not-offered",
         str(vf.address),
         f"{where}.vfio.vgpu_type {vgpu_type!r} is not a vGPU type this virtual function "
@@ -230,7 +230,7 @@ def _type_not_offered(
 
 def vm_line_problem(
     where: str, vmid: int, line: ConfLine, own_main: bool, pools: Iterable[Pool]
-) -> Problem | None:
+) -> Diagnostic | None:
     """A VM's hostpci line that the plan lets hand it a vGPU pool's VF (`pools`: those
     whose devices it names) without that pool's type: Proxmox would bind the VF to
     vfio-pci at start (no `mdev=`), where it has no vGPU, or set another type than the
@@ -249,7 +249,7 @@ def vm_line_problem(
         )
         kept = [f"{k}={v}" if k else v for k, v in hostpci.options(line.value) if k != "mdev"]
         value = ",".join([*kept, f"mdev={pool.vgpu_type}"])
-        return Problem(
+        return Diagnostic.error(
             "vgpu-vm-line-type",
             where,
             f"`{line.raw.strip()}` gives VM {vmid} a vGPU virtual function of pool "
@@ -260,7 +260,7 @@ def vm_line_problem(
     return None
 
 
-def check_findings(facts: HostFacts) -> Iterator[Finding]:
+def check_findings(facts: HostFacts) -> Iterator[Diagnostic]:
     """`pvegpu check`: a vGPU virtual function held by vfio-pci (bound, or pinned by
     driver_override) has no vGPU type; a VM given it with `mdev=` does not start."""
     for function in facts.functions:
@@ -276,7 +276,7 @@ def check_findings(facts: HostFacts) -> Iterator[Finding]:
             steps.append(f"echo {address} > /sys/bus/pci/drivers/{VFIO_DRIVER}/unbind")
         steps.append(f"echo {address} > /sys/bus/pci/drivers_probe")
         mdev = _source(vendor).type_name.format(id="<id>")
-        yield Finding(
+        yield Diagnostic(
             Severity.ERROR,
             "vgpu-vf-on-vfio",
             str(address),

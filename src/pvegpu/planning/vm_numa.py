@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.facts import HostFacts, NumaNode
 from pvegpu.model.guests import guests
-from pvegpu.model.plan import Finding, Pool, PoolKind, Severity, VmGuest
+from pvegpu.model.plan import Pool, PoolKind, VmGuest
 from pvegpu.pci import CpuList
 from pvegpu.pvefiles.guestconf import LineKind
 
@@ -65,7 +65,7 @@ def hostnodes(value: str) -> tuple[int, ...] | None:
     return None
 
 
-def vm_numa_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
+def vm_numa_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """The pinning values of a kept VM config that are no CPU or node list."""
     for pool in pools:
         found = _pinned(facts, pool)
@@ -76,7 +76,7 @@ def vm_numa_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Proble
             try:
                 _ = CpuList.parse(value) if key == "affinity" else hostnodes(value)
             except ValueError as err:
-                yield Problem(
+                yield Diagnostic.error(
                     "vm-numa-unreadable",
                     f"{vm.config_path}: {key}",
                     f"{value!r} cannot be read: {err}",
@@ -84,7 +84,7 @@ def vm_numa_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Proble
                 )
 
 
-def vm_numa_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+def vm_numa_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """A kept `affinity` or `numaN` beyond the node of the VM's GPUs."""
     for pool in pools:
         found = _pinned(facts, pool)
@@ -96,7 +96,7 @@ def vm_numa_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Findin
                 if key == "affinity":
                     outside = sorted(set(CpuList.parse(value).cpus) - set(node.cpus.cpus))
                     if outside:
-                        yield Finding(
+                        yield Diagnostic(
                             Severity.WARNING,
                             "vm-affinity-beyond-node",
                             vm.config_path,
@@ -110,7 +110,7 @@ def vm_numa_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Findin
                 continue  # refused by vm_numa_problems
             others = sorted(set(nodes or ()) - {node.id})
             if others:
-                yield Finding(
+                yield Diagnostic(
                     Severity.WARNING,
                     "vm-numa-beyond-node",
                     vm.config_path,

@@ -25,11 +25,11 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.facts import HostFacts, PciFunction
 from pvegpu.model.guests import guests
 from pvegpu.model.mapping_cfg import pci_cfg
-from pvegpu.model.plan import Finding, Pool, PoolKind, Severity, VmGuest
+from pvegpu.model.plan import Pool, PoolKind, VmGuest
 from pvegpu.model.resources import Bar
 from pvegpu.pci import PciAddress
 from pvegpu.planning.guest_address import (
@@ -190,12 +190,12 @@ def _numa_fix(facts: HostFacts, binding: _Binding) -> str:
     )
 
 
-def _numa_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
+def _numa_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     for binding in _bindings(facts, pools):
         if binding.kib <= binding.total_kib:
             continue
         have = "has" if len(binding.nodes) == 1 else "have"
-        yield Problem(
+        yield Diagnostic.error(
             "vm-numa-memory-beyond-node",
             binding.subject,
             f"{binding.text}, which {have} {_gib(binding.total_kib)} (MemTotal): vfio pins "
@@ -204,7 +204,7 @@ def _numa_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]
         )
 
 
-def _numa_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+def _numa_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     for binding in _bindings(facts, pools):
         total, free = binding.total_kib, binding.free_kib
         if binding.kib > total:
@@ -219,7 +219,7 @@ def _numa_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]
             )
         if not reasons:
             continue
-        yield Finding(
+        yield Diagnostic(
             Severity.WARNING,
             "vm-numa-memory-tight",
             binding.subject,
@@ -302,7 +302,7 @@ def _wider(vm: VmGuest, cpu: GuestCpu, value: str | None, ovmf: bool) -> list[st
 
 def _bar_problem(
     facts: HostFacts, pool: Pool, vm: VmGuest, lines: Sequence[ConfLine]
-) -> Problem | None:
+) -> Diagnostic | None:
     found = _value(lines, "cpu")
     value = found[1] if found is not None else None
     cpu = guest_cpu(value, facts.cpu)
@@ -357,7 +357,7 @@ def _bar_problem(
         )
     subject = vm.config_path if found is None else f"{vm.config_path} line {found[0]}"
     if not fits(space, need):
-        return Problem(
+        return Diagnostic.error(
             "vm-bars-beyond-address-space",
             subject,
             f"{said}. The guest has {cpu.bits} physical address bits "
@@ -374,7 +374,7 @@ def _bar_problem(
                 f", or give OVMF a {size_text(wide * MIB)} window instead: qm set {vm.vmid} "
                 f"--args '-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string={wide}'"
             )
-    return Problem(
+    return Diagnostic.error(
         "vm-bars-beyond-mmio-window",
         subject,
         f"{said}. The guest has {cpu.bits} physical address bits, {cpu.why}, but "
@@ -389,7 +389,7 @@ def _align_mib(size: int) -> int:
     return max(1 << (size - 1).bit_length(), GIB) // MIB
 
 
-def _bar_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
+def _bar_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     for pool, vm in _vms(pools):
         if vm.config is not None:
             problem = _bar_problem(facts, pool, vm, _main_lines(facts, vm))
@@ -397,7 +397,7 @@ def _bar_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
                 yield problem
 
 
-def _new_vm_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+def _new_vm_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """A VM yet to be created whose GPUs need more than a default CPU type gives."""
     for pool, vm in _vms(pools):
         if vm.config is not None:
@@ -411,7 +411,7 @@ def _new_vm_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Findin
             continue
         host = guest_cpu("host", facts.cpu)
         bits = f"the host's {host.bits} bits" if host.bits is not None else "the host's bits"
-        yield Finding(
+        yield Diagnostic(
             Severity.WARNING,
             "vm-new-needs-phys-bits",
             vm.config_path,
@@ -431,7 +431,7 @@ def _new_vm_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Findin
 # -- pcie=1 on a machine that is not q35
 
 
-def _pcie_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+def _pcie_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     for _, vm in _vms(pools):
         if vm.config is None or vm.pcie:
             continue
@@ -441,7 +441,7 @@ def _pcie_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]
                 continue
             if ("pcie", "1") not in hostpci.options(line.value):
                 continue
-            yield Finding(
+            yield Diagnostic(
                 Severity.WARNING,
                 "vm-hostpci-pcie-not-q35",
                 f"{vm.config_path} line {number}",
@@ -461,7 +461,7 @@ def _framebuffer_off(facts: HostFacts) -> bool:
     return all(any(p in _FB_OFF for p in params) for params in lines)
 
 
-def _boot_display_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+def _boot_display_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     moved = {f.address for p in pools if p.kind is PoolKind.VFIO for f in p.functions}
     for pool in pools:
         if pool.kind is not PoolKind.VFIO:
@@ -488,7 +488,7 @@ def _boot_display_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[
                 "its BAR and the VM's GPU fails: add initcall_blacklist=sysfb_init to the "
                 "kernel command line)"
             )
-            yield Finding(
+            yield Diagnostic(
                 Severity.WARNING,
                 "vfio-boot-display",
                 str(function.address),
@@ -503,13 +503,13 @@ def _boot_display_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[
 # -- entry points
 
 
-def vm_start_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Problem]:
+def vm_start_problems(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """What keeps a pool's VM from starting, or from using its GPUs once it has."""
     yield from _numa_problems(facts, pools)
     yield from _bar_problems(facts, pools)
 
 
-def vm_start_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
+def vm_start_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
     """What a reviewer should know about the VMs' start and the host's console."""
     yield from _numa_findings(facts, pools)
     yield from _new_vm_findings(facts, pools)

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.pvefiles.guestconf import ConfLine, LineKind
 from pvegpu.values import value_class
 
@@ -157,11 +157,11 @@ def claims(
     subject: str,
     number: int,
     old: tuple[str, ...] = (),
-) -> bool | Problem:
+) -> bool | Diagnostic:
     """Whether a main-section line is the mapping's: it uses the mapping or one of the
     `old` mappings its devices leave, or names by raw address only devices the mapping
     hands over. A raw line mixing those with others cannot be split by pvegpu: that is a
-    Problem."""
+    refusal."""
     if line.kind is not LineKind.KEY:
         return False
     if uses_mapping(line, mapping_id) or old_mapping(line, old) is not None:
@@ -175,7 +175,7 @@ def claims(
     if len(ours) == len(hosts):
         return True
     others = [h for h in hosts if h not in ours]
-    return Problem(
+    return Diagnostic.error(
         "vm-hostpci-mixed",
         f"{subject} line {number}",
         f"`{line.raw.rstrip()}` passes {';'.join(ours)} (given to the VM by mapping "

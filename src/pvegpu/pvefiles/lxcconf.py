@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from pvegpu.errors import PlanError, Problem, RenderError
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import PlanError, RenderError
 from pvegpu.pci import CpuList
 from pvegpu.pvefiles.guestconf import (
     ConfLine,
@@ -495,8 +496,8 @@ def cores(text: str, subject: str = "LXC config") -> int | None:
     return count
 
 
-def _slots_full(needed: int, free: int) -> Problem:
-    return Problem(
+def _slots_full(needed: int, free: int) -> Diagnostic:
+    return Diagnostic.error(
         "lxc-dev-slots-full",
         "devN entries",
         f"{needed} device entries needed but only {free} of dev0..dev{MAX_DEV_INDEX} are free",
@@ -506,7 +507,7 @@ def _slots_full(needed: int, free: int) -> Problem:
 
 def dev_slot_problems(
     text: str, nodes: DeviceNodes, new: GpuLines, naming: NodeNaming = PLAIN
-) -> tuple[Problem, ...]:
+) -> tuple[Diagnostic, ...]:
     """Whether `patch_gpu_lines` finds devN indices for `new` (`lxc-dev-slots-full`).
 
     The indices it may use are those no other device takes, in the main section (old GPU

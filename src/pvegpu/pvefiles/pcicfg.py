@@ -18,7 +18,8 @@ from types import MappingProxyType
 
 import attrs
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import RenderError
 from pvegpu.values import value_class
 
 PATH = "etc/pve/mapping/pci.cfg"
@@ -150,7 +151,7 @@ class PciCfgSection:
 def _syntax(path: str, line: int, message: str, fix: str | None = None) -> RenderError:
     return RenderError(
         [
-            Problem(
+            Diagnostic.error(
                 "pcicfg-syntax",
                 f"{path} line {line}",
                 message,
@@ -305,7 +306,7 @@ def comment_lines(text: str) -> tuple[int, ...]:
 def _invalid(mapping_id: str, message: str) -> RenderError:
     return RenderError(
         [
-            Problem(
+            Diagnostic.error(
                 "pcicfg-value",
                 f"{PATH} mapping {mapping_id!r}",
                 message,
@@ -394,7 +395,7 @@ def format(mappings: Iterable[PciMapping]) -> str:
     )
 
 
-def value_problems(mapping: PciMapping) -> tuple[Problem, ...]:
+def value_problems(mapping: PciMapping) -> tuple[Diagnostic, ...]:
     """Why this mapping cannot be written (`pcicfg-value`), or nothing.
 
     plan() asks before anything is formatted, so that `format` and `patch` of a planned
@@ -407,7 +408,7 @@ def value_problems(mapping: PciMapping) -> tuple[Problem, ...]:
     return ()
 
 
-def syntax_problems(text: str, path: str = PATH) -> tuple[Problem, ...]:
+def syntax_problems(text: str, path: str = PATH) -> tuple[Diagnostic, ...]:
     """Why Proxmox would misread this existing file (`pcicfg-syntax`), or nothing."""
     try:
         parse(text, path)

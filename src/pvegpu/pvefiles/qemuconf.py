@@ -13,7 +13,8 @@ from collections.abc import Iterable
 
 import attrs
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import RenderError
 from pvegpu.pci import CpuList
 from pvegpu.pvefiles.guestconf import (
     ConfLine,
@@ -94,10 +95,10 @@ def memory_mib(value: str) -> int | None:
     return config_integer(parts[0][1], _MINIMUM["memory"])
 
 
-def _vm_size(lines: list[ConfLine], subject: str) -> tuple[int, int, int] | list[Problem]:
+def _vm_size(lines: list[ConfLine], subject: str) -> tuple[int, int, int] | list[Diagnostic]:
     """(memory MiB, cores, sockets) that numa0 is sized by, or the problems with them."""
     sizes: dict[str, int] = {}
-    problems: list[Problem] = []
+    problems: list[Diagnostic] = []
     for key, minimum in _MINIMUM.items():
         text = _vm_value(lines, key)
         if text is None:
@@ -110,17 +111,17 @@ def _vm_size(lines: list[ConfLine], subject: str) -> tuple[int, int, int] | list
     return problems or (sizes["memory"], sizes["cores"], sizes["sockets"])
 
 
-def _size_problem(subject: str, key: str, text: str | None, minimum: int) -> Problem:
+def _size_problem(subject: str, key: str, text: str | None, minimum: int) -> Diagnostic:
     unit = "MiB" if key == "memory" else "N"
     fix = f"set it explicitly (qm set <vmid> --{key} <{unit}>) and run pvegpu again"
     if text is None:  # only memory: the numaN memory must add up to it, so never guessed
         message = "NUMA pinning needs the VM's memory size, and the config has no `memory:`"
-        return Problem("vm-memory-unset", subject, message, fix)
+        return Diagnostic.error("vm-memory-unset", subject, message, fix)
     message = (
         f"{key} is {text!r}, not a number Proxmox can use here (ASCII digits, {minimum} "
         "or more): qemu-server skips such a line, so numa0 cannot be sized by it"
     )
-    return Problem("vm-config-value-invalid", subject, message, fix)
+    return Diagnostic.error("vm-config-value-invalid", subject, message, fix)
 
 
 def numa_values(lines: list[ConfLine], pin: NumaPin, subject: str) -> list[tuple[str, str]]:
@@ -150,8 +151,8 @@ def _indices(replaced: Iterable[int], taken: set[int], count: int) -> tuple[list
     return reused, fresh[: count - len(reused)]
 
 
-def _hostpci_full(subject: str, mapping_id: str, count: int, free: int) -> Problem:
-    return Problem(
+def _hostpci_full(subject: str, mapping_id: str, count: int, free: int) -> Diagnostic:
+    return Diagnostic.error(
         "vm-hostpci-full",
         subject,
         f"needs {count} hostpci slots for mapping {mapping_id!r} but only "
@@ -169,7 +170,7 @@ def hostpci_problems(
     mapped: Iterable[str] = (),
     old: Iterable[str] = (),
     subject: str = "VM config",
-) -> tuple[Problem, ...]:
+) -> tuple[Diagnostic, ...]:
     """Everything `patch_hostpci` with these arguments would refuse, all at once.
 
     plan() asks before anything is formatted: mixed raw lines, too few free hostpci
@@ -178,13 +179,13 @@ def hostpci_problems(
     """
     main = split_sections(text)[0]
     owned, old = host_ids(mapped), tuple(old)
-    problems: list[Problem] = []
+    problems: list[Diagnostic] = []
     replaced: list[int] = []
     taken = used_indices(section_named(text, "PENDING"), "hostpci")
     lines = parse_lines(main.text)
     for number, line in enumerate(lines, start=1):
         claim = _claims(line, mapping_id, owned, subject, number, old)
-        if isinstance(claim, Problem):
+        if isinstance(claim, Diagnostic):
             problems.append(claim)
         elif claim:
             replaced.append(int(line.key.removeprefix("hostpci")))
@@ -242,7 +243,7 @@ def patch_hostpci(
     taken = used_indices(section_named(text, "PENDING"), "hostpci")
     for number, line in enumerate(parse_lines(main.text), start=1):
         claim = _claims(line, mapping_id, owned, subject, number, old)
-        if isinstance(claim, Problem):
+        if isinstance(claim, Diagnostic):
             raise RenderError([claim])
         if claim:
             replaced.setdefault(int(line.key.removeprefix("hostpci")), line)

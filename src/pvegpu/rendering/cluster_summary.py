@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.model.artifact import APPLY_BUNDLE, REVIEW, Artifact
-from pvegpu.model.plan import ClusterPlan, Finding, Plan
+from pvegpu.model.plan import ClusterPlan, Plan
 from pvegpu.pvefiles import pcicfg
 from pvegpu.rendering.review.render import SEVERITY_HEADINGS, cell
 from pvegpu.wording import plural
@@ -82,7 +83,7 @@ def _mapping_rows(cluster: ClusterPlan) -> list[str]:
     return lines
 
 
-def _findings(findings: Sequence[Finding]) -> list[str]:
+def _findings(findings: Sequence[Diagnostic]) -> list[str]:
     if not findings:
         return ["None across nodes; each node's SUMMARY.md lists its own."]
     lines: list[str] = []

@@ -24,7 +24,8 @@ import tempfile
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import RenderError
 
 Files = Mapping[str, tuple[str, int]]
 """OUT-relative POSIX path -> (content, mode)."""
@@ -34,7 +35,7 @@ OLD_PREFIX = ".pvegpu-old-"
 
 
 def _refuse(code: str, subject: str, message: str, fix: str) -> RenderError:
-    return RenderError([Problem(code, subject, message, fix)])
+    return RenderError([Diagnostic.error(code, subject, message, fix)])
 
 
 def relative_path(text: object, *, subject: str) -> PurePosixPath:

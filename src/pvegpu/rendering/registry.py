@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import RenderError
 from pvegpu.model.artifact import Artifact
 from pvegpu.model.plan import Plan
 from pvegpu.rendering.boot_units import render_boot_units
@@ -43,7 +44,7 @@ def render(plan: Plan) -> tuple[Artifact, ...]:
     clashes = [key for key, n in Counter((a.target, a.path) for a in applied).items() if n > 1]
     if clashes:
         raise RenderError(
-            Problem(
+            Diagnostic.error(
                 "artifact-clash",
                 f"{target}:{path}",
                 "two renderers produce the same file",

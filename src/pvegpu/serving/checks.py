@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.paths import root_relative
-from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.model.plan import Pool
 from pvegpu.model.schema import ServingSpec
 from pvegpu.spec.rules import CONTROL
 
@@ -39,15 +39,15 @@ class Checks:
         self.engine_label = engine_label
         """`SGLang`, `vLLM`: the server as the neutral checks' messages name it (the
         engine's own `label`, which the planner hands in)."""
-        self.plan_problems: list[Problem] = []
-        self.render_problems: list[Problem] = []
-        self.findings: list[Finding] = []
+        self.plan_problems: list[Diagnostic] = []
+        self.render_problems: list[Diagnostic] = []
+        self.findings: list[Diagnostic] = []
 
     def problem(self, code: str, message: str, fix: str = "", subject: str | None = None) -> None:
-        self.plan_problems.append(Problem(code, subject or self.where, message, fix))
+        self.plan_problems.append(Diagnostic.error(code, subject or self.where, message, fix))
 
     def finding(self, severity: Severity, code: str, message: str) -> None:
-        self.findings.append(Finding(severity, code, f"pool {self.pool.name}", message))
+        self.findings.append(Diagnostic(severity, code, f"pool {self.pool.name}", message))
 
     def path(self, field: str, value: str) -> str | None:
         try:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.formats.dpkg import installed_packages, upstream_version
 from pvegpu.model.decision import ContainerDriver
 from pvegpu.model.facts import HostFacts
@@ -22,7 +22,6 @@ from pvegpu.model.paths import (
     PASSWD_FILE,
     SYSTEM_UNIT_PATH,
 )
-from pvegpu.model.plan import Severity
 from pvegpu.model.rootfs import RootfsLocation
 from pvegpu.pvefiles.lxcconf import DRIVER_MOUNT_POINT
 from pvegpu.serving.checks import Checks
@@ -69,13 +68,13 @@ HOST_USERSPACE_WAY = (
 
 def container_driver_problems(
     state: ContainerDriver, host_version: str, *, rootfs: str, vmid: int, module: str = ""
-) -> tuple[Problem, ...]:
+) -> tuple[Diagnostic, ...]:
     """The container's userspace must be the host module's exact version. `module`: how
     the messages name that module (`userspace_target`); the loaded one by default."""
     subject = f"{rootfs}/{CONTAINER_LIBDIRS[0]}"
     if not state.libraries:
         return (
-            Problem(
+            Diagnostic.error(
                 "container-driver-missing",
                 subject,
                 f"no libcuda.so.<version> or libnvidia-ml.so.<version> in container {vmid}: "
@@ -91,7 +90,7 @@ def container_driver_problems(
     against = module or f"the host's kernel module is {host_version}"
     fix = container_driver_install(state, host_version, vmid)
     return (
-        Problem(
+        Diagnostic.error(
             "container-driver-mismatch",
             subject,
             f"container {vmid} has NVIDIA userspace {', '.join(wrong)} but {against}; a "

@@ -19,11 +19,12 @@ from collections.abc import Sequence
 
 import attrs
 
-from pvegpu.errors import PlanError, Problem, PvegpuError
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import PlanError, PvegpuError
 from pvegpu.model.decision import ContainerDriver, NumaPinning, P2PDecision
 from pvegpu.model.facts import GPU, HostFacts
 from pvegpu.model.model_config import ModelConfig
-from pvegpu.model.plan import Finding, Pool
+from pvegpu.model.plan import Pool
 from pvegpu.model.schema import ServingSpec
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.container import (
@@ -67,9 +68,9 @@ class ServingContext:
     model: ModelConfig | None
     """The model's config.json, checked against TP; None: the spec names none, or unread."""
     container_driver: ContainerDriver | None
-    problems: tuple[Problem, ...]
+    problems: tuple[Diagnostic, ...]
     """What refuses the plan whatever the engine; the engine adds its own after them."""
-    findings: tuple[Finding, ...]
+    findings: tuple[Diagnostic, ...]
     engine_label: str
     """The engine as its messages name it (`Engine.label`), for the checks' wording."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import posixpath
 
+from pvegpu.diagnostic import Severity
 from pvegpu.errors import PlanError
 from pvegpu.model.decision import MemoryFit
 from pvegpu.model.model_config import (
@@ -16,7 +17,6 @@ from pvegpu.model.model_config import (
     tp_divides,
     valid_tp_sizes,
 )
-from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.pool_gpus import pool_models, smallest
 from pvegpu.vendors import ComputeRuntime

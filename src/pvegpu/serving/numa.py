@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from pvegpu.diagnostic import Severity
 from pvegpu.model.decision import NumaPinning
-from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pvegpu.diagnostic import Severity
 from pvegpu.model.decision import P2PDecision, P2PSource
 from pvegpu.model.facts import GPU, HostFacts
-from pvegpu.model.plan import Severity
 from pvegpu.model.schema import P2PSetting
 from pvegpu.serving.checks import Checks
 

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 import attrs
 
+from pvegpu.diagnostic import Severity
 from pvegpu.hardware import GPU_MEMORY
 from pvegpu.model.facts import GPU
-from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
 from pvegpu.values import value_class
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic
 
 _KEY = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|'[^']*')"""
 _DOTTED = rf"{_KEY}(?:\s*\.\s*{_KEY})*"
@@ -130,7 +130,7 @@ def line_of(lines: dict[str, int], subject: str) -> int | None:
     return None
 
 
-def locate(problems: Iterable[Problem], text: str) -> tuple[Problem, ...]:
+def locate(problems: Iterable[Diagnostic], text: str) -> tuple[Diagnostic, ...]:
     """`problems` with the line of each spec-path subject in the spec `text`."""
     lines: dict[str, int] | None = None
     located = []

@@ -24,7 +24,8 @@ from cattrs.errors import (
     IterableValidationError,
 )
 
-from pvegpu.errors import Problem, SpecError
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import SpecError
 from pvegpu.model.schema import (
     CpusetPolicy,
     DeviceStyle,
@@ -115,7 +116,7 @@ _CONVERTER = _converter()
 
 def _problems(
     exc: BaseException, path: str, raw: Any, route: Route = ()
-) -> Iterator[tuple[Problem, Route]]:
+) -> Iterator[tuple[Diagnostic, Route]]:
     """Every problem cattrs found, with the route of its key in `raw` (spec/salvage.py)."""
     if isinstance(exc, ClassValidationError | IterableValidationError):
         with_notes, without_notes = exc.group_exceptions()
@@ -130,7 +131,7 @@ def _problems(
     elif isinstance(exc, ForbiddenExtraKeysError):
         known = ", ".join(f.name for f in attrs.fields(exc.cl) if f.name != "source")
         for key in sorted(exc.extra_fields):
-            problem = Problem(
+            problem = Diagnostic.error(
                 "spec-unknown-key",
                 f"{path}.{key}" if path else key,
                 "unknown key",
@@ -140,7 +141,7 @@ def _problems(
     elif isinstance(exc, KeyError):
         # cattrs' note already put the missing attribute's name at the end of `path`.
         missing = path.rpartition(".")[2]
-        problem = Problem(
+        problem = Diagnostic.error(
             "spec-missing-key", path, "required key is missing", f"add {missing} = ..."
         )
         yield problem, route
@@ -204,7 +205,7 @@ def _raw_at(raw: Any, path: str) -> tuple[bool, Any]:
     return True, value
 
 
-def _type_problem(exc: BaseException, path: str, raw: Any) -> Problem:
+def _type_problem(exc: BaseException, path: str, raw: Any) -> Diagnostic:
     """A value of the wrong type or shape. The structure hooks here word their own
     ValueErrors; anything else cattrs raised deeper down (`lxc = 5`: "argument of type
     'int' is not iterable") is worded from the schema and the value instead."""
@@ -218,7 +219,7 @@ def _type_problem(exc: BaseException, path: str, raw: Any) -> Problem:
         message = f"expected {expected}, got {_toml_type(value)} {value!r}"[:300]
     else:
         message = f"expected {expected}"
-    return Problem(
+    return Diagnostic.error(
         "spec-invalid-value",
         path or "spec",
         message,
@@ -251,7 +252,7 @@ def _structured(raw: Any, source: str, text: str) -> Spec:
     """The spec, or a SpecError with every problem of it in spec order: the schema's
     (types, unknown and missing keys) and the rules' (values, cross-key checks) together,
     the rules judging every key that is not broken (spec/salvage.py)."""
-    problems: list[Problem] = []
+    problems: list[Diagnostic] = []
     broken: list[str] = []
     try:
         spec = _CONVERTER.structure(raw, Spec)
@@ -306,11 +307,13 @@ def load_spec(path: Path) -> Spec:
     return parse_spec(text, str(path))
 
 
-def _semantic_problems(spec: Spec, broken: Sequence[str] = ()) -> Iterator[Problem]:
+def _semantic_problems(spec: Spec, broken: Sequence[str] = ()) -> Iterator[Diagnostic]:
     """What the types alone cannot say: one selector, one consumer, unique names.
     `broken`: the spec paths of the schema's problems, stood in for (spec/salvage.py)."""
     if not spec.pools:
-        yield Problem("spec-no-pools", "pools", "the spec defines no pool", "add [[pools]]")
+        yield Diagnostic.error(
+            "spec-no-pools", "pools", "the spec defines no pool", "add [[pools]]"
+        )
     yield from value_problems(spec)
     yield from secret_problems(spec)
     yield from engine_problems(spec)
@@ -327,7 +330,7 @@ def _semantic_problems(spec: Spec, broken: Sequence[str] = ()) -> Iterator[Probl
         where = f"pools[{i}]"
         yield from _pool_problems(pool, where)
         if pool.name in seen_names:
-            yield Problem(
+            yield Diagnostic.error(
                 "spec-duplicate-pool",
                 f"{where}.name",
                 f"pool name {pool.name!r} is also used by pools[{seen_names[pool.name]}]",
@@ -341,7 +344,7 @@ def _semantic_problems(spec: Spec, broken: Sequence[str] = ()) -> Iterator[Probl
                 # Guest ids are cluster-wide: a container's and a VM's pool on one id
                 # cannot be merged, one of the two ids is wrong.
                 mixed = (pool.lxc is None) != (spec.pools[first].lxc is None)
-                yield Problem(
+                yield Diagnostic.error(
                     "spec-duplicate-guest",
                     where,
                     f"guest {vmid} also consumes pools[{first}]"
@@ -355,7 +358,7 @@ def _semantic_problems(spec: Spec, broken: Sequence[str] = ()) -> Iterator[Probl
         if pool.mapping is not None:
             key = (spec.pool_node(pool), pool.mapping.id)
             if key in seen_mappings:
-                yield Problem(
+                yield Diagnostic.error(
                     "spec-duplicate-mapping",
                     f"{where}.mapping.id",
                     f"mapping {pool.mapping.id!r} is also defined by pools[{seen_mappings[key]}]",
@@ -372,10 +375,10 @@ def _guest_vmid(pool: PoolSpec) -> int | None:
     return None
 
 
-def _pool_problems(pool: PoolSpec, where: str) -> Iterator[Problem]:
+def _pool_problems(pool: PoolSpec, where: str) -> Iterator[Diagnostic]:
     selectors = [k for k in ("numa_node", "gpus", "count") if getattr(pool, k) is not None]
     if len(selectors) != 1:
-        yield Problem(
+        yield Diagnostic.error(
             "spec-pool-selector",
             where,
             "a pool selects its GPUs by exactly one of numa_node, gpus, count"
@@ -383,7 +386,7 @@ def _pool_problems(pool: PoolSpec, where: str) -> Iterator[Problem]:
             "keep one of numa_node = N, gpus = [...], count = N",
         )
     if pool.gpus is not None and not pool.gpus:
-        yield Problem(
+        yield Diagnostic.error(
             "spec-invalid-value",
             f"{where}.gpus",
             "lists no GPU; the pool would silently get none",
@@ -393,7 +396,7 @@ def _pool_problems(pool: PoolSpec, where: str) -> Iterator[Problem]:
         try:
             PciAddress.parse_lenient(text)
         except ValueError:
-            yield Problem(
+            yield Diagnostic.error(
                 "spec-invalid-address",
                 f"{where}.gpus[{j}]",
                 f"{text!r} is not a PCI address",
@@ -401,7 +404,7 @@ def _pool_problems(pool: PoolSpec, where: str) -> Iterator[Problem]:
             )
     consumers = [k for k in ("lxc", "vfio") if getattr(pool, k) is not None]
     if len(consumers) != 1:
-        yield Problem(
+        yield Diagnostic.error(
             "spec-pool-consumer",
             where,
             "a pool is consumed by exactly one of [lxc] or [vfio]"
@@ -410,7 +413,7 @@ def _pool_problems(pool: PoolSpec, where: str) -> Iterator[Problem]:
             "or one [pools.vfio] table",
         )
     if pool.vfio is not None and pool.mapping is None:
-        yield Problem(
+        yield Diagnostic.error(
             "spec-vfio-needs-mapping",
             where,
             "a vfio pool needs a cluster PCI mapping for its VMs",

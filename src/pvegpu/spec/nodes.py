@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.model.schema import Spec
 
 
-def node_problems(spec: Spec) -> Iterator[Problem]:
+def node_problems(spec: Spec) -> Iterator[Diagnostic]:
     """A spec with neither or both of `node` and `nodes`, pools on unknown nodes. A
     shared mapping described two ways: `shared_mapping_problems`."""
     if spec.node is None and not spec.nodes:
-        yield Problem(
+        yield Diagnostic.error(
             "spec-missing-key",
             "node",
             "the spec names no node",
@@ -28,7 +28,7 @@ def node_problems(spec: Spec) -> Iterator[Problem]:
         )
         return
     if spec.node is not None and spec.nodes:
-        yield Problem(
+        yield Diagnostic.error(
             "spec-node-and-nodes",
             "nodes",
             "a spec is for one node (`node`) or for several (`nodes`), not both",
@@ -39,14 +39,14 @@ def node_problems(spec: Spec) -> Iterator[Problem]:
     for i, pool in enumerate(spec.pools):
         where = f"pools[{i}].node"
         if pool.node is None and spec.is_cluster:
-            yield Problem(
+            yield Diagnostic.error(
                 "spec-pool-without-node",
                 where,
                 "a spec with `nodes` needs the node of every pool",
                 f"add node = one of {', '.join(repr(n) for n in known)}",
             )
         elif pool.node is not None and pool.node not in known:
-            yield Problem(
+            yield Diagnostic.error(
                 "spec-pool-node-unknown",
                 where,
                 f"{pool.node!r} is not "
@@ -56,7 +56,7 @@ def node_problems(spec: Spec) -> Iterator[Problem]:
             )
 
 
-def shared_mapping_problems(spec: Spec) -> Iterator[Problem]:
+def shared_mapping_problems(spec: Spec) -> Iterator[Diagnostic]:
     """Pools sharing a mapping id that give it two vGPU types or two descriptions:
     judged whatever the spec says of its nodes."""
     described: dict[str, tuple[int, str]] = {}
@@ -68,7 +68,7 @@ def shared_mapping_problems(spec: Spec) -> Iterator[Problem]:
         vgpu = pool.vfio.vgpu_type if pool.vfio is not None else None
         other = typed.setdefault(mapping.id, (i, vgpu))
         if other[1] != vgpu:
-            yield Problem(
+            yield Diagnostic.error(
                 "spec-mapping-vgpu-mixed",
                 f"pools[{i}].mapping.id",
                 f"mapping {mapping.id!r} is "
@@ -83,7 +83,7 @@ def shared_mapping_problems(spec: Spec) -> Iterator[Problem]:
             continue
         first = described.setdefault(mapping.id, (i, mapping.description))
         if first[1] != mapping.description:
-            yield Problem(
+            yield Diagnostic.error(
                 "spec-mapping-described-twice",
                 f"pools[{i}].mapping.description",
                 f"mapping {mapping.id!r} is described as {first[1]!r} by pools[{first[0]}]; "

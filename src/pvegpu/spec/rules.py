@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.model import schema as s
 from pvegpu.redact import is_secret_name, is_secret_option
 from pvegpu.values import value_class
@@ -201,7 +201,7 @@ def _text_problem(value: str) -> str | None:
     return None
 
 
-def value_problems(node: Any, path: str = "") -> Iterator[Problem]:
+def value_problems(node: Any, path: str = "") -> Iterator[Diagnostic]:
     """Every value of the spec tree `node` that breaks its rule, with its spec path."""
     for field in attrs.fields(type(node)):
         value = getattr(node, field.name)
@@ -215,21 +215,21 @@ def value_problems(node: Any, path: str = "") -> Iterator[Problem]:
         elif isinstance(value, str):
             message = _text_problem(value)
             if message is not None:
-                yield Problem("spec-invalid-value", where, message, "fix the value")
+                yield Diagnostic.error("spec-invalid-value", where, message, "fix the value")
                 continue
         yield from _rule_problem(node, field.name, value, where)
 
 
-def _rule_problem(node: Any, name: str, value: Any, where: str) -> Iterator[Problem]:
+def _rule_problem(node: Any, name: str, value: Any, where: str) -> Iterator[Diagnostic]:
     rule = RULES.get((type(node), name))
     # A rule on a list judges the whole list (`nodes`: names, none twice).
     if rule is not None:
         message = rule.check(value)
         if message is not None:
-            yield Problem("spec-invalid-value", where, message, f"use {rule.text}")
+            yield Diagnostic.error("spec-invalid-value", where, message, f"use {rule.text}")
 
 
-def rule_problems(node: Any, path: str) -> Iterator[Problem]:
+def rule_problems(node: Any, path: str) -> Iterator[Diagnostic]:
     """The RULES of `node`'s own fields only (no nested tables, no generic text check):
     for a spec class built in code rather than loaded, which the loader never saw."""
     for field in attrs.fields(type(node)):
@@ -252,11 +252,11 @@ ENGINE_KEYS: dict[str, str] = {
 rather than silently ignored."""
 
 
-def engine_key_problems(serving: s.ServingSpec, path: str) -> Iterator[Problem]:
+def engine_key_problems(serving: s.ServingSpec, path: str) -> Iterator[Diagnostic]:
     """The keys of `serving` that its engine does not read, each named."""
     for key, engine in ENGINE_KEYS.items():
         if getattr(serving, key) is not None and serving.engine != engine:
-            yield Problem(
+            yield Diagnostic.error(
                 "spec-engine-key",
                 f"{path}.{key}",
                 f'{key} is a key of engine = "{engine}"; engine = "{serving.engine}" '
@@ -265,7 +265,7 @@ def engine_key_problems(serving: s.ServingSpec, path: str) -> Iterator[Problem]:
             )
 
 
-def _sequence_problems(values: tuple[Any, ...], path: str) -> Iterator[Problem]:
+def _sequence_problems(values: tuple[Any, ...], path: str) -> Iterator[Diagnostic]:
     for index, item in enumerate(values):
         where = f"{path}[{index}]"
         if attrs.has(type(item)):
@@ -273,7 +273,7 @@ def _sequence_problems(values: tuple[Any, ...], path: str) -> Iterator[Problem]:
         elif isinstance(item, tuple):  # environment: (name, value)
             name, value = item
             if not ENV_NAME.fullmatch(name) or len(name) > 256:
-                yield Problem(
+                yield Diagnostic.error(
                     "spec-invalid-value",
                     f"{path}.{name[:60]}",
                     f"{name[:60]!r} is not an environment variable name",
@@ -281,13 +281,13 @@ def _sequence_problems(values: tuple[Any, ...], path: str) -> Iterator[Problem]:
                 )
             message = _text_problem(value)
             if message is not None:
-                yield Problem(
+                yield Diagnostic.error(
                     "spec-invalid-value", f"{path}.{name[:60]}", message, f"use {TEXT_RULE}"
                 )
         elif isinstance(item, str):
             message = _text_problem(item)
             if message is not None:
-                yield Problem("spec-invalid-value", where, message, "fix the value")
+                yield Diagnostic.error("spec-invalid-value", where, message, "fix the value")
 
 
 REFERENCE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
@@ -298,7 +298,7 @@ _SECRET_FIX = (
 )
 
 
-def engine_problems(spec: s.Spec) -> Iterator[Problem]:
+def engine_problems(spec: s.Spec) -> Iterator[Diagnostic]:
     """Every pool's serving keys that its engine does not read (`engine_key_problems`)."""
     for i, pool in enumerate(spec.pools):
         serving = pool.lxc.serving if pool.lxc is not None else None
@@ -306,7 +306,7 @@ def engine_problems(spec: s.Spec) -> Iterator[Problem]:
             yield from engine_key_problems(serving, f"pools[{i}].lxc.serving")
 
 
-def secret_problems(spec: s.Spec) -> Iterator[Problem]:
+def secret_problems(spec: s.Spec) -> Iterator[Diagnostic]:
     """Secrets written into the spec: they would land in the unit and the review bundle."""
     for i, pool in enumerate(spec.pools):
         serving = pool.lxc.serving if pool.lxc is not None else None
@@ -315,7 +315,7 @@ def secret_problems(spec: s.Spec) -> Iterator[Problem]:
         where = f"pools[{i}].lxc.serving"
         for name, value in serving.environment:
             if is_secret_name(name) and value and not REFERENCE.fullmatch(value):
-                yield Problem(
+                yield Diagnostic.error(
                     "spec-secret",
                     f"{where}.environment.{name}",
                     f"{name} looks like a secret; in the spec it would be written into the "
@@ -330,7 +330,7 @@ def secret_problems(spec: s.Spec) -> Iterator[Problem]:
             if not eq:
                 value = args[j + 1] if j + 1 < len(args) else ""
             if value and not REFERENCE.fullmatch(value):
-                yield Problem(
+                yield Diagnostic.error(
                     "spec-secret",
                     f"{where}.extra_args[{j}]",
                     f"{option} takes a secret; its value would be written into the unit "

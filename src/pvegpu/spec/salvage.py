@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from pvegpu.errors import Problem
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.model.schema import PoolSpec, Spec
 
 Route = tuple[str | int, ...]
@@ -167,12 +167,12 @@ def _parent(path: str) -> str:
     return path[:cut] if cut > 0 else ""
 
 
-def in_spec_order(problems: Sequence[Problem], raw: Any) -> list[Problem]:
+def in_spec_order(problems: Sequence[Diagnostic], raw: Any) -> list[Diagnostic]:
     """`problems` in the order their keys come in the spec (a key the spec does not set
     at its table's place); problems about one key keep the order they were found in."""
     positions = _positions(raw)
 
-    def position(problem: Problem) -> int:
+    def position(problem: Diagnostic) -> int:
         path = problem.subject
         while path not in positions:
             path = _parent(path)

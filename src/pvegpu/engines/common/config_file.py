@@ -24,8 +24,8 @@ from collections.abc import Collection
 
 import attrs
 
+from pvegpu.diagnostic import Severity
 from pvegpu.model.paths import engine_config_path
-from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
 from pvegpu.values import value_class
 from pvegpu.wording import plural

@@ -22,8 +22,8 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.engines.common.environment import FORBIDDEN_ENV, P2P_ENV
-from pvegpu.errors import Problem
 from pvegpu.model.decision import DropinChange
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.paths import UNIT_DIR, dropin_dirs
@@ -218,14 +218,14 @@ def judge_dropins(
     unit: str,
     vmid: int,
     subject_prefix: str,
-) -> tuple[tuple[DropinChange, ...], tuple[Problem, ...]]:
+) -> tuple[tuple[DropinChange, ...], tuple[Diagnostic, ...]]:
     """The drop-ins to neutralize (and how), and those refused for holding a secret.
 
     `base`: the files read, by path inside the container, to give an /etc drop-in its
     base. `subject_prefix`: how problems name the container (`ct:129`).
     """
     changes: list[DropinChange] = []
-    problems: list[Problem] = []
+    problems: list[Diagnostic] = []
     unit_path = f"{UNIT_DIR}/{unit}.service"
     for dropin in dropins:
         settings = guarded_settings(dropin.text)
@@ -233,7 +233,7 @@ def judge_dropins(
             continue
         if holds_secret(dropin.text):
             problems.append(
-                Problem(
+                Diagnostic.error(
                     "serving-dropin-secret",
                     f"{subject_prefix}/{dropin.path}",
                     f"this drop-in overrides {', '.join(settings)}, which the rendered unit "

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
+from pvegpu.diagnostic import Severity
 from pvegpu.model.decision import P2PDecision
-from pvegpu.model.plan import Severity
 from pvegpu.pvefiles.lxcconf import DRIVER_MOUNT_POINT
 from pvegpu.serving.checks import Checks
 from pvegpu.spec.rules import ENV_NAME

@@ -10,11 +10,11 @@ import posixpath
 
 import attrs
 
+from pvegpu.diagnostic import Severity
 from pvegpu.engines.common.dropins import Dropin, effective_dropins, judge_dropins
 from pvegpu.model.decision import DropinChange
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.paths import SYSTEM_UNIT_PATH, UNIT_DIR
-from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.container import ContainerRootfs
 from pvegpu.values import value_class

@@ -19,7 +19,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from pvegpu.errors import Problem, SpecError
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import SpecError
 from pvegpu.values import value_class
 
 # argparse only takes `-5` or `-.5` as a value when no option looks like a negative
@@ -99,7 +100,7 @@ class ParserRules(Generic[S]):
     it, not a line pvegpu wrote). Worded only when reported: it reads every shipped table."""
     no_positional: Callable[[Table[S]], str] = lambda table: ""
     """Why a stray word cannot be a positional, in the problem that reports it."""
-    positional_missing: Problem | None = None
+    positional_missing: Diagnostic | None = None
     """The problem (subject filled in) of a whole line without its positionals."""
     underscores: bool = False
     """The parser reads `--max_model_len` as `--max-model-len` (vLLM's)."""
@@ -138,9 +139,9 @@ class _UnknownOption(Generic[S]):
     table: Table[S]
     rules: ParserRules[S]
 
-    def problem(self) -> Problem:
+    def problem(self) -> Diagnostic:
         name = self.rules.name
-        return Problem(
+        return Diagnostic.error(
             f"{name}-option-unknown",
             self.subject,
             f"{name} {self.table.version} has no option `{self.written}`",
@@ -153,12 +154,12 @@ class _UnknownOption(Generic[S]):
 class ParsedCommandLine(Generic[S]):
     positionals: tuple[str, ...]
     options: tuple[ParsedOption[S], ...]
-    issues: tuple[Problem | _UnknownOption[S], ...]
+    issues: tuple[Diagnostic | _UnknownOption[S], ...]
     """What is wrong with the line, in order; `problems` words them."""
 
     @property
-    def problems(self) -> tuple[Problem, ...]:
-        return tuple(i if isinstance(i, Problem) else i.problem() for i in self.issues)
+    def problems(self) -> tuple[Diagnostic, ...]:
+        return tuple(i if isinstance(i, Diagnostic) else i.problem() for i in self.issues)
 
     def of(self, spec: S | None) -> ParsedOption[S] | None:
         """The option of the line that runs the action `spec`, if any."""
@@ -200,7 +201,7 @@ def _nargs_text(nargs: int | str | None) -> str:
 
 def _resolve(
     table: Table[S], written: str, where: str, rules: ParserRules[S]
-) -> tuple[S | None, list[Problem | _UnknownOption[S]]]:
+) -> tuple[S | None, list[Diagnostic | _UnknownOption[S]]]:
     """The action for an option string, and what is wrong with how it is written."""
     exact = table.option_strings.get(written)
     engine = rules.name
@@ -209,7 +210,7 @@ def _resolve(
         dashed = table.option_strings.get(written.replace("_", "-"))
         if dashed is not None:
             return dashed, [
-                Problem(
+                Diagnostic.error(
                     f"{engine}-option-alias",
                     where,
                     f"`{written}` is read as `{dashed.canonical}` by {name} only because it "
@@ -220,7 +221,7 @@ def _resolve(
     if exact is not None:
         if exact.action == rules.help_action:
             return exact, [
-                Problem(
+                Diagnostic.error(
                     f"{engine}-option-help",
                     where,
                     f"`{written}` makes {name} print its help and exit",
@@ -229,7 +230,7 @@ def _resolve(
             ]
         if exact.deprecated:
             return exact, [
-                Problem(
+                Diagnostic.error(
                     f"{engine}-option-deprecated",
                     where,
                     f"`{written}` is deprecated in {name}",
@@ -238,7 +239,7 @@ def _resolve(
             ]
         if written not in exact.accepted:
             return exact, [
-                Problem(
+                Diagnostic.error(
                     f"{engine}-option-alias",
                     where,
                     f"`{written}` is an alias in {name}; unit files use the canonical name",
@@ -253,7 +254,7 @@ def _resolve(
             spec = next(iter(specs.values()))
             how = "expands" if table.allow_abbrev else "would expand"
             return spec, [
-                Problem(
+                Diagnostic.error(
                     f"{engine}-option-abbreviated",
                     where,
                     f"`{written}` is not an option of {name}; argparse {how} it only as "
@@ -265,7 +266,7 @@ def _resolve(
         if len(specs) > 1:
             names = ", ".join(f"`{s.canonical}`" for s in specs.values())
             return None, [
-                Problem(
+                Diagnostic.error(
                     f"{engine}-option-ambiguous",
                     where,
                     f"`{written}` is not an option of {name} and is an ambiguous prefix "
@@ -278,7 +279,7 @@ def _resolve(
 
 def _check_values(
     table: Table[S], option: ParsedOption[S], where: str, rules: ParserRules[S]
-) -> list[Problem]:
+) -> list[Diagnostic]:
     spec = option.spec
     if spec is None:
         return []
@@ -291,7 +292,7 @@ def _check_values(
     )
     if wrong:
         return [
-            Problem(
+            Diagnostic.error(
                 f"{rules.name}-value-count",
                 where,
                 f"`{option.written}` takes {_nargs_text(nargs)}, got {count}: "
@@ -299,13 +300,13 @@ def _check_values(
                 f"give `{option.written}` {_nargs_text(nargs)} in serving.extra_args",
             )
         ]
-    problems: list[Problem] = []
+    problems: list[Diagnostic] = []
     for value in option.values:
         try:
             converted = rules.convert(spec.type, value)
         except ValueError as err:
             problems.append(
-                Problem(
+                Diagnostic.error(
                     f"{rules.name}-value-type",
                     where,
                     f"`{option.written} {value}`: {spec.type} expected ({err})",
@@ -315,7 +316,7 @@ def _check_values(
             continue
         if spec.choices is not None and str(converted) not in spec.choices:
             problems.append(
-                Problem(
+                Diagnostic.error(
                     f"{rules.name}-value-choice",
                     where,
                     f"`{option.written} {value}` is not a choice of {rules.name} {table.version}",
@@ -340,7 +341,7 @@ def parse_command_line(
     """
     options: list[ParsedOption[S]] = []
     positionals: list[str] = []
-    problems: list[Problem | _UnknownOption[S]] = []
+    problems: list[Diagnostic | _UnknownOption[S]] = []
     limit = len(table.positionals) if complete else 0
     i = 0
     while i < len(args):
@@ -350,7 +351,7 @@ def parse_command_line(
                 positionals.append(token)
             else:
                 problems.append(
-                    Problem(
+                    Diagnostic.error(
                         f"{rules.name}-argument-unexpected",
                         subject,
                         f"`{token}` is not an option and no option before it takes it "
@@ -396,7 +397,7 @@ def parse_command_line(
         earlier = seen.get(option.spec.dest)
         if earlier is not None and option.spec.action not in rules.repeatable:
             problems.append(
-                Problem(
+                Diagnostic.error(
                     f"{rules.name}-option-repeated",
                     subject,
                     f"`{option.written}` repeats `{earlier.written}`; argparse silently "
@@ -411,7 +412,7 @@ def parse_command_line(
         for spec in table.args:
             if spec.required and spec.dest not in seen:
                 problems.append(
-                    Problem(
+                    Diagnostic.error(
                         f"{rules.name}-option-required",
                         subject,
                         f"{rules.name} {table.version} requires `{spec.canonical}`",

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.engines.common.unit_secrets import (
     default_environment_file,
     secrets_moved_message,
     unit_secrets,
 )
-from pvegpu.errors import PlanError, Problem, PvegpuError, SpecError
+from pvegpu.errors import PlanError, PvegpuError, SpecError
 from pvegpu.model.decision import DecidedServer, P2PDecision, P2PSource
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.paths import UNIT_DIR
-from pvegpu.model.plan import Finding, Pool, Severity
+from pvegpu.model.plan import Pool
 from pvegpu.serving.checks import Checks
 from pvegpu.spec.rules import rule_problems
 
@@ -50,7 +51,7 @@ def check_whole_line(
     checks: Checks,
     argv: Sequence[str],
     subject: str,
-    line_problems: Callable[[Sequence[str], str], Sequence[Problem]],
+    line_problems: Callable[[Sequence[str], str], Sequence[Diagnostic]],
 ) -> None:
     """Check the whole command line again (`line_problems`: the engine's checker against
     its release's table, for `subject`): catches what only shows in combination (a
@@ -90,13 +91,13 @@ def refusal(checks: Checks) -> PvegpuError | None:
     return None
 
 
-def p2p_finding(pool: Pool, p2p: P2PDecision, switched_off: str) -> Finding:
+def p2p_finding(pool: Pool, p2p: P2PDecision, switched_off: str) -> Diagnostic:
     """The P2P decision, first among the server's findings: the summary leads with it.
     `switched_off`: what the unit sets when P2P is off."""
     state = "on" if p2p.enabled else "off"
     effect = "" if p2p.enabled else f": {switched_off}"
     origin = "spec override" if p2p.source is P2PSource.SPEC else "from the facts"
-    return Finding(
+    return Diagnostic(
         Severity.INFO,
         "serving-p2p",
         f"pool {pool.name}",

@@ -19,7 +19,8 @@ from typing import Any
 
 import attrs
 
-from pvegpu.errors import Problem, RenderError
+from pvegpu.diagnostic import Diagnostic
+from pvegpu.errors import RenderError
 
 BUNDLE = "tables.json.gz"
 BUNDLE_FORMAT = 1
@@ -53,7 +54,7 @@ class ShippedTables:
         fix = f"regenerate it: {self.add_release.format(version='<version>')}"
         return RenderError(
             [
-                Problem(
+                Diagnostic.error(
                     f"{self.engine}-table-invalid",
                     source,
                     f"not {self.table_noun}: {err}",
@@ -125,7 +126,7 @@ class ShippedTables:
     def unknown_version(self, version: str, why: str) -> RenderError:
         """The refusal for a release pvegpu has no table for and cannot build one of."""
         shipped = self.shipped_versions()
-        problem = Problem(
+        problem = Diagnostic.error(
             f"{self.engine}-version-unknown",
             f"{self.engine} {version}",
             f"pvegpu has no option table for {self.title} {version} ({why}), so it cannot "

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pvegpu.diagnostic import Severity
 from pvegpu.engines.sglang import versions
 from pvegpu.engines.sglang.versions import MemoryBalance
 from pvegpu.model.facts import GPU
-from pvegpu.model.plan import Severity
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.pool_gpus import GIB, largest, pool_models, smallest
 

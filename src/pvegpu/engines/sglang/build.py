@@ -8,6 +8,7 @@ already made (`serving.context.ServingContext`).
 
 from __future__ import annotations
 
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.engines.common.config_file import extra_args_config
 from pvegpu.engines.common.deprecations import CODE as DEPRECATED_CODE
 from pvegpu.engines.common.drops import drops_message
@@ -37,7 +38,6 @@ from pvegpu.engines.sglang.parallel import SIZE_OPTIONS, check_parallel_sizes
 from pvegpu.engines.sglang.unit import unit_content
 from pvegpu.errors import PvegpuError
 from pvegpu.model.decision import DECIDED
-from pvegpu.model.plan import Finding, Severity
 from pvegpu.model.schema import ServingSpec
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.context import ServingContext
@@ -46,7 +46,7 @@ from pvegpu.serving.fit import memory_fit
 
 def decide_serving(
     context: ServingContext, spec: ServingSpec
-) -> tuple[SglangServing, tuple[Finding, ...]] | PvegpuError:
+) -> tuple[SglangServing, tuple[Diagnostic, ...]] | PvegpuError:
     """Decide and check the server `spec` asks of the pool: it and its findings, or an error.
 
     `context`: the engine-neutral decisions (`serving.context.serving_context`), made

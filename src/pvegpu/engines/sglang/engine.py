@@ -16,12 +16,12 @@ from pvegpu.engines.sglang.server_line import SERVER_LINE
 from pvegpu.values import value_class
 
 if TYPE_CHECKING:
+    from pvegpu.diagnostic import Diagnostic
     from pvegpu.engines import Engine
     from pvegpu.engines.common.installed_files import RootFiles
     from pvegpu.errors import PvegpuError
     from pvegpu.model.decision import DecidedServer
     from pvegpu.model.facts import ConfigFile
-    from pvegpu.model.plan import Finding
     from pvegpu.model.schema import ServingSpec
     from pvegpu.serving.context import ServingContext
 
@@ -42,7 +42,7 @@ class SglangEngine:
 
     def decide(
         self, context: ServingContext, spec: ServingSpec
-    ) -> tuple[DecidedServer, tuple[Finding, ...]] | PvegpuError:
+    ) -> tuple[DecidedServer, tuple[Diagnostic, ...]] | PvegpuError:
         from pvegpu.engines.sglang.build import decide_serving
 
         return decide_serving(context, spec)

@@ -11,6 +11,7 @@ table, the unit, and what the container's current unit loses.
 
 from __future__ import annotations
 
+from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.engines.common.config_file import extra_args_config
 from pvegpu.engines.common.drops import drops_message
 from pvegpu.engines.common.environment import P2P_ENV, service_environment
@@ -37,7 +38,6 @@ from pvegpu.engines.vllm.parallel import SIZE_OPTIONS, check_config_sizes, paral
 from pvegpu.engines.vllm.unit import unit_content
 from pvegpu.errors import PvegpuError, SpecError
 from pvegpu.model.decision import DECIDED
-from pvegpu.model.plan import Finding, Severity
 from pvegpu.model.schema import ServingSpec
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.context import ServingContext
@@ -50,7 +50,7 @@ release): the fit estimate uses it, the unit does not write it."""
 
 def decide_serving(
     context: ServingContext, spec: ServingSpec
-) -> tuple[VllmServing, tuple[Finding, ...]] | PvegpuError:
+) -> tuple[VllmServing, tuple[Diagnostic, ...]] | PvegpuError:
     """Decide and check the vLLM server `spec` asks of the pool: it and its findings, or
     an error listing every problem (the context's first)."""
     checks = context.checks(spec)

@@ -15,10 +15,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.engines.common import option_check
 from pvegpu.engines.common.option_check import ParserRules, Table, close_names
 from pvegpu.engines.vllm.options import OptionSpec, OptionTable, load_table, shipped_versions
-from pvegpu.errors import Problem
 from pvegpu.jsontext import load_json
 
 _HUMAN_INT = re.compile(r"^-?\d+$|^\d+(\.\d+)?[kKmMgGtT]$")
@@ -78,7 +78,7 @@ RULES: ParserRules[OptionSpec] = ParserRules(
     ),
     unknown_fix=_unknown_fix,
     no_positional=lambda table: "the model is `vllm serve`'s only positional, written first",
-    positional_missing=Problem(
+    positional_missing=Diagnostic.error(
         "vllm-model-missing",
         "",
         "the line names no model (`vllm serve MODEL`)",

@@ -18,7 +18,7 @@ first surprise and use the revert steps instead of improvising.
 
 from __future__ import annotations
 
-from pvegpu.model.plan import Severity
+from pvegpu.diagnostic import Severity
 from pvegpu.rendering.drawing import UNBOUND
 from pvegpu.rendering.host_picture import host_facts_line
 from pvegpu.rendering.review.apply_steps import Step, runbook

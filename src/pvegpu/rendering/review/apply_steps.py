@@ -13,13 +13,14 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
+from pvegpu.diagnostic import Diagnostic
 from pvegpu.engines import health_url
 from pvegpu.formats.shell import word as sh
 from pvegpu.hardware import VFIO_DRIVER
 from pvegpu.model.artifact import HOST, Artifact
 from pvegpu.model.facts import GPU, PciFunction
 from pvegpu.model.paths import CONTAINER_DRIVER_DIR
-from pvegpu.model.plan import Finding, Plan, Pool
+from pvegpu.model.plan import Plan, Pool
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pci import PciAddress
 from pvegpu.rendering.revert import (
@@ -535,7 +536,7 @@ def _split_checks(functions: Sequence[PciFunction]) -> tuple[Action, ...]:
 
 
 def _reboot_and_plan_again(
-    plan: Plan, functions: Sequence[PciFunction], reasons: Sequence[Finding]
+    plan: Plan, functions: Sequence[PciFunction], reasons: Sequence[Diagnostic]
 ) -> Iterator[Step]:
     """The runbook's last steps when a finding says the plan holds only until a reboot."""
     ids = [p.lxc.vmid for p in container_pools(plan) if p.lxc is not None]

@@ -7,7 +7,7 @@ back (tests/test_contract.py). The reader refuses anything else with a `Contract
 whose message apply reports as `bundle-invalid`.
 
 The facts, servers and findings stay JSON objects here: apply and check read them by key,
-and their forms are those of the facts JSON and `Finding.document()`.
+and their forms are those of the facts JSON and `Diagnostic.document()`.
 """
 
 from __future__ import annotations

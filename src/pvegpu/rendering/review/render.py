@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pvegpu.diagnostic import Severity
 from pvegpu.engines import engine_label
 from pvegpu.formats.templating import render_template
 from pvegpu.model.artifact import REVIEW, Artifact
-from pvegpu.model.plan import Plan, Pool, PoolKind, Severity
+from pvegpu.model.plan import Plan, Pool, PoolKind
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pvefiles.lxcconf import DRIVER_MOUNT_POINT
 from pvegpu.rendering.review import (
