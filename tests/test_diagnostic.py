@@ -7,8 +7,11 @@ import json
 
 import pytest
 
+from bundled import example_plan
 from pvegpu.diagnostic import Diagnostic, Severity
+from pvegpu.engines.common.server import refusal
 from pvegpu.errors import PlanError, PvegpuError, SpecError
+from pvegpu.serving.checks import Checks
 
 
 def test_str_without_fix_and_line() -> None:
@@ -68,3 +71,36 @@ def test_an_error_prints_its_diagnostics() -> None:
     err = PlanError.one("c", "pools[0]", "m", "f")
     assert err.problems == (Diagnostic.error("c", "pools[0]", "m", "f"),)
     assert str(err) == "pools[0]: m [c]\n  fix: f"
+
+
+def _checks() -> Checks:
+    plan = example_plan("kpro6")
+    index, spec = next((i, p) for i, p in enumerate(plan.spec.pools) if p.lxc and p.lxc.serving)
+    assert spec.lxc is not None and spec.lxc.serving is not None
+    pool = next(p for p in plan.pools if p.name == spec.name)
+    where = f"pools[{index}].lxc.serving"
+    return Checks(plan.facts, plan.pools, pool, spec.lxc.serving, where, engine_label="SGLang")
+
+
+def test_checks_keeps_one_list_and_where_each_error_belongs() -> None:
+    """One list in the order found; an option table's error is refused as a spec error
+    (exit 4) unless the host refuses the plan too, then the plan error holds both, the
+    plan's first, as before the list was one."""
+    checks = _checks()
+    option = Diagnostic.error("sglang-option-unknown", "x.extra_args", "no --foo", "drop it")
+    checks.add_spec_errors([option])
+    checks.finding(Severity.WARNING, "serving-secrets-moved", "moved")
+    assert checks.findings == [checks.diagnostics[1]]
+    assert (checks.plan_errors, checks.spec_errors) == ([], [option])
+    only_spec = refusal(checks)
+    assert isinstance(only_spec, SpecError) and only_spec.problems == (option,)
+    checks.problem("serving-tp-indivisible", "TP 3", "use TP 2")
+    plan_error = checks.diagnostics[2]
+    assert [d.code for d in checks.diagnostics] == [
+        "sglang-option-unknown",
+        "serving-secrets-moved",
+        "serving-tp-indivisible",
+    ]
+    both = refusal(checks)
+    assert isinstance(both, PlanError) and both.problems == (plan_error, option)
+    assert both.exit_code == 5 and only_spec.exit_code == 4

@@ -16,11 +16,12 @@ import attrs
 
 from pvegpu.diagnostic import Diagnostic
 from pvegpu.engines import ENGINE_NAMES, engine_for
-from pvegpu.errors import PlanError, PvegpuError, SpecError
+from pvegpu.errors import PlanError, PvegpuError
 from pvegpu.model.decision import DecidedServer
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Plan, Pool
 from pvegpu.model.schema import DEFAULT_ENGINE, ServingSpec
+from pvegpu.serving.checks import refusal_of
 from pvegpu.serving.context import serving_context
 
 
@@ -69,11 +70,10 @@ def decided_servings(plan: Plan) -> Plan:
     The planner's last step. Raises PlanError listing every pool's problems (SpecError
     when only an engine's option tables object), like plan() itself.
     """
-    pools, findings, plan_problems, render_problems = _servings(plan, None)
-    if plan_problems:
-        raise PlanError([*plan_problems, *render_problems])
-    if render_problems:
-        raise SpecError(render_problems)
+    pools, findings, refusals = _servings(plan, None)
+    refused = _refusal(refusals)
+    if refused is not None:
+        raise refused
     return attrs.evolve(plan, pools=tuple(pools), findings=(*plan.findings, *findings))
 
 
@@ -82,21 +82,21 @@ def serving_problems(plan: Plan, judged: Collection[str]) -> list[Diagnostic]:
     refused for others: the refusal then holds them too, instead of a later run finding
     them (a pool's server whose GPUs or container were refused is not judged: its TP,
     memory and container checks would only repeat that refusal)."""
-    _, _, plan_problems, render_problems = _servings(plan, frozenset(judged))
-    return [*plan_problems, *render_problems]
+    refused = _refusal(_servings(plan, frozenset(judged))[2])
+    return [] if refused is None else list(refused.problems)
 
 
 def _servings(
     plan: Plan, judged: frozenset[str] | None
-) -> tuple[list[Pool], list[Diagnostic], list[Diagnostic], list[Diagnostic]]:
+) -> tuple[list[Pool], list[Diagnostic], list[PvegpuError]]:
     """Every serving pool's server decided (those named in `judged`; None: all): the
-    pools, the servers' findings, the plan problems and the option tables' problems."""
+    pools, the servers' findings and the refusals (each refused pool's, then the units'
+    clash), which `_refusal` makes one."""
     specs = {p.name: (i, p) for i, p in enumerate(plan.spec.pools)}
     pools: list[Pool] = []
     findings: list[Diagnostic] = []
     built: list[DecidedServer] = []
-    plan_problems: list[Diagnostic] = []
-    render_problems: list[Diagnostic] = []
+    refusals: list[PvegpuError] = []
     # The runbook then stops at the reboot: the servers start on the next boot's driver.
     after_reboot = any(f.reboot_first for f in plan.findings)
     for pool in plan.pools:
@@ -109,17 +109,25 @@ def _servings(
         result = decide_serving(
             plan.facts, plan.pools, pool, spec, where, after_reboot=after_reboot
         )
-        if isinstance(result, PlanError):
-            plan_problems.extend(result.problems)
-        elif isinstance(result, PvegpuError):
-            render_problems.extend(result.problems)
+        if isinstance(result, PvegpuError):
+            refusals.append(result)
         else:
             serving, found = result
             built.append(serving)
             findings.extend(found)
             pools.append(attrs.evolve(pool, serving=serving))
-    plan_problems.extend(_unit_clashes(built))
-    return pools, findings, plan_problems, render_problems
+    clashes = _unit_clashes(built)
+    if clashes:
+        refusals.append(PlanError(clashes))
+    return pools, findings, refusals
+
+
+def _refusal(refusals: Sequence[PvegpuError]) -> PvegpuError | None:
+    """The pools' refusals as one: a plan error holding every pool's errors when any
+    pool's server does not fit the host, else a spec error (serving/checks.py says why)."""
+    plan_errors = [p for r in refusals if isinstance(r, PlanError) for p in r.problems]
+    spec_errors = [p for r in refusals if not isinstance(r, PlanError) for p in r.problems]
+    return refusal_of(plan_errors, spec_errors)
 
 
 def _unit_clashes(built: Sequence[DecidedServer]) -> list[Diagnostic]:

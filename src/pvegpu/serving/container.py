@@ -319,9 +319,7 @@ def container_driver(
     # Against the module it will meet: the next boot's when the runbook reboots first.
     target = userspace_target(checks.facts, checks.after_reboot)
     version, module = target if target is not None else (host.version, "")
-    checks.plan_problems.extend(
-        container_driver_problems(state, version, rootfs=path, vmid=vmid, module=module)
-    )
+    checks.add(container_driver_problems(state, version, rootfs=path, vmid=vmid, module=module))
     return state
 
 

@@ -68,9 +68,9 @@ class ServingContext:
     model: ModelConfig | None
     """The model's config.json, checked against TP; None: the spec names none, or unread."""
     container_driver: ContainerDriver | None
-    problems: tuple[Diagnostic, ...]
-    """What refuses the plan whatever the engine; the engine adds its own after them."""
-    findings: tuple[Diagnostic, ...]
+    diagnostics: tuple[Diagnostic, ...]
+    """What the neutral checks found: errors refuse the plan whatever the engine, the rest
+    are findings; the engine adds its own after them."""
     engine_label: str
     """The engine as its messages name it (`Engine.label`), for the checks' wording."""
 
@@ -89,8 +89,7 @@ class ServingContext:
         checks = Checks(
             self.facts, self.pools, self.pool, spec, self.where, engine_label=self.engine_label
         )
-        checks.plan_problems.extend(self.problems)
-        checks.findings.extend(self.findings)
+        checks.add(self.diagnostics)
         return checks
 
 
@@ -151,8 +150,7 @@ def serving_context(
         numa=numa,
         model=model,
         container_driver=driver,
-        problems=tuple(checks.plan_problems),
-        findings=tuple(checks.findings),
+        diagnostics=tuple(checks.diagnostics),
         stages=stages,
         engine_label=engine_label,
     )

@@ -54,10 +54,10 @@ def checked_model(checks: Checks, tp: int) -> ModelConfig | None:
     try:
         model = parse_model_config(file.content, path=path)
     except PlanError as err:
-        checks.plan_problems.extend(err.problems)
+        checks.add(err.problems)
         return None
     if not tp_divides(model, tp):
-        checks.plan_problems.append(problem_tp(model, tp, checks.where))
+        checks.add([problem_tp(model, tp, checks.where)])
     if spec.mtp:
         if model.mtp_layers == 0:
             checks.problem(
@@ -114,7 +114,7 @@ def _checkpoint(checks: Checks, model_dir: str) -> tuple[int, str] | None:
         try:
             return checkpoint_bytes_from_index(index.content, path=index_path), index_path
         except PlanError as err:
-            checks.plan_problems.extend(err.problems)
+            checks.add(err.problems)
             return None
     shards = [(posixpath.basename(s.path), s.size) for s in checks.facts.stats_in(model_dir)]
     total = checkpoint_bytes_from_shards(shards)

@@ -29,7 +29,7 @@ def extra_args(
         return None
     subject = f"{checks.where}.extra_args"
     parsed = parse(checks.spec.extra_args, subject)
-    checks.render_problems.extend(parsed.problems)
+    checks.add_spec_errors(parsed.problems)
     for spellings, owner in owned:
         option = parsed.of(table.find(*spellings))
         if option is not None:

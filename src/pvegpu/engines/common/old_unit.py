@@ -52,7 +52,7 @@ def unit_base(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> OldUnit:
     }
     dropins = effective_dropins(checks.facts.files, path, checks.spec.unit)
     changes, problems = judge_dropins(dropins, inside, checks.spec.unit, vmid, f"ct:{vmid}")
-    checks.plan_problems.extend(problems)
+    checks.add(problems)
     copies = []
     dropin_paths = {f"{path}/{d.path}" for d in dropins}
     for file in checks.facts.files:

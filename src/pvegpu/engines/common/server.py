@@ -17,12 +17,12 @@ from pvegpu.engines.common.unit_secrets import (
     secrets_moved_message,
     unit_secrets,
 )
-from pvegpu.errors import PlanError, PvegpuError, SpecError
+from pvegpu.errors import PvegpuError
 from pvegpu.model.decision import DecidedServer, P2PDecision, P2PSource
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.paths import UNIT_DIR
 from pvegpu.model.plan import Pool
-from pvegpu.serving.checks import Checks
+from pvegpu.serving.checks import Checks, refusal_of
 from pvegpu.spec.rules import rule_problems
 
 _RULE_CODES = {"unit": "serving-invalid-unit", "python": "serving-invalid-python"}
@@ -57,9 +57,9 @@ def check_whole_line(
     its release's table, for `subject`): catches what only shows in combination (a
     repeat, a missing required option) and any generated flag the release lacks. What
     extra_args alone already showed is not reported twice."""
-    said = {(p.code, p.message) for p in checks.render_problems}
+    said = {(p.code, p.message) for p in checks.spec_errors}
     problems = line_problems(argv, subject)
-    checks.render_problems.extend(p for p in problems if (p.code, p.message) not in said)
+    checks.add_spec_errors(p for p in problems if (p.code, p.message) not in said)
     for word in argv:
         checks.printable("command line", word)
 
@@ -82,13 +82,7 @@ def environment_file(checks: Checks, vmid: int, base: ConfigFile | None) -> str 
 def refusal(checks: Checks) -> PvegpuError | None:
     """The error the server's problems make, if any: a plan error when the spec does not
     fit the host, else a spec error for the option tables' problems."""
-    if checks.plan_problems:
-        return PlanError([*checks.plan_problems, *checks.render_problems])
-    if checks.render_problems:
-        # The option tables' problems: the spec's command line is not one the release
-        # takes. The spec has to change, as for any spec error (exit 4, docs/cli.md).
-        return SpecError(checks.render_problems)
-    return None
+    return refusal_of(checks.plan_errors, checks.spec_errors)
 
 
 def p2p_finding(pool: Pool, p2p: P2PDecision, switched_off: str) -> Diagnostic:

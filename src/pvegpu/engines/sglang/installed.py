@@ -39,7 +39,7 @@ def serving_release(checks: Checks, rootfs: str | None) -> tuple[str | None, Opt
     try:
         return version, _table(checks.facts, version, installed)
     except RenderError as err:
-        checks.render_problems.extend(
+        checks.add_spec_errors(
             attrs.evolve(p, subject=f"{checks.where}.version") for p in err.problems
         )
         return version, None

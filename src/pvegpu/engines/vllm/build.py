@@ -111,7 +111,7 @@ def decide_serving(
     if release is None:
         # Not reached: no release comes with the problem saying why, which refusal
         # returned; the type checker does not know that.
-        return SpecError(checks.render_problems)
+        return SpecError(checks.spec_errors)
     serving = VllmServing(
         pool=pool.name,
         vmid=context.vmid,

@@ -64,7 +64,7 @@ def serving_release(checks: Checks, rootfs: str | None) -> Release | None:
     try:
         return Release(version, _table(checks.facts, version, installed), script)
     except RenderError as err:
-        checks.render_problems.extend(
+        checks.add_spec_errors(
             attrs.evolve(p, subject=f"{checks.where}.version") for p in err.problems
         )
         return Release(version, None, script)
