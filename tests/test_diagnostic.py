@@ -4,14 +4,23 @@ old `Problem` and `Finding` were, and errors that hold errors only."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import attrs
 import pytest
 
-from bundled import example_plan
+import pvegpu.cli.check
+from bundled import example_plan, fixture_root
+from pvegpu.apply.check import EXIT_WARNINGS, CheckReport
+from pvegpu.cli import main
+from pvegpu.cli.brief import Painter, finding_lines
 from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.engines.common.server import refusal
 from pvegpu.errors import PlanError, PvegpuError, SpecError
+from pvegpu.rendering.cluster_summary import cluster_summary
+from pvegpu.rendering.registry import render
 from pvegpu.serving.checks import Checks
+from test_cluster import cluster
 
 
 def test_str_without_fix_and_line() -> None:
@@ -104,3 +113,55 @@ def test_checks_keeps_one_list_and_where_each_error_belongs() -> None:
     both = refusal(checks)
     assert isinstance(both, PlanError) and both.problems == (plan_error, option)
     assert both.exit_code == 5 and only_spec.exit_code == 4
+
+
+# --- a finding that names a fix: every place a finding is printed shows it
+
+_FIXABLE = Diagnostic(Severity.WARNING, "vm-stops", "VM 101", "it stops", "qm stop 101")
+
+
+def test_the_cli_prints_a_findings_fix() -> None:
+    lines = finding_lines([_FIXABLE], Painter(False), pointer="SUMMARY.md")
+    assert lines == ["  warning: VM 101: it stops [vm-stops]", "    fix: qm stop 101"]
+    plain = Diagnostic(Severity.WARNING, "vm-stops", "VM 101", "it stops")
+    assert finding_lines([plain], Painter(False), pointer="SUMMARY.md") == [lines[0]]
+
+
+def _summary_with(finding: Diagnostic) -> str:
+    plan = example_plan("kpro6")
+    artifacts = render(attrs.evolve(plan, findings=(*plan.findings, finding)))
+    return next(a for a in artifacts if a.path.endswith("SUMMARY.md")).content
+
+
+def test_summary_md_prints_a_findings_fix() -> None:
+    """On the finding's line, after the message; every other byte as without a fix."""
+    plain = _summary_with(attrs.evolve(_FIXABLE, fix=""))
+    line = "- **vm-stops** (VM 101): it stops"
+    assert plain.count(f"{line}\n") == 1
+    expected = plain.replace(f"{line}\n", f"{line} Fix: qm stop 101\n")
+    assert _summary_with(_FIXABLE) == expected
+    # Each finding keeps its own line (the template's blocks eat the newline after them).
+    for f in example_plan("kpro6").findings:
+        assert f"- **{f.code}** ({f.subject}): {f.message}\n" in plain
+
+
+def test_check_prints_a_findings_fix(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def found(root: Path, *_: object) -> CheckReport:
+        return CheckReport("pve", (_FIXABLE,))
+
+    monkeypatch.setattr(pvegpu.cli.check, "check", found)
+    root = str(fixture_root("kpro6"))
+    assert main(["check", "--root", root]) == EXIT_WARNINGS
+    out = capsys.readouterr().out
+    assert out.startswith("warning: VM 101: it stops [vm-stops]\n  fix: qm stop 101\n")
+    assert main(["check", "--root", root, "--json"]) == EXIT_WARNINGS
+    assert json.loads(capsys.readouterr().out)["findings"] == [_FIXABLE.document()]
+
+
+def test_the_cluster_summary_prints_a_findings_fix() -> None:
+    planned, rendered, _ = cluster()
+    with_fix = attrs.evolve(planned, findings=(*planned.findings, _FIXABLE))
+    text = cluster_summary(with_fix, rendered)
+    assert "- `VM 101`: it stops [vm-stops] Fix: qm stop 101\n" in text

@@ -205,6 +205,8 @@ def finding_lines(
             if f.severity is severity:
                 text = f"{indent}{f.severity}: {f.subject}: {f.message} [{f.code}]"
                 lines.append(paint(str(severity), text))
+                if f.fix:
+                    lines.append(paint(str(severity), f"{indent}  fix: {f.fix}"))
     infos = Counter(f.code for f in findings if f.severity is Severity.INFO)
     if infos:
         codes = ", ".join(code if n == 1 else f"{code} ({n})" for code, n in infos.items())

@@ -150,6 +150,8 @@ def run_check(args: argparse.Namespace) -> int:
     else:
         for f in report.findings:
             print(f"{f.severity}: {f.subject}: {f.message} [{f.code}]")
+            if f.fix:
+                print(f"  fix: {f.fix}")
         print(
             f"check of {report.node}: "
             + (f"{len(report.findings)} finding(s)" if report.findings else "clean")

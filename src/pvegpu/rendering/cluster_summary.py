@@ -91,9 +91,13 @@ def _findings(findings: Sequence[Diagnostic]) -> list[str]:
         chosen = [f for f in findings if f.severity is severity]
         if chosen:
             lines += [f"### {heading}", ""]
-            lines += [f"- `{f.subject}`: {f.message} [{f.code}]" for f in chosen]
+            lines += [f"- `{f.subject}`: {f.message} [{f.code}]{_fix(f)}" for f in chosen]
             lines.append("")
     return lines[:-1]
+
+
+def _fix(finding: Diagnostic) -> str:
+    return f" Fix: {finding.fix}" if finding.fix else ""
 
 
 def _apply_order(cluster: ClusterPlan) -> list[str]:
