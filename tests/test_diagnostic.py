@@ -1,5 +1,5 @@
-"""Issue 32, item 4: one Diagnostic for refusals and findings, printed and written as the
-old `Problem` and `Finding` were, and errors that hold errors only."""
+"""Issue 32, item 4: one Diagnostic for refusals and findings, printed and written as
+refusals and findings always were, and errors that hold errors only."""
 
 from __future__ import annotations
 
@@ -98,8 +98,9 @@ def test_checks_keeps_one_list_and_where_each_error_belongs() -> None:
     checks = _checks()
     option = Diagnostic.error("sglang-option-unknown", "x.extra_args", "no --foo", "drop it")
     checks.add_spec_errors([option])
-    checks.finding(Severity.WARNING, "serving-secrets-moved", "moved")
+    checks.finding(Severity.WARNING, "serving-secrets-moved", "moved", "chmod 600 env")
     assert checks.findings == [checks.diagnostics[1]]
+    assert str(checks.findings[0]).endswith("[serving-secrets-moved]\n  fix: chmod 600 env")
     assert (checks.plan_errors, checks.spec_errors) == ([], [option])
     only_spec = refusal(checks)
     assert isinstance(only_spec, SpecError) and only_spec.problems == (option,)

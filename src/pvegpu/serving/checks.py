@@ -26,7 +26,7 @@ from pvegpu.spec.rules import CONTROL
 
 
 class Checks:
-    """Collects every problem of one pool's server before raising, like plan() does."""
+    """Collects every diagnostic of one pool's server before raising, like plan() does."""
 
     def __init__(
         self,
@@ -70,8 +70,8 @@ class Checks:
     def problem(self, code: str, message: str, fix: str = "", subject: str | None = None) -> None:
         self.add([Diagnostic.error(code, subject or self.where, message, fix)])
 
-    def finding(self, severity: Severity, code: str, message: str) -> None:
-        self.add([Diagnostic(severity, code, f"pool {self.pool.name}", message)])
+    def finding(self, severity: Severity, code: str, message: str, fix: str = "") -> None:
+        self.add([Diagnostic(severity, code, f"pool {self.pool.name}", message, fix)])
 
     @property
     def findings(self) -> list[Diagnostic]:
