@@ -16,11 +16,10 @@ from pvegpu.errors import PvegpuError, SpecError
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Finding, Plan, Severity
 from pvegpu.model.schema import P2PSetting, ServingSpec
-from pvegpu.pipeline import check_host, running_unit
+from pvegpu.pipeline import check_host, parse_spec, running_unit
 from pvegpu.planning.decide import decided_servings
 from pvegpu.rendering.serving import render_serving
-from pvegpu.spec.load import parse_spec
-from pvegpu.spec.rules import RULES
+from pvegpu.spec.engine_keys import engine_rule
 from strategies_serving import ROOTFS, host, kpro6_files, kpro6_gpus, lxc_pool, plan_of
 from test_vllm_versions import decided, kpro6_plan, vllm_serving
 
@@ -232,7 +231,7 @@ def test_the_spec_takes_engine_vllm_and_its_pipeline_stages() -> None:
     spec = parse_spec(SPEC.format(engine="vllm", extra="pipeline_parallel_size = 2"))
     serving = spec.pools[0].lxc.serving  # type: ignore[union-attr]
     assert serving is not None
-    assert (serving.engine, serving.pipeline_parallel_size) == ("vllm", 2)
+    assert (serving.engine, serving.engine_key("pipeline_parallel_size")) == ("vllm", 2)
 
 
 def test_a_vllm_only_key_is_refused_for_sglang_by_name() -> None:
@@ -255,8 +254,9 @@ def test_a_vllm_only_key_in_a_spec_built_in_code_is_refused_by_sglang() -> None:
 
 
 def test_the_spec_rule_takes_every_engine_of_the_registry() -> None:
-    rule = RULES[(ServingSpec, "engine")]
-    assert [rule.check(name) for name in engines.ENGINE_NAMES] == [None, None]
+    rule = engine_rule(engines.spec_engines())
+    assert [n for n in engines.ENGINE_NAMES if rule.check(n) is not None] == []
+    assert rule.check("tgi") is not None
 
 
 def test_an_engine_pvegpu_has_none_of_is_refused_by_the_loader() -> None:
