@@ -174,6 +174,15 @@ def test_a_third_engines_server_is_counted_in_an_old_unit(toy: ToyEngine) -> Non
     assert server.shown == "`--shards 2` `--replicas 3`"
 
 
+def test_a_third_engines_config_file_sizes_count(toy: ToyEngine) -> None:
+    """Its `--config` file is read for it (discovery reads any ExecStart='s config,
+    host/container_units.py): the sizes there count, the command line's override them."""
+    text = "[Service]\nExecStart=/usr/bin/toy serve --config /etc/toy.yaml --replicas 3\n"
+    files = {"/etc/toy.yaml": "shards: 2\nreplicas: 5\n"}
+    (server,) = unit_demand(parse_unit(text), config_text=files.get).servers
+    assert (server.engine, server.gpus) == ("toy", 6)
+
+
 def test_without_its_registry_line_no_module_knows_the_third_engine() -> None:
     text = "[Service]\nExecStart=/usr/bin/toy serve --model /m --shards 2\n"
     assert unit_demand(parse_unit(text)).servers == ()
