@@ -37,7 +37,7 @@ def decide_serving(
     `after_reboot`: the runbook reboots before the server starts again."""
     engine = engine_for(spec.engine)
     if engine is None:
-        # The loader accepts only known engines (spec/rules.py); a spec built in code
+        # The loader accepts only known engines (spec/engine_keys.py); a spec built in code
         # may name any, and nothing else about its server can be judged without one.
         return PlanError.one(
             "serving-engine-unknown",
