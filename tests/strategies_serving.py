@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 from hypothesis import strategies as st
 
 from pvegpu.model.facts import (
@@ -226,7 +227,13 @@ def qwen_serving(**overrides: Any) -> ServingSpec:
         "mtp": True,
     }
     values.update(overrides)
-    return ServingSpec(**values)
+    # A key no ServingSpec field holds is one of an engine's own (vLLM's
+    # pipeline_parallel_size): the spec holds those as the loader takes them.
+    fields = attrs.fields_dict(ServingSpec)
+    own = {k: v for k, v in values.items() if k in fields}
+    engine_keys = tuple((k, v) for k, v in values.items() if k not in fields)
+    own["engine_keys"] = (*own.get("engine_keys", ()), *engine_keys)
+    return ServingSpec(**own)
 
 
 ServingPool = tuple[Pool, ServingSpec | None]

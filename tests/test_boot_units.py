@@ -31,6 +31,7 @@ from pvegpu.diagnostic import Severity
 from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
 from pvegpu.model.artifact import HOST, Artifact
+from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Plan
 from pvegpu.model.schema import UserspacePolicy
 from pvegpu.pipeline import discover_for, plan_and_render
@@ -49,6 +50,7 @@ CT = 160
 LIBDIR = "usr/lib/x86_64-linux-gnu"
 STAGE = "var/lib/pvegpu/userspace"
 STAGING = "usr/local/sbin/pvegpu-driver-userspace"
+USERSPACE_UNIT = "etc/systemd/system/pvegpu-driver-userspace.service"
 NODES = "usr/local/sbin/pvegpu-device-nodes"
 LOADED = "590.48.01"
 NEXT = "595.45.04"
@@ -486,3 +488,19 @@ def test_revert_sh_dry_run_removes_the_stage_from_the_copy(tmp_path: Path) -> No
     assert not (root / STAGE).exists()
     assert not (root / STAGING).exists() and not (root / NODES).exists()
     assert "/var/lib/pvegpu" not in (root / "etc/pve/lxc/160.conf").read_text()
+
+
+def test_over_installed_boot_units_each_artifact_patches_its_own_copy() -> None:
+    """A host with the four boot files of an earlier run: each artifact's base is the
+    installed copy of its own path (model/own_files.py), so its diff and its revert start
+    from what the host has."""
+    facts = example_facts(HOST_NAME)
+    units = "etc/systemd/system/pvegpu-device-nodes.service", USERSPACE_UNIT
+    paths = (NODES, STAGING, *units)
+    old = tuple(ConfigFile(path, f"# {path} of an earlier run\n") for path in paths)
+    kept = tuple(f for f in facts.files if f.path not in paths)
+    earlier = attrs.evolve(facts, files=(*kept, *old))
+    rendered = render(plan(earlier, example_spec(HOST_NAME)))
+    applied = [a for a in rendered if a.target == HOST and a.bundle == "apply"]
+    bases = {a.path: a.base for a in applied if a.path in paths}
+    assert bases == {file.path: file for file in old}

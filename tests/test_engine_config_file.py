@@ -13,6 +13,9 @@ from bundled import copy_tree, example_spec, fixture_root
 from pvegpu.engines import installed_files
 from pvegpu.engines.common.config_file import UNREAD, parse_config
 from pvegpu.errors import PvegpuError
+from pvegpu.host.container_units import MAX_UNIT_BYTES, read_container_units
+from pvegpu.host.discover import read_host
+from pvegpu.host.reader import RootReader
 from pvegpu.host.serving_files import read_serving_files
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Plan
@@ -20,7 +23,7 @@ from pvegpu.planning.decide import decided_servings
 from pvegpu.planning.unit_gpus import unit_demand
 from pvegpu.serving.unitfile import parse_unit
 from strategies_serving import ROOTFS, kpro6_plan, qwen_serving
-from test_leftover_servers import UNIT, codes, host, planned, refused, write
+from test_leftover_servers import UNIT, codes, enable, host, planned, refused, write
 from test_vllm_versions import kpro6_plan as vllm_plan
 from test_vllm_versions import vllm_serving
 
@@ -214,3 +217,22 @@ def test_discovery_reads_the_config_extra_args_pass(tmp_path: Path) -> None:
     )
     files = read_serving_files(root, changed, installed_files)
     assert any(f.path == f"{CT}/root/conf/s.yaml" for f in files.files)
+
+
+def test_a_config_of_any_command_is_read_within_the_units_limits(tmp_path: Path) -> None:
+    """Discovery names no engine: the `--config` of an ExecStart= of any command is read
+    (the planner's engines decide whose server it is), only `.yaml`/`.yml`, and no file
+    larger than a unit may be."""
+    root = host(tmp_path)
+    text = "[Service]\nExecStart=/opt/toy/bin/toy serve --config /etc/toy/{}\n"
+    for name in ("serve.yaml", "big.yaml", "serve.json"):
+        unit = f"toy-{name.replace('.', '-')}.service"
+        write(root, f"{CT}/etc/systemd/system/{unit}", text.format(name))
+        enable(root, unit)
+    write(root, f"{CT}/etc/toy/serve.yaml", "shards: 2\n")
+    write(root, f"{CT}/etc/toy/big.yaml", "x" * (MAX_UNIT_BYTES + 1))
+    write(root, f"{CT}/etc/toy/serve.json", "{}")
+    reader = RootReader(root)
+    spec = example_spec("kpro6")
+    read = read_container_units(reader, spec, read_host(reader)).files
+    assert [f.path for f in read if "/etc/toy/" in f.path] == [f"{CT}/etc/toy/serve.yaml"]

@@ -26,6 +26,7 @@ from pvegpu.planning import decide
 from pvegpu.planning.decide import decided_servings
 from pvegpu.rendering.serving import render_serving
 from pvegpu.serving.context import ServingContext
+from pvegpu.spec.engine_keys import EngineKey
 from strategies_serving import kpro6_plan, qwen_serving
 
 
@@ -55,6 +56,7 @@ class _Recording:
     asked: list[str]
     name: str = "sglang"
     label: str = "SGLang"
+    spec_keys: tuple[EngineKey, ...] = ()
     server_line: ServerLine = SGLANG.server_line
 
     def tp_groups(self, spec: ServingSpec, gpus: int) -> int:
@@ -145,6 +147,7 @@ class _Stub:
     name: str
     contexts: list[ServingContext]
     label: str = "Stub"
+    spec_keys: tuple[EngineKey, ...] = ()
     server_line: ServerLine = SGLANG.server_line
 
     def tp_groups(self, spec: ServingSpec, gpus: int) -> int:

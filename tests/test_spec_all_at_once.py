@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pvegpu.errors import SpecError
-from pvegpu.spec.load import parse_spec, spec_from_data
+from pvegpu.pipeline import parse_spec, spec_from_data
 from spec_toml import toml_text
 
 # Ten mistakes: seven a wrong type or unknown key stops cattrs at, three that only the

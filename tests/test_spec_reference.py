@@ -5,10 +5,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pvegpu.spec.reference import rows
+from pvegpu.engines import spec_engines
+from pvegpu.spec.reference import Row
+from pvegpu.spec.reference import rows as engine_rows
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "spec.md"
 _KEY_CELL = re.compile(r"^\| `([^`]+)` \|")
+
+
+def rows() -> list[Row]:
+    """The reference with the registry's engines: their names, their own keys."""
+    return list(engine_rows(spec_engines()))
 
 
 def test_every_key_is_documented_with_its_type_default_and_constraint() -> None:

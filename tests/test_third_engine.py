@@ -1,36 +1,37 @@
 """Adding an engine is its package and one registry line: a third engine, written here as
-its package would be and registered by that one line, is planned, rendered and found in
-an old unit's command line through the registry alone, no other module changed."""
+its package would be and registered by that one line, is loaded from a spec with a key of
+its own, planned, rendered and found in an old unit's command line through the registry
+alone, no other module changed."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 import pytest
 
-from bundled import example_facts, example_spec
+from bundled import EXAMPLES, example_facts
 from pvegpu import engines
 from pvegpu.diagnostic import Diagnostic
-from pvegpu.engines import ENGINE_NAMES
 from pvegpu.engines.common.installed_files import RootFiles
 from pvegpu.engines.common.old_unit import unit_base
 from pvegpu.engines.common.server import health_url
 from pvegpu.engines.common.server_line import ServerLine
-from pvegpu.errors import PvegpuError
+from pvegpu.errors import PvegpuError, SpecError
 from pvegpu.model.artifact import ArtifactRole
 from pvegpu.model.decision import DECIDED, DecidedServer
 from pvegpu.model.facts import ConfigFile
-from pvegpu.model.schema import ServingSpec, Spec
+from pvegpu.model.schema import ServingSpec
+from pvegpu.pipeline import parse_spec
 from pvegpu.planning.planner import plan as pvegpu_plan
 from pvegpu.planning.unit_gpus import unit_demand
 from pvegpu.rendering.registry import render
 from pvegpu.serving.context import ServingContext
 from pvegpu.serving.unitfile import parse_unit
-from pvegpu.spec.rules import ENGINE_KEYS, RULES, rule_problems
+from pvegpu.spec.engine_keys import EngineKey
+from pvegpu.spec.rules import int_range
 from pvegpu.values import value_class
-from strategies_serving import qwen_serving
 
 # --- what engines/toy/ would hold -----------------------------------------------------
 
@@ -62,12 +63,17 @@ TOY_LINE = ServerLine(
 """engines/toy/server_line.py: the toy server on a unit's command line."""
 
 
+TOY_KEYS = (EngineKey("batch", int, int_range(1, 512)),)
+"""engines/toy/spec_keys.py: the serving table's keys only the toy engine reads."""
+
+
 @attrs.frozen
 class ToyEngine:
     """engines/toy/engine.py: the toy engine behind the `Engine` protocol."""
 
     name: str = "toy"
     label: str = "Toy"
+    spec_keys: tuple[EngineKey, ...] = TOY_KEYS
     server_line: ServerLine = TOY_LINE
 
     def tp_groups(self, spec: ServingSpec, gpus: int) -> int:
@@ -107,7 +113,7 @@ class ToyEngine:
             limit_nofile=None,
             environment_file=None,
             _key=DECIDED,
-            batch=8,
+            batch=int(spec.engine_key("batch") or 1),
         )
         return serving, tuple(checks.findings)
 
@@ -134,21 +140,17 @@ def toy(monkeypatch: pytest.MonkeyPatch) -> ToyEngine:
     return engine
 
 
-def _toy_spec() -> Spec:
-    """examples/kpro6.toml with its server on the toy engine (built in code: the spec
-    loader's `engine` rule is spec/rules.py's, below the engines' layer)."""
-    spec = example_spec("kpro6")
-    pools = []
-    for pool in spec.pools:
-        if pool.lxc is not None and pool.lxc.serving is not None:
-            serving = attrs.evolve(pool.lxc.serving, engine="toy", version="1.2")
-            pool = attrs.evolve(pool, lxc=attrs.evolve(pool.lxc, serving=serving))
-        pools.append(pool)
-    return attrs.evolve(spec, pools=tuple(pools))
+def _toy_spec_text(key: str = "batch = 8") -> str:
+    """examples/kpro6.toml with its server on the toy engine, a key of the toy's own set."""
+    text = EXAMPLES.joinpath("kpro6.toml").read_text()
+    release = 'version = "0.5.23"\n'
+    assert text.count(release) == 1
+    return text.replace(release, f'engine = "toy"\nversion = "1.2"\n{key}\n')
 
 
 def test_a_third_engine_is_planned_and_rendered_through_the_registry(toy: ToyEngine) -> None:
-    spec = _toy_spec()
+    # Loaded as the CLI loads a spec: the engine's name and its own key are the registry's.
+    spec = parse_spec(_toy_spec_text())
     plan = pvegpu_plan(example_facts("kpro6"), spec)
     (pool,) = (p for p in plan.pools if p.serving is not None)
     assert isinstance(pool.serving, ToyServing)
@@ -172,23 +174,46 @@ def test_a_third_engines_server_is_counted_in_an_old_unit(toy: ToyEngine) -> Non
     assert server.shown == "`--shards 2` `--replicas 3`"
 
 
+def test_a_third_engines_config_file_sizes_count(toy: ToyEngine) -> None:
+    """Its `--config` file is read for it (discovery reads any ExecStart='s config,
+    host/container_units.py): the sizes there count, the command line's override them."""
+    text = "[Service]\nExecStart=/usr/bin/toy serve --config /etc/toy.yaml --replicas 3\n"
+    files = {"/etc/toy.yaml": "shards: 2\nreplicas: 5\n"}
+    (server,) = unit_demand(parse_unit(text), config_text=files.get).servers
+    assert (server.engine, server.gpus) == ("toy", 6)
+
+
 def test_without_its_registry_line_no_module_knows_the_third_engine() -> None:
     text = "[Service]\nExecStart=/usr/bin/toy serve --model /m --shards 2\n"
     assert unit_demand(parse_unit(text)).servers == ()
     assert engines.engine_for("toy") is None
 
 
-def test_the_spec_layer_names_exactly_the_registered_engines() -> None:
-    """The spec loader is below the engines and cannot ask the registry: its `engine`
-    rule and its engine-only keys (spec/rules.py) are the lines outside an engine's
-    package that a new engine still takes (docs/architecture.md). Kept to the registry
-    here, so a registry line without them fails."""
-    engine_rule = RULES[(ServingSpec, "engine")]
-    assert [n for n in ENGINE_NAMES if engine_rule.check(n) is not None] == []
-    assert engine_rule.check("toy") is not None
-    assert set(ENGINE_KEYS.values()) <= set(ENGINE_NAMES)
-    for name in ENGINE_NAMES:
-        # Each engine's own keys are accepted for it.
-        own: dict[str, Any] = {k: 2 for k, e in ENGINE_KEYS.items() if e == name}
-        codes = [p.code for p in rule_problems(qwen_serving(engine=name, **own), "s")]
-        assert "spec-engine-key" not in codes
+def test_the_third_engines_keys_are_its_own(toy: ToyEngine) -> None:
+    """Its key is judged by its rule, and refused for another engine naming the toy;
+    another engine's key is refused for it: both as the loader refuses any key."""
+    with pytest.raises(SpecError) as err:
+        parse_spec(_toy_spec_text("batch = 0\npipeline_parallel_size = 2"))
+    assert [(p.code, p.subject, p.line, p.message) for p in err.value.problems] == [
+        ("spec-invalid-value", "pools[0].lxc.serving.batch", 24, "0 is not between 1 and 512"),
+        (
+            "spec-engine-key",
+            "pools[0].lxc.serving.pipeline_parallel_size",
+            25,
+            'pipeline_parallel_size is a key of engine = "vllm"; engine = "toy" does not read it',
+        ),
+    ]
+    vllm = _toy_spec_text().replace('engine = "toy"', 'engine = "vllm"')
+    with pytest.raises(SpecError) as err:
+        parse_spec(vllm)
+    (problem,) = err.value.problems
+    assert (problem.code, problem.fix) == ("spec-engine-key", 'remove batch, or set engine = "toy"')
+
+
+def test_without_its_registry_line_the_loader_refuses_the_third_engine() -> None:
+    with pytest.raises(SpecError) as err:
+        parse_spec(_toy_spec_text())
+    assert [(p.code, p.subject, p.message) for p in err.value.problems] == [
+        ("spec-invalid-value", "pools[0].lxc.serving.engine", '\'toy\' is not "sglang" or "vllm"'),
+        ("spec-unknown-key", "pools[0].lxc.serving.batch", "unknown key"),
+    ]

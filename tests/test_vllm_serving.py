@@ -17,11 +17,11 @@ from pvegpu.errors import PvegpuError, SpecError
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.plan import Plan
 from pvegpu.model.schema import P2PSetting, ServingSpec
-from pvegpu.pipeline import check_host, running_unit
+from pvegpu.pipeline import check_host, parse_spec, running_unit
 from pvegpu.planning.decide import decided_servings
 from pvegpu.rendering.serving import render_serving
-from pvegpu.spec.load import parse_spec
-from pvegpu.spec.rules import RULES
+from pvegpu.spec import load
+from pvegpu.spec.engine_keys import engine_rule
 from strategies_serving import ROOTFS, host, kpro6_files, kpro6_gpus, lxc_pool, plan_of
 from test_vllm_versions import decided, kpro6_plan, vllm_serving
 
@@ -233,7 +233,7 @@ def test_the_spec_takes_engine_vllm_and_its_pipeline_stages() -> None:
     spec = parse_spec(SPEC.format(engine="vllm", extra="pipeline_parallel_size = 2"))
     serving = spec.pools[0].lxc.serving  # type: ignore[union-attr]
     assert serving is not None
-    assert (serving.engine, serving.pipeline_parallel_size) == ("vllm", 2)
+    assert (serving.engine, serving.engine_key("pipeline_parallel_size")) == ("vllm", 2)
 
 
 def test_a_vllm_only_key_is_refused_for_sglang_by_name() -> None:
@@ -251,13 +251,46 @@ def test_a_vllm_only_key_in_a_spec_built_in_code_is_refused_by_sglang() -> None:
 
     err = refused(sglang_plan(qwen_serving(pipeline_parallel_size=2)))
     (problem,) = [p for p in err.problems if "engine" in p.message]
-    assert problem.subject == "pools[0].lxc.serving.pipeline_parallel_size"
+    # The loader's code for it, whichever engine was asked (planning/decide.py).
+    assert (problem.code, problem.subject) == (
+        "spec-engine-key",
+        "pools[0].lxc.serving.pipeline_parallel_size",
+    )
     assert problem.message.startswith("pipeline_parallel_size: pipeline_parallel_size is a key")
 
 
 def test_the_spec_rule_takes_every_engine_of_the_registry() -> None:
-    rule = RULES[(ServingSpec, "engine")]
-    assert [rule.check(name) for name in engines.ENGINE_NAMES] == [None, None]
+    rule = engine_rule(engines.spec_engines())
+    assert [n for n in engines.ENGINE_NAMES if rule.check(n) is not None] == []
+    assert rule.check("tgi") is not None
+
+
+def test_engine_keys_is_no_key_of_the_table() -> None:
+    """`ServingSpec.engine_keys` is filled from the engines' keys, never set in the TOML:
+    a table naming it is refused as any unknown key, listing the engines' keys."""
+    with pytest.raises(SpecError) as err:
+        parse_spec(SPEC.format(engine="vllm", extra="engine_keys = [1]"))
+    (problem,) = err.value.problems
+    assert (problem.code, problem.subject) == (
+        "spec-unknown-key",
+        "pools[0].lxc.serving.engine_keys",
+    )
+    assert problem.fix.endswith(
+        ", pipeline_parallel_size, prefill_context_parallel_size, decode_context_parallel_size"
+    )
+
+
+def test_the_spec_layer_alone_knows_no_engine() -> None:
+    """Without the registry's declarations (spec.load alone, below the engines) an
+    engine's key is unknown and the engine is not judged: the planner refuses that."""
+    text = SPEC.format(engine="tgi", extra="pipeline_parallel_size = 2")
+    with pytest.raises(SpecError) as err:
+        load.parse_spec(text)
+    assert [(p.code, p.subject) for p in err.value.problems] == [
+        ("spec-unknown-key", "pools[0].lxc.serving.pipeline_parallel_size"),
+    ]
+    assert "pipeline_parallel_size" not in err.value.problems[0].fix
+    assert load.parse_spec(SPEC.format(engine="tgi", extra="")).pools[0].lxc is not None
 
 
 def test_an_engine_pvegpu_has_none_of_is_refused_by_the_loader() -> None:

@@ -47,17 +47,16 @@ if TYPE_CHECKING:
     )
     from pvegpu.model.schema import Spec
     from pvegpu.pci import CpuList, PciAddress
-    from pvegpu.pipeline import discover_for, plan_and_render
+    from pvegpu.pipeline import discover_for, load_spec, parse_spec, plan_and_render
     from pvegpu.planning.planner import plan
     from pvegpu.rendering.bundle import write_bundle
     from pvegpu.rendering.registry import render
-    from pvegpu.spec.load import load_spec, parse_spec
 
 _HOMES = {
     "pvegpu.host.discover": ("discover",),
     "pvegpu.model.facts": ("GPU", "HostFacts", "IommuGroup", "NumaNode", "PciFunction"),
     "pvegpu.pci": ("CpuList", "PciAddress"),
-    "pvegpu.pipeline": ("discover_for", "plan_and_render"),
+    "pvegpu.pipeline": ("discover_for", "load_spec", "parse_spec", "plan_and_render"),
     "pvegpu.model.plan": (
         "LxcContainer",
         "PciMap",
@@ -72,7 +71,6 @@ _HOMES = {
     "pvegpu.rendering.registry": ("render",),
     "pvegpu.model.decision": ("DecidedServer",),
     "pvegpu.engines.sglang.decision": ("SglangServing",),
-    "pvegpu.spec.load": ("load_spec", "parse_spec"),
     "pvegpu.model.schema": ("Spec",),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}

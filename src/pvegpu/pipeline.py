@@ -6,7 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pvegpu.engines import installed_files
+from pvegpu.engines import installed_files, spec_engines
 from pvegpu.host.container_units import read_container_units
 from pvegpu.host.discover import read_host
 from pvegpu.host.reader import RootReader
@@ -25,6 +25,28 @@ if TYPE_CHECKING:
     from pvegpu.planning.host_checks import RunningUnit
     from pvegpu.rendering.cluster import NodeArtifacts
     from pvegpu.rendering.review.reconcile import Reconciliation
+
+
+def parse_spec(text: str, source: str = "<spec>") -> Spec:
+    """The spec in TOML `text`, judged with what every engine of the registry adds to it
+    (its name, its own keys): the loader of the CLI, the API and the Ansible module."""
+    from pvegpu.spec.load import parse_spec as parse
+
+    return parse(text, source, engines=spec_engines())
+
+
+def load_spec(path: Path) -> Spec:
+    """The spec file `path`, judged as `parse_spec` judges it."""
+    from pvegpu.spec.load import load_spec as load
+
+    return load(path, engines=spec_engines())
+
+
+def spec_from_data(raw: Mapping[str, Any], source: str = "<spec>") -> Spec:
+    """A spec given as data (an Ansible task's `spec:`), judged as `parse_spec` judges it."""
+    from pvegpu.spec.load import spec_from_data as from_data
+
+    return from_data(raw, source, engines=spec_engines())
 
 
 def discover_for(spec: Spec, root: Path = Path("/")) -> HostFacts:
@@ -54,7 +76,6 @@ def init_host(root: Path) -> tuple[CurrentSplit, str]:
     from pvegpu.pci import PciAddress
     from pvegpu.planning.current import current_split
     from pvegpu.rendering.init_spec import render_current
-    from pvegpu.spec.load import parse_spec
 
     reader = RootReader(root)
     base = read_host(reader)

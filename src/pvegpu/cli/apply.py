@@ -85,10 +85,9 @@ def _confirm(question: str, yes: bool, command: str) -> None:
 
 
 def _from_spec(args: argparse.Namespace, host: LiveHost, out: _Output) -> Bundle:
-    from pvegpu.pipeline import discover_for, plan_and_render
+    from pvegpu.pipeline import discover_for, load_spec, plan_and_render
     from pvegpu.rendering.bundle_layout import bundle_files
     from pvegpu.rendering.review.apply_doc import manifest_header
-    from pvegpu.spec.load import load_spec
 
     spec = load_spec(args.spec)
     plan, artifacts = plan_and_render(discover_for(spec, args.root), spec)
@@ -123,8 +122,7 @@ def _reconcile(args: argparse.Namespace, host: LiveHost, out: _Output) -> int:
     """`apply --reconcile`: the applied spec planned on the host now; the files that move
     no GPU and change no guest's GPUs written (a bundle of their own, journaled and
     reverted like any apply), the rest shown and left to a reviewed render."""
-    from pvegpu.pipeline import reconcile_bundle, reconcile_host
-    from pvegpu.spec.load import load_spec
+    from pvegpu.pipeline import load_spec, reconcile_bundle, reconcile_host
 
     applied = read_bundle_dir(args.bundle)
     source = str(args.spec) if args.spec is not None else applied.spec

@@ -21,10 +21,9 @@ CHECK_SCHEMA = "pvegpu.check/1"
 
 def _spec_bundle(args: argparse.Namespace) -> tuple[Bundle | None, tuple[Diagnostic, ...]]:
     from pvegpu.apply.bundle import bundle_from_files
-    from pvegpu.pipeline import discover_for, plan_and_render
+    from pvegpu.pipeline import discover_for, load_spec, plan_and_render
     from pvegpu.rendering.bundle_layout import bundle_files
     from pvegpu.rendering.review.apply_doc import manifest_header
-    from pvegpu.spec.load import load_spec
 
     spec = load_spec(args.spec)
     try:
@@ -44,8 +43,7 @@ def drift(args: argparse.Namespace, bundle: Bundle) -> tuple[Diagnostic, ...]:
     """What an upgrade changed: the applied spec (`--spec`, or the one MANIFEST.json
     names) planned on the host as it is now, against the host's files, each with the
     command that reconciles it (`pvegpu apply --reconcile`) or the render to review."""
-    from pvegpu.pipeline import reconcile_host
-    from pvegpu.spec.load import load_spec
+    from pvegpu.pipeline import load_spec, reconcile_host
 
     source = str(args.spec) if args.spec is not None else bundle.spec
     if source is None or not Path(source).is_file():

@@ -23,11 +23,10 @@ from pvegpu.errors import PlanError
 from pvegpu.model.artifact import REVERT_BUNDLE, REVIEW
 from pvegpu.model.plan import ClusterPlan
 from pvegpu.model.schema import Spec
-from pvegpu.pipeline import discover_cluster, plan_and_render_cluster
+from pvegpu.pipeline import discover_cluster, load_spec, plan_and_render_cluster
 from pvegpu.planning.cluster import root_problems
 from pvegpu.rendering.bundle_layout import manifest_entry
 from pvegpu.rendering.cluster import NodeArtifacts, write_cluster
-from pvegpu.spec.load import load_spec
 
 Roots = Sequence[tuple[str | None, Path]] | None
 """`--root` as argparse gathered it: (node or None, directory) per flag; None: none given.

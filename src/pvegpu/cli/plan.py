@@ -18,10 +18,9 @@ from pvegpu.cli.diffs import diff
 from pvegpu.model.artifact import REVERT_BUNDLE, REVIEW, Artifact
 from pvegpu.model.plan import Plan
 from pvegpu.model.schema import Spec
-from pvegpu.pipeline import discover_for, plan_and_render
+from pvegpu.pipeline import discover_for, load_spec, plan_and_render
 from pvegpu.rendering.bundle import write_bundle
 from pvegpu.rendering.bundle_layout import manifest_entry
-from pvegpu.spec.load import load_spec
 
 if TYPE_CHECKING:
     from pvegpu.cli.cluster import Roots

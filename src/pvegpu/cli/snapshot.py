@@ -11,7 +11,7 @@ import json
 import sys
 
 from pvegpu.cli import refusal_document
-from pvegpu.engines import installed_files
+from pvegpu.engines import installed_files, spec_engines
 from pvegpu.host.snapshot import snapshot
 from pvegpu.spec.load import load_spec
 
@@ -19,7 +19,9 @@ SNAPSHOT_SCHEMA = "pvegpu.snapshot/1"
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
-    spec = load_spec(args.spec) if args.spec is not None else None
+    # The registry's engines judge the spec (pvegpu.pipeline's loader, without loading
+    # the planner the snapshot does not need).
+    spec = load_spec(args.spec, engines=spec_engines()) if args.spec is not None else None
     result = snapshot(args.root, args.out, spec, installed_files)
     fields = {
         "archive": str(result.path),

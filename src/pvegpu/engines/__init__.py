@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from pvegpu.model.facts import ConfigFile
     from pvegpu.model.schema import ServingSpec
     from pvegpu.serving.context import ServingContext
+    from pvegpu.spec.engine_keys import EngineKey, SpecEngine
 
 
 class Engine(Protocol):
@@ -41,6 +42,13 @@ class Engine(Protocol):
     @property
     def label(self) -> str:
         """The engine as the project spells it, in messages and the review (`SGLang`)."""
+        ...
+
+    @property
+    def spec_keys(self) -> tuple[EngineKey, ...]:
+        """The keys of the spec's serving table that only this engine reads (their TOML
+        type and rule): the loader takes them out of the table and judges them by this,
+        and refuses them for another engine (spec/engine_keys.py, `spec_engines`)."""
         ...
 
     @property
@@ -118,6 +126,14 @@ def installed_files(reader: RootFiles, serving: ServingSpec, rootfs: str) -> tup
     engine pvegpu has none of (planning refuses it by name)."""
     engine = engine_for(serving.engine)
     return engine.installed_files(reader, rootfs, serving.python) if engine is not None else ()
+
+
+def spec_engines() -> tuple[SpecEngine, ...]:
+    """What every engine adds to the spec, its name and its own keys: the spec loader,
+    below this layer, takes them from whoever loads a spec (`pvegpu.pipeline.parse_spec`)."""
+    from pvegpu.spec.engine_keys import SpecEngine
+
+    return tuple(SpecEngine(engine.name, engine.spec_keys) for engine in every_engine())
 
 
 def every_engine() -> tuple[Engine, ...]:

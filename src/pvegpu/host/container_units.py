@@ -18,10 +18,11 @@ storage's directory, else where `pct mount <vmid>` put it):
 - then, with the files left of the budget, every other `*.service` in
   `etc/systemd/system` (installed, not enabled: it does not start with the container,
   but one `systemctl start` runs it) with its drop-ins, the same way;
-- the `--config FILE.yaml` an SGLang or vLLM ExecStart= of those passes (the engines'
-  options file, `engines.common.config_file`), at its path in the container (relative
-  to the unit's WorkingDirectory=), within the same budget and size limit: only a
-  `.yaml`/`.yml` file, the only kind the engines take.
+- the `--config FILE.yaml` any ExecStart= of those passes (an engine's options file,
+  `engines.common.config_file`; which command is an engine's server is the engines' to
+  say, in planning, so none is named here), at its path in the container (relative to
+  the unit's WorkingDirectory=), within the same budget and size limit and after every
+  unit: only a `.yaml`/`.yml` file, the only kind the engines take.
 
 Nothing else: vendor directories (`/usr/lib/systemd/system`) hold what packages ship,
 not the servers admins write. The work is bounded: at most `MAX_UNIT_FILES` files per
@@ -118,11 +119,10 @@ def _working_directories(text: str) -> Iterator[str]:
 
 
 def _config_paths(text: str) -> Iterator[str]:
-    """The `--config` files of the SGLang and vLLM servers of a unit text's ExecStart=
-    (a shell's `-c` script too). Read broadly: the planner decides what they mean."""
+    """The `--config` files of a unit text's ExecStart= (a shell's `-c` script too), of
+    whatever command: read broadly, the planner decides which are a server's and what
+    they mean (the engines' `server_line`)."""
     for value in _exec_values(text, "ExecStart"):
-        if "sglang" not in value and "vllm" not in value:
-            continue
         words = _split(value)
         words = [w for word in words for w in (_split(word) if " " in word else [word])]
         for i, word in enumerate(words):

@@ -53,6 +53,9 @@ class MappingSpec:
 DEFAULT_ENGINE = "sglang"
 """The `engine` of a [pools.lxc.serving] table that sets none."""
 
+EngineValue = int | float | str | bool
+"""A value of a key one engine reads (`ServingSpec.engine_keys`): a TOML scalar."""
+
 
 @value_class
 @attrs.frozen(eq=False, repr=False)
@@ -101,14 +104,15 @@ class ServingSpec:
     environment_file: str | None = None
     """`EnvironmentFile=` of the unit: a root-only file in the container that holds the
     secrets (HF_TOKEN, API keys). pvegpu never reads it, so no secret reaches a bundle."""
-    pipeline_parallel_size: int | None = None
-    """vLLM only: pipeline stages; TP is then the pool's GPU count divided by them."""
-    prefill_context_parallel_size: int | None = None
-    """vLLM only (0.12 on): prefill context-parallel ranks; each is a TP x PP group of its
-    own GPUs, so TP is the pool's GPU count over PP x PCP."""
-    decode_context_parallel_size: int | None = None
-    """vLLM only (0.10 on): decode context-parallel ranks; they reuse the TP ranks and add
-    no GPUs (the release's rule: it divides TP)."""
+    engine_keys: tuple[tuple[str, EngineValue], ...] = ()
+    """The keys of the table that only its engine reads, as the spec sets them, in its
+    order (vLLM's `pipeline_parallel_size`): each engine declares its own
+    (`Engine.spec_keys`), and the loader takes them out of the table by those
+    declarations (spec/engine_keys.py). Not a key of the TOML itself."""
+
+    def engine_key(self, name: str) -> EngineValue | None:
+        """The value the spec sets for its engine's key `name`; None when it sets none."""
+        return next((value for key, value in self.engine_keys if key == name), None)
 
 
 @value_class

@@ -15,7 +15,7 @@ from collections.abc import Collection, Sequence
 import attrs
 
 from pvegpu.diagnostic import Diagnostic
-from pvegpu.engines import ENGINE_NAMES, engine_for
+from pvegpu.engines import ENGINE_NAMES, engine_for, spec_engines
 from pvegpu.errors import PlanError, PvegpuError
 from pvegpu.model.decision import DecidedServer
 from pvegpu.model.facts import HostFacts
@@ -23,6 +23,7 @@ from pvegpu.model.plan import Plan, Pool
 from pvegpu.model.schema import DEFAULT_ENGINE, ServingSpec
 from pvegpu.serving.checks import refusal_of
 from pvegpu.serving.context import serving_context
+from pvegpu.spec.engine_keys import engine_key_problems
 
 
 def decide_serving(
@@ -38,7 +39,7 @@ def decide_serving(
     `after_reboot`: the runbook reboots before the server starts again."""
     engine = engine_for(spec.engine)
     if engine is None:
-        # The loader accepts only known engines (spec/rules.py); a spec built in code
+        # The loader accepts only known engines (spec/engine_keys.py); a spec built in code
         # may name any, and nothing else about its server can be judged without one.
         return PlanError.one(
             "serving-engine-unknown",
@@ -61,7 +62,31 @@ def decide_serving(
     )
     if isinstance(context, PvegpuError):
         return context
-    return engine.decide(context, spec)
+    decided = engine.decide(context, spec)
+    keys = _engine_key_problems(spec, where)
+    if not keys:
+        return decided
+    return PlanError([*keys, *(decided.problems if isinstance(decided, PvegpuError) else ())])
+
+
+def _engine_key_problems(spec: ServingSpec, where: str) -> list[Diagnostic]:
+    """The loader's judgement of the engine keys (spec/engine_keys.py), again for a spec
+    built in code, which the loader never saw: each named by its key, like the schema
+    keys' rules an engine checks (`check_rules`)."""
+    if not spec.engine_keys:
+        return []
+    return [
+        attrs.evolve(
+            problem,
+            code=problem.code if problem.code in _KEPT else "serving-invalid-value",
+            message=f"{problem.subject.rpartition('.')[2]}: {problem.message}",
+        )
+        for problem in engine_key_problems(spec, where, spec_engines())
+    ]
+
+
+_KEPT = ("spec-engine-key", "spec-unknown-key")
+"""What a key of the wrong engine, or of none, is called wherever the spec was made."""
 
 
 def decided_servings(plan: Plan) -> Plan:

@@ -24,6 +24,7 @@ from pvegpu.formats.shell import in_double_quotes
 from pvegpu.formats.shell import word as sh
 from pvegpu.formats.templating import render_template
 from pvegpu.model.artifact import HOST, Artifact
+from pvegpu.model.own_files import own_files
 from pvegpu.model.paths import (
     CONTAINER_DRIVER_DIR,
     NODES_SCRIPT,
@@ -128,7 +129,7 @@ def _nodes_units(plan: Plan) -> tuple[Artifact, ...]:
             ),
             mode=0o755,
             target=HOST,
-            base=facts.file(NODES_SCRIPT),
+            base=own_files(facts).nodes_script,
         ),
         Artifact(
             path=NODES_UNIT,
@@ -139,7 +140,7 @@ def _nodes_units(plan: Plan) -> tuple[Artifact, ...]:
                 "a bind mount of one hands over nothing"
             ),
             target=HOST,
-            base=facts.file(NODES_UNIT),
+            base=own_files(facts).nodes_unit,
         ),
     )
 
@@ -208,7 +209,7 @@ def _userspace_units(plan: Plan) -> tuple[Artifact, ...]:
             ),
             mode=0o755,
             target=HOST,
-            base=facts.file(USERSPACE_SCRIPT),
+            base=own_files(facts).userspace_script,
         ),
         Artifact(
             path=USERSPACE_UNIT,
@@ -219,7 +220,7 @@ def _userspace_units(plan: Plan) -> tuple[Artifact, ...]:
                 "containers"
             ),
             target=HOST,
-            base=facts.file(USERSPACE_UNIT),
+            base=own_files(facts).userspace_unit,
         ),
     )
 

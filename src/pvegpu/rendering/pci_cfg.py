@@ -8,6 +8,7 @@ that the write drops the `#` lines inside the pools' mappings is a finding of th
 from __future__ import annotations
 
 from pvegpu.model.artifact import Artifact
+from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.paths import PVE_MODE
 from pvegpu.model.plan import Plan
 from pvegpu.pvefiles import pcicfg
@@ -31,7 +32,7 @@ def render_pci_cfg(plan: Plan) -> tuple[Artifact, ...]:
         where = ", ".join(shared.nodes)
     if not mappings:
         return ()
-    base = facts.file(pcicfg.PATH)
+    base = pci_cfg(facts).file
     content = (
         pcicfg.format(mappings) if base is None else pcicfg.patch(base.content, mappings, drop=drop)
     )

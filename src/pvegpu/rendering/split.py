@@ -26,6 +26,7 @@ from pvegpu.hardware import host_driver
 from pvegpu.model.artifact import HOST, Artifact
 from pvegpu.model.facts import PciFunction
 from pvegpu.model.host_changes import LateVfPf, MovedFunction
+from pvegpu.model.own_files import own_files
 from pvegpu.model.paths import (
     SPLIT_INITRAMFS_HOOK,
     SPLIT_MODPROBE,
@@ -139,7 +140,7 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
             ),
             mode=0o755,
             target=HOST,
-            base=facts.file(SCRIPT_PATH),
+            base=own_files(facts).split_script,
         ),
         Artifact(
             path=UNIT_PATH,
@@ -149,7 +150,7 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
                 "the split survives a reboot"
             ),
             target=HOST,
-            base=facts.file(UNIT_PATH),
+            base=own_files(facts).split_unit,
         ),
         Artifact(
             path=MODPROBE_PATH,
@@ -159,7 +160,7 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
                 "writes the overrides first; never vfio-pci ids="
             ),
             target=HOST,
-            base=facts.file(MODPROBE_PATH),
+            base=own_files(facts).split_modprobe,
         ),
         Artifact(
             path=INITRAMFS_HOOK_PATH,
@@ -170,7 +171,7 @@ def render_split(plan: Plan) -> tuple[Artifact, ...]:
             ),
             mode=0o755,
             target=HOST,
-            base=facts.file(INITRAMFS_HOOK_PATH),
+            base=own_files(facts).split_initramfs_hook,
         ),
         *_udev_rule(plan, late, script_abs),
     )
@@ -213,7 +214,7 @@ def _udev_rule(plan: Plan, late: tuple[LateVfPf, ...], script: str) -> tuple[Art
                 "unit: udev runs the split script for each new VF, which pins it"
             ),
             target=HOST,
-            base=plan.facts.file(SPLIT_UDEV_RULE),
+            base=own_files(plan.facts).split_udev_rule,
         ),
     )
 

@@ -35,9 +35,10 @@ from pvegpu.model.schema import (
     UserspacePolicy,
 )
 from pvegpu.pci import PciAddress
+from pvegpu.spec.engine_keys import SpecEngine, engine_problems, take_engine_keys, unknown_key
 from pvegpu.spec.lines import locate
 from pvegpu.spec.nodes import node_problems, shared_mapping_problems
-from pvegpu.spec.rules import engine_problems, secret_problems, value_problems
+from pvegpu.spec.rules import secret_problems, value_problems
 from pvegpu.spec.salvage import Route, beneath, in_spec_order, salvaged, unoptional
 
 MAX_SPEC_BYTES = 1024 * 1024
@@ -115,7 +116,11 @@ _CONVERTER = _converter()
 
 
 def _problems(
-    exc: BaseException, path: str, raw: Any, route: Route = ()
+    exc: BaseException,
+    path: str,
+    raw: Any,
+    route: Route = (),
+    engines: Sequence[SpecEngine] | None = None,
 ) -> Iterator[tuple[Diagnostic, Route]]:
     """Every problem cattrs found, with the route of its key in `raw` (spec/salvage.py)."""
     if isinstance(exc, ClassValidationError | IterableValidationError):
@@ -123,21 +128,15 @@ def _problems(
         for sub, note in with_notes:
             if isinstance(note, AttributeValidationNote):
                 where = f"{path}.{note.name}" if path else note.name
-                yield from _problems(sub, where, raw, (*route, note.name))
+                yield from _problems(sub, where, raw, (*route, note.name), engines)
             else:
-                yield from _problems(sub, f"{path}[{note.index}]", raw, (*route, note.index))
+                where = f"{path}[{note.index}]"
+                yield from _problems(sub, where, raw, (*route, note.index), engines)
         for sub in without_notes:
-            yield from _problems(sub, path, raw, route)
+            yield from _problems(sub, path, raw, route, engines)
     elif isinstance(exc, ForbiddenExtraKeysError):
-        known = ", ".join(f.name for f in attrs.fields(exc.cl) if f.name != "source")
         for key in sorted(exc.extra_fields):
-            problem = Diagnostic.error(
-                "spec-unknown-key",
-                f"{path}.{key}" if path else key,
-                "unknown key",
-                f"remove it or fix the spelling; known keys here: {known}",
-            )
-            yield problem, (*route, key)
+            yield unknown_key(f"{path}.{key}" if path else key, exc.cl, engines), (*route, key)
     elif isinstance(exc, KeyError):
         # cattrs' note already put the missing attribute's name at the end of `path`.
         missing = path.rpartition(".")[2]
@@ -227,8 +226,15 @@ def _type_problem(exc: BaseException, path: str, raw: Any) -> Diagnostic:
     )
 
 
-def parse_spec(text: str, source: str = "<spec>") -> Spec:
-    """Parse and validate a spec document; raises SpecError listing every problem."""
+def parse_spec(
+    text: str, source: str = "<spec>", *, engines: Sequence[SpecEngine] | None = None
+) -> Spec:
+    """Parse and validate a spec document; raises SpecError listing every problem.
+
+    `engines`: what each engine of the registry adds to the spec (its name and its own
+    keys; `pvegpu.engines.spec_engines()`), which the spec layer cannot ask for itself;
+    without them the `engine` value is not judged and no engine's key is known
+    (spec/engine_keys.py). `pvegpu.pipeline.parse_spec` passes the registry's."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -239,42 +245,52 @@ def parse_spec(text: str, source: str = "<spec>") -> Spec:
         raise SpecError.one(
             "spec-syntax", source, "arrays or tables nested too deeply", "flatten the spec"
         ) from err
-    return _structured(raw, source, text)
+    return _structured(raw, source, text, engines)
 
 
-def spec_from_data(raw: Mapping[str, Any], source: str = "<spec>") -> Spec:
+def spec_from_data(
+    raw: Mapping[str, Any],
+    source: str = "<spec>",
+    *,
+    engines: Sequence[SpecEngine] | None = None,
+) -> Spec:
     """A spec given as data rather than TOML text (an Ansible task's inline `spec:`),
     checked exactly as a file is; its problems name the key path, without a line."""
-    return _structured(dict(raw), source, "")
+    return _structured(dict(raw), source, "", engines)
 
 
-def _structured(raw: Any, source: str, text: str) -> Spec:
+def _structured(raw: Any, source: str, text: str, engines: Sequence[SpecEngine] | None) -> Spec:
     """The spec, or a SpecError with every problem of it in spec order: the schema's
     (types, unknown and missing keys) and the rules' (values, cross-key checks) together,
     the rules judging every key that is not broken (spec/salvage.py)."""
-    problems: list[Diagnostic] = []
+    # The keys of one engine are no schema field: taken out of their serving tables here,
+    # judged by the engines' declarations after (spec/engine_keys.py).
+    schema_raw, engine_keys, passed_in = take_engine_keys(raw, engines)
+    problems = list(passed_in)
     broken: list[str] = []
     try:
-        spec = _CONVERTER.structure(raw, Spec)
+        spec = _CONVERTER.structure(schema_raw, Spec)
     except (ClassValidationError, IterableValidationError) as err:
-        found = list(_problems(err, "", raw))
-        problems = [problem for problem, _ in found]
+        found = list(_problems(err, "", schema_raw, engines=engines))
+        problems += [problem for problem, _ in found]
         broken = [p.subject for p in problems]
-        whole = salvaged(raw, ((route, p.code == "spec-unknown-key") for p, route in found))
+        whole = salvaged(schema_raw, ((route, p.code == "spec-unknown-key") for p, route in found))
         try:
             spec = _CONVERTER.structure(whole, Spec)
         except (ClassValidationError, IterableValidationError):
             # Not whole even so: the schema's problems are all there is to say.
             raise SpecError(locate(in_spec_order(problems, raw), text)) from err
-    spec = attrs.evolve(spec, source=source)
-    problems.extend(p for p in _semantic_problems(spec, broken) if not beneath(p.subject, broken))
+    spec = attrs.evolve(spec, source=source, pools=_with_engine_keys(spec.pools, engine_keys))
+    semantic = _semantic_problems(spec, broken, engines)
+    problems.extend(p for p in semantic if not beneath(p.subject, broken))
     if problems:
         raise SpecError(locate(in_spec_order(problems, raw), text))
     return spec
 
 
-def load_spec(path: Path) -> Spec:
-    """Read a spec file. The file's path is used as the subject of read errors."""
+def load_spec(path: Path, *, engines: Sequence[SpecEngine] | None = None) -> Spec:
+    """Read a spec file. The file's path is used as the subject of read errors.
+    `engines`: as `parse_spec` takes them."""
     try:
         # A FIFO or device named as the spec would block a read or never end: regular
         # files only, and no larger than a spec can sensibly be.
@@ -304,10 +320,28 @@ def load_spec(path: Path) -> Spec:
             f"is not UTF-8 (byte {err.start}): TOML files are UTF-8",
             "save the spec as UTF-8",
         ) from err
-    return parse_spec(text, str(path))
+    return parse_spec(text, str(path), engines=engines)
 
 
-def _semantic_problems(spec: Spec, broken: Sequence[str] = ()) -> Iterator[Diagnostic]:
+def _with_engine_keys(
+    pools: tuple[PoolSpec, ...], keys: Mapping[int, tuple[tuple[str, Any], ...]]
+) -> tuple[PoolSpec, ...]:
+    """`pools` with each server's engine keys (taken out before the schema) put back."""
+    if not keys:
+        return pools
+    with_keys = list(pools)
+    for index, taken in keys.items():
+        pool = pools[index] if index < len(pools) else None
+        if pool is None or pool.lxc is None or pool.lxc.serving is None:
+            continue
+        serving = attrs.evolve(pool.lxc.serving, engine_keys=taken)
+        with_keys[index] = attrs.evolve(pool, lxc=attrs.evolve(pool.lxc, serving=serving))
+    return tuple(with_keys)
+
+
+def _semantic_problems(
+    spec: Spec, broken: Sequence[str], engines: Sequence[SpecEngine] | None
+) -> Iterator[Diagnostic]:
     """What the types alone cannot say: one selector, one consumer, unique names.
     `broken`: the spec paths of the schema's problems, stood in for (spec/salvage.py)."""
     if not spec.pools:
@@ -316,7 +350,7 @@ def _semantic_problems(spec: Spec, broken: Sequence[str] = ()) -> Iterator[Diagn
         )
     yield from value_problems(spec)
     yield from secret_problems(spec)
-    yield from engine_problems(spec)
+    yield from engine_problems(spec, engines)
     # Which node a pool is on cannot be judged while `node` or `nodes` itself is broken.
     if "node" not in broken and "nodes" not in broken:
         yield from node_problems(spec)

@@ -1,19 +1,21 @@
 """The spec's keys as reference rows (key, type, default, constraint), for docs/spec.md.
 
-Derived from the spec classes and `rules.RULES`, so the reference lists exactly the keys
-the loader accepts with the constraints it enforces; tests/test_spec_reference.py fails
-when docs/spec.md and these rows disagree.
+Derived from the spec classes and `rules.RULES`, and from the engines' declarations
+(spec/engine_keys.py: the `engine` names, each engine's own keys), so the reference lists
+exactly the keys the loader accepts with the constraints it enforces;
+tests/test_spec_reference.py fails when docs/spec.md and these rows disagree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from enum import Enum
 from typing import Any, get_type_hints
 
 import attrs
 
 from pvegpu.model import schema
+from pvegpu.spec.engine_keys import SpecEngine, engine_rule
 from pvegpu.spec.rules import RULES
 from pvegpu.values import value_class
 
@@ -76,18 +78,33 @@ def _default(field: attrs.Attribute[Any]) -> str:
     return f"`{value}`"
 
 
-def rows(cls: type[Any] = schema.Spec, prefix: str = "") -> Iterator[Row]:
-    """Every key of the spec under `cls`, depth first, in declaration order."""
+def rows(
+    engines: Sequence[SpecEngine], cls: type[Any] = schema.Spec, prefix: str = ""
+) -> Iterator[Row]:
+    """Every key of the spec under `cls`, depth first, in declaration order; a serving
+    table's engine keys after its own, in the order of `engines` (the registry's)."""
     hints = get_type_hints(cls)
     for field in attrs.fields(cls):
-        if field.name == "source":
+        if field.name in ("source", "engine_keys"):
             continue  # set by the loader, not a key
         kind = _unwrap(hints[field.name])
         key = f"{prefix}{field.name}"
         rule = RULES.get((cls, field.name))
+        if (cls, field.name) == (schema.ServingSpec, "engine"):
+            rule = engine_rule(engines)
         constraint = rule.text if rule is not None else ""
         yield Row(key, _describe(kind), _default(field), constraint or "-")
         if attrs.has(kind):
-            yield from rows(kind, f"{key}.")
+            yield from rows(engines, kind, f"{key}.")
         elif getattr(kind, "__origin__", None) is tuple and attrs.has(kind.__args__[0]):
-            yield from rows(kind.__args__[0], f"{key}[].")
+            yield from rows(engines, kind.__args__[0], f"{key}[].")
+    if cls is schema.ServingSpec:
+        seen: set[str] = set()
+        for engine in engines:
+            for engine_key in engine.keys:
+                if engine_key.name not in seen:
+                    seen.add(engine_key.name)
+                    text = engine_key.rule.text if engine_key.rule is not None else "-"
+                    yield Row(
+                        f"{prefix}{engine_key.name}", _describe(engine_key.kind), "none", text
+                    )

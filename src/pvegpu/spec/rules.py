@@ -41,14 +41,14 @@ class Rule:
     check: Callable[[Any], str | None]
 
 
-def _int_range(low: int, high: int) -> Rule:
+def int_range(low: int, high: int) -> Rule:
     def check(value: Any) -> str | None:
         return None if low <= value <= high else f"{value} is not between {low} and {high}"
 
     return Rule(f"{low}..{high}", check)
 
 
-def _pattern(pattern: str, text: str, max_len: int = MAX_TEXT) -> Rule:
+def matching(pattern: str, text: str, max_len: int = MAX_TEXT) -> Rule:
     regex = re.compile(pattern)
 
     def check(value: Any) -> str | None:
@@ -106,16 +106,16 @@ def _without_suffix(rule: Rule, suffix: str) -> Rule:
     return Rule(rule.text, check)
 
 
-VMID = _int_range(100, 999_999_999)
+VMID = int_range(100, 999_999_999)
 """Proxmox's guest id range."""
-BYTES = _int_range(1, 2**62)
+BYTES = int_range(1, 2**62)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]+)?")
 """systemd's unit name characters (a `\\` starts its `\\x2d` escapes) and one `@` before
 an instance (systemd.unit(5)); a shell command line naming the unit quotes it."""
 UNIT_PATH = "a normalized absolute path, not ending in a blank or `\\`"
 
-NODE = _pattern(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?", "a host name", 63)
+NODE = matching(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?", "a host name", 63)
 """A Proxmox node name: a DNS label, as pve-node and /etc/hostname's first label are."""
 
 
@@ -136,32 +136,32 @@ def _vgpu_type() -> Rule:
     sources = [v.vgpu for v in VENDORS if v.vgpu is not None]
     forms = " or ".join(f"`{v.type_name.format(id='<id>')}`" for v in sources)
     regex = "|".join(f"(?:{v.type_pattern.pattern})" for v in sources)
-    return _pattern(regex, f"a vGPU type as Proxmox's mdev= names it ({forms})", 64)
+    return matching(regex, f"a vGPU type as Proxmox's mdev= names it ({forms})", 64)
 
 
 RULES: dict[tuple[type[Any], str], Rule] = {
     (s.Spec, "node"): NODE,
     (s.Spec, "nodes"): Rule("distinct host names, at most 63 characters each", _node_list),
     (s.PoolSpec, "node"): NODE,
-    (s.PoolSpec, "name"): _pattern(r"[A-Za-z0-9][A-Za-z0-9_.-]*", "letters, digits, . _ -", 64),
-    (s.PoolSpec, "numa_node"): _int_range(0, 1023),
-    (s.PoolSpec, "count"): _int_range(1, 65535),
-    (s.MappingSpec, "id"): _pattern(r"[A-Za-z][A-Za-z0-9_-]+", "a Proxmox mapping id", 128),
+    (s.PoolSpec, "name"): matching(r"[A-Za-z0-9][A-Za-z0-9_.-]*", "letters, digits, . _ -", 64),
+    (s.PoolSpec, "numa_node"): int_range(0, 1023),
+    (s.PoolSpec, "count"): int_range(1, 65535),
+    (s.MappingSpec, "id"): matching(r"[A-Za-z][A-Za-z0-9_-]+", "a Proxmox mapping id", 128),
     (s.MappingSpec, "description"): Rule("no ','", _no_comma),
     (s.LxcSpec, "vmid"): VMID,
-    (s.LxcSpec, "mode"): _pattern(r"0?[0-7]{3}", "an octal file mode such as 0666", 4),
-    (s.LxcSpec, "gid"): _int_range(0, 2**32 - 2),
+    (s.LxcSpec, "mode"): matching(r"0?[0-7]{3}", "an octal file mode such as 0666", 4),
+    (s.LxcSpec, "gid"): int_range(0, 2**32 - 2),
     (s.VmSpec, "vmid"): VMID,
     (s.VfioSpec, "vgpu_type"): _vgpu_type(),
-    (s.ServingSpec, "version"): _pattern(r"[0-9]+(\.[0-9]+)*[0-9A-Za-z.+-]*", "a version", 64),
-    (s.ServingSpec, "engine"): _pattern(r"sglang|vllm", '"sglang" or "vllm"', 6),
+    (s.ServingSpec, "version"): matching(r"[0-9]+(\.[0-9]+)*[0-9A-Za-z.+-]*", "a version", 64),
+    # `engine` and the keys of one engine: the engines declare them (spec/engine_keys.py).
     # SGLang reads a relative --model-path against the unit's working directory, or as
     # a Hugging Face repo id to download: neither is the directory the spec means.
     (s.ServingSpec, "model_path"): Rule(
         "an absolute path (the model directory inside the container)", _absolute_path
     ),
     (s.ServingSpec, "unit"): _without_suffix(
-        _pattern(
+        matching(
             UNIT_NAME.pattern,
             "a systemd unit name without .service (`[A-Za-z0-9:_.\\-]`, one `@`)",
             200,
@@ -169,31 +169,32 @@ RULES: dict[tuple[type[Any], str], Rule] = {
         ".service",
     ),
     # ExecStart='s executable is one plain word: never quoted, no `$` or `%` (systemd).
-    (s.ServingSpec, "python"): _pattern(
+    (s.ServingSpec, "python"): matching(
         r"(/(?!\.\.?(/|$))[A-Za-z0-9_.+@-]+)+",
         "a normalized absolute path of letters, digits and `/ _ . + @ -`",
     ),
-    (s.ServingSpec, "host"): _pattern(r"[A-Za-z0-9.:_-]+", "an address or host name", 253),
-    (s.ServingSpec, "port"): _int_range(1, 65535),
-    (s.ServingSpec, "context_length"): _int_range(1, 2**31 - 1),
+    (s.ServingSpec, "host"): matching(r"[A-Za-z0-9.:_-]+", "an address or host name", 253),
+    (s.ServingSpec, "port"): int_range(1, 65535),
+    (s.ServingSpec, "context_length"): int_range(1, 2**31 - 1),
     (s.ServingSpec, "mem_fraction_static"): Rule("between 0 and 1, exclusive", _fraction),
     (s.ServingSpec, "checkpoint_bytes"): BYTES,
     (s.ServingSpec, "gpu_memory_bytes"): BYTES,
-    (s.ServingSpec, "user"): _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", "a user name or UID", 64),
+    (s.ServingSpec, "user"): matching(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", "a user name or UID", 64),
     (s.ServingSpec, "working_directory"): Rule(UNIT_PATH, _unit_path),
-    (s.ServingSpec, "limit_nofile"): _int_range(1, 1_073_741_816),
+    (s.ServingSpec, "limit_nofile"): int_range(1, 1_073_741_816),
     (s.ServingSpec, "environment_file"): Rule(UNIT_PATH, _unit_path),
-    (s.ServingSpec, "pipeline_parallel_size"): _int_range(1, 64),
-    (s.ServingSpec, "prefill_context_parallel_size"): _int_range(1, 64),
-    (s.ServingSpec, "decode_context_parallel_size"): _int_range(1, 64),
 }
 """Constraints beyond the type. Every string (in lists and tables too) is also checked
 for control characters and a length of at most MAX_TEXT."""
 
 TEXT_RULE = f"no control characters, at most {MAX_TEXT} characters"
 
+_NOT_KEYS = ("source", "engine_keys")
+"""Fields no rule here judges: the spec's file, and the keys of one engine, which the
+engine declares and spec/engine_keys.py judges."""
 
-def _text_problem(value: str) -> str | None:
+
+def text_problem(value: str) -> str | None:
     if CONTROL.search(value):
         return f"{value[:60]!r} holds a control character (a newline, tab, ...)"
     if len(value) > MAX_TEXT:
@@ -206,14 +207,14 @@ def value_problems(node: Any, path: str = "") -> Iterator[Diagnostic]:
     for field in attrs.fields(type(node)):
         value = getattr(node, field.name)
         where = f"{path}.{field.name}" if path else field.name
-        if field.name == "source" or value is None:
+        if field.name in _NOT_KEYS or value is None:
             continue
         if attrs.has(type(value)):
             yield from value_problems(value, where)
         elif isinstance(value, tuple):
             yield from _sequence_problems(value, where)
         elif isinstance(value, str):
-            message = _text_problem(value)
+            message = text_problem(value)
             if message is not None:
                 yield Diagnostic.error("spec-invalid-value", where, message, "fix the value")
                 continue
@@ -234,35 +235,11 @@ def rule_problems(node: Any, path: str) -> Iterator[Diagnostic]:
     for a spec class built in code rather than loaded, which the loader never saw."""
     for field in attrs.fields(type(node)):
         value = getattr(node, field.name)
-        if value is None or attrs.has(type(value)):
+        if value is None or attrs.has(type(value)) or field.name in _NOT_KEYS:
             continue
-        if isinstance(value, str) and _text_problem(value) is not None:
+        if isinstance(value, str) and text_problem(value) is not None:
             continue  # control characters and length: the caller's own check says so
         yield from _rule_problem(node, field.name, value, f"{path}.{field.name}")
-    if isinstance(node, s.ServingSpec):
-        yield from engine_key_problems(node, path)
-
-
-ENGINE_KEYS: dict[str, str] = {
-    "pipeline_parallel_size": "vllm",
-    "prefill_context_parallel_size": "vllm",
-    "decode_context_parallel_size": "vllm",
-}
-"""Serving keys only one engine reads, and that engine: set for another, they are refused
-rather than silently ignored."""
-
-
-def engine_key_problems(serving: s.ServingSpec, path: str) -> Iterator[Diagnostic]:
-    """The keys of `serving` that its engine does not read, each named."""
-    for key, engine in ENGINE_KEYS.items():
-        if getattr(serving, key) is not None and serving.engine != engine:
-            yield Diagnostic.error(
-                "spec-engine-key",
-                f"{path}.{key}",
-                f'{key} is a key of engine = "{engine}"; engine = "{serving.engine}" '
-                "does not read it",
-                f'remove {key}, or set engine = "{engine}"',
-            )
 
 
 def _sequence_problems(values: tuple[Any, ...], path: str) -> Iterator[Diagnostic]:
@@ -279,13 +256,13 @@ def _sequence_problems(values: tuple[Any, ...], path: str) -> Iterator[Diagnosti
                     f"{name[:60]!r} is not an environment variable name",
                     "use letters, digits and '_', not starting with a digit",
                 )
-            message = _text_problem(value)
+            message = text_problem(value)
             if message is not None:
                 yield Diagnostic.error(
                     "spec-invalid-value", f"{path}.{name[:60]}", message, f"use {TEXT_RULE}"
                 )
         elif isinstance(item, str):
-            message = _text_problem(item)
+            message = text_problem(item)
             if message is not None:
                 yield Diagnostic.error("spec-invalid-value", where, message, "fix the value")
 
@@ -296,14 +273,6 @@ _SECRET_FIX = (
     "put it in a root-only file in the container (NAME=value lines) and set "
     "serving.environment_file to that file; pass options as `--api-key ${NAME}`"
 )
-
-
-def engine_problems(spec: s.Spec) -> Iterator[Diagnostic]:
-    """Every pool's serving keys that its engine does not read (`engine_key_problems`)."""
-    for i, pool in enumerate(spec.pools):
-        serving = pool.lxc.serving if pool.lxc is not None else None
-        if serving is not None:
-            yield from engine_key_problems(serving, f"pools[{i}].lxc.serving")
 
 
 def secret_problems(spec: s.Spec) -> Iterator[Diagnostic]:

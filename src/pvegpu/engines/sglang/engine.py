@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pvegpu.model.facts import ConfigFile
     from pvegpu.model.schema import ServingSpec
     from pvegpu.serving.context import ServingContext
+    from pvegpu.spec.engine_keys import EngineKey
 
 
 @value_class
@@ -33,6 +34,8 @@ class SglangEngine:
 
     name: str = "sglang"
     label: str = "SGLang"
+    spec_keys: tuple[EngineKey, ...] = ()
+    """None: every key SGLang reads is the schema's own (extra_args carries the rest)."""
     server_line: ServerLine = SERVER_LINE
 
     def tp_groups(self, spec: ServingSpec, gpus: int) -> int:

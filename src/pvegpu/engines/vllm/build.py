@@ -164,8 +164,8 @@ def _report_drops(checks: Checks, serving: VllmServing, old: OldUnit, table: Opt
 
 
 def _check_scalars(checks: Checks) -> None:
-    """The spec's value rules; a key of another engine keeps its own code."""
+    """The spec's value rules (its engine keys' are the planner's: planning/decide.py)."""
     spec = checks.spec
-    check_rules(checks, kept=("spec-engine-key",))
+    check_rules(checks)
     if spec.working_directory is not None:
         checks.printable("working_directory", spec.working_directory)

@@ -12,6 +12,8 @@ import attrs
 
 from pvegpu.engines.common.server_line import ServerLine
 from pvegpu.engines.vllm.server_line import SERVER_LINE
+from pvegpu.engines.vllm.spec_keys import PCP, PP, SPEC_KEYS, size
+from pvegpu.spec.engine_keys import EngineKey
 from pvegpu.values import value_class
 
 if TYPE_CHECKING:
@@ -32,11 +34,12 @@ class VllmEngine:
 
     name: str = "vllm"
     label: str = "vLLM"
+    spec_keys: tuple[EngineKey, ...] = SPEC_KEYS
     server_line: ServerLine = SERVER_LINE
 
     def tp_groups(self, spec: ServingSpec, gpus: int) -> int:
         # Pipeline stages x prefill context-parallel ranks: vLLM's world size over TP.
-        stages = (spec.pipeline_parallel_size or 1) * (spec.prefill_context_parallel_size or 1)
+        stages = (size(spec, PP) or 1) * (size(spec, PCP) or 1)
         return stages if stages >= 1 and gpus % stages == 0 else 1
 
     def decide(

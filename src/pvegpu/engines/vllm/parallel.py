@@ -16,6 +16,7 @@ from pvegpu.engines.vllm import versions
 from pvegpu.engines.vllm.command import DCP_SIZE, DP_LOCAL, DP_SIZE, PCP_SIZE, PP_SIZE, TP_SIZE
 from pvegpu.engines.vllm.option_check import parse_command_line
 from pvegpu.engines.vllm.options import OptionTable
+from pvegpu.engines.vllm.spec_keys import DCP, PCP, PP, size
 from pvegpu.engines.vllm.versions import ParallelLayout
 from pvegpu.serving.checks import Checks
 
@@ -38,7 +39,7 @@ def parallel_layout(checks: Checks, gpus: int, version: str) -> ParallelLayout:
     (`versions`), so TP is the GPU count over PP x PCP; a size that does not fit is a
     problem naming vLLM's rule, and counts as 1 for the checks that follow."""
     spec = checks.spec
-    pp = spec.pipeline_parallel_size or 1
+    pp = size(spec, PP) or 1
     if gpus % pp:
         checks.problem(
             "vllm-pipeline-does-not-divide",
@@ -48,7 +49,7 @@ def parallel_layout(checks: Checks, gpus: int, version: str) -> ParallelLayout:
             subject=f"{checks.where}.pipeline_parallel_size",
         )
         pp = 1
-    pcp = spec.prefill_context_parallel_size or 1
+    pcp = size(spec, PCP) or 1
     if (gpus // pp) % pcp:
         checks.problem(
             "vllm-context-parallel-does-not-divide",
@@ -60,7 +61,7 @@ def parallel_layout(checks: Checks, gpus: int, version: str) -> ParallelLayout:
         )
         pcp = 1
     layout = ParallelLayout(tp=gpus // (pp * pcp), pp=pp, pcp=pcp)
-    dcp = spec.decode_context_parallel_size or 1
+    dcp = size(spec, DCP) or 1
     rule = versions.RULES.dcp_rule(version)
     if dcp > 1 and rule is not None and dcp not in (sizes := rule.sizes(layout)):
         checks.problem(

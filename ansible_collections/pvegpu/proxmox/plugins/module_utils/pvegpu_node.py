@@ -19,7 +19,7 @@ try:
     from pvegpu.apply.host import LiveHost
     from pvegpu.errors import Problem, SpecError
     from pvegpu.redact import redact_text
-    from pvegpu.spec.load import parse_spec, spec_from_data
+    from pvegpu.pipeline import parse_spec, spec_from_data
 except ImportError:
     PVEGPU_IMPORT_ERROR = traceback.format_exc()
 
