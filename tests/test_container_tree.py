@@ -10,6 +10,7 @@ from pvegpu.errors import PlanError
 from pvegpu.model.checkpoint import checkpoints
 from pvegpu.model.container_files import container_files, module_version
 from pvegpu.model.facts import ConfigFile, FileStat, HostFacts, IommuState
+from pvegpu.serving.container_units import container_units
 from pvegpu.vendors import AMD
 
 ROOT = "var/lib/lxc/101/rootfs"
@@ -160,3 +161,45 @@ def test_views_follow_an_evolved_facts_value() -> None:
     assert not container_files(facts).at(ROOT).was_read
     evolved = attrs.evolve(facts, files=(ConfigFile(f"{ROOT}/var/lib/dpkg/status", ""),))
     assert container_files(evolved).at(ROOT).was_read
+
+
+def test_units_name_the_etc_file_the_loaded_one_and_the_copies() -> None:
+    unit = "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --tp 2\n"
+    facts = _facts(
+        {
+            f"{ROOT}/usr/lib/systemd/system/sglang.service": "[Service]\n",
+            f"{ROOT}/etc/systemd/system/sglang.service": unit,
+            f"{ROOT}/etc/systemd/system/multi-user.target.wants/sglang.service": unit,
+            f"{ROOT}/etc/systemd/system/sglang.service.d/override.conf": "[Service]\n",
+            f"{ROOT}/root/sglang.service": unit,
+        }
+    )
+    units = container_units(facts, ROOT)
+    assert [(e.directory, e.name) for e in units.entries] == [
+        ("", "sglang.service"),
+        ("multi-user.target.wants", "sglang.service"),
+        ("sglang.service.d", "override.conf"),
+    ]
+    named = units.named("sglang.service")
+    assert named.base is not None and named.base.path.endswith("etc/systemd/system/sglang.service")
+    assert named.loaded is named.base  # /etc comes first in systemd's search path
+    assert [f.path[len(ROOT) + 1 :] for f in named.copies] == [
+        "usr/lib/systemd/system/sglang.service",
+        "etc/systemd/system/multi-user.target.wants/sglang.service",
+        "root/sglang.service",
+    ]
+    none = units.named("vllm.service")
+    assert (none.base, none.loaded, none.copies) == (None, None, ())
+
+
+def test_a_unit_is_parsed_once_per_facts_value() -> None:
+    path = f"{ROOT}/etc/systemd/system/sglang.service"
+    facts = _facts({path: "[Service]\nEnvironment=A=1\n"})
+    units = container_units(facts, ROOT)
+    assert container_units(facts, ROOT) is units
+    (entry,) = units.entries
+    assert units.parsed(entry.file) is units.parsed(entry.file)
+    assert units.parsed(entry.file).values("Service", "Environment") == ("A=1",)
+    # A file of the same path that the facts do not hold is parsed anew, not mistaken.
+    other = ConfigFile(path, "[Service]\nEnvironment=B=2\n")
+    assert units.parsed(other).values("Service", "Environment") == ("B=2",)
