@@ -11,7 +11,7 @@ from pvegpu.model.checkpoint import checkpoints
 from pvegpu.model.container_files import container_files, module_version
 from pvegpu.model.facts import ConfigFile, FileStat, HostFacts, IommuState
 from pvegpu.serving.container_units import container_units
-from pvegpu.vendors import AMD
+from pvegpu.vendors.amd import AMD
 
 ROOT = "var/lib/lxc/101/rootfs"
 
