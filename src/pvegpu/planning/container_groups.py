@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pvegpu.diagnostic import Diagnostic, Severity
-from pvegpu.formats.accounts import group_ids
+from pvegpu.model.container_files import container_files
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.guests import guests
 from pvegpu.model.paths import GROUP_FILE
@@ -86,8 +86,10 @@ def render_gid(
     vmid = container.vmid
     location = guests(facts).rootfs(vmid)
     candidates = group_files(location, vmid)
-    file = next((f for w in candidates if (f := facts.file(w)) is not None), None)
-    groups = group_ids(file.content) if file is not None else {}
+    found = (container_files(facts).at(d).accounts for d in rootfs_dirs(vmid, location))
+    accounts = next((a for a in found if a.group_file is not None), None)
+    file = accounts.group_file if accounts is not None else None
+    groups = accounts.groups if accounts is not None else {}
     name = render_group(groups)
     if name is not None:
         gid, members = groups[name]

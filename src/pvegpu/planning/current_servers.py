@@ -10,31 +10,25 @@ The comment names the unit and its parallel size so the admin can add the table.
 
 from __future__ import annotations
 
-import posixpath
-
 from pvegpu.model.current import CurrentServer
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.guests import guests
-from pvegpu.model.paths import ENABLING_DIRS, UNIT_DIR
+from pvegpu.model.paths import ENABLING_DIRS
 from pvegpu.model.rootfs import rootfs_dirs
 from pvegpu.planning.unit_gpus import unit_demand
-from pvegpu.serving.unitfile import parse_unit
+from pvegpu.serving.container_units import container_units
 
 
 def container_servers(facts: HostFacts, vmid: int) -> tuple[CurrentServer, ...]:
     """The servers the units in the container's /etc/systemd/system start, by unit name."""
     found: dict[str, CurrentServer] = {}
     for directory in rootfs_dirs(vmid, guests(facts).rootfs(vmid)):
-        unit_dir = f"{directory}/{UNIT_DIR}/"
-        for file in facts.files:
-            if not file.path.startswith(unit_dir) or not file.path.endswith(".service"):
+        units = container_units(facts, directory)
+        for entry in units.entries:
+            parent, name, file = entry.directory, entry.name, entry.file
+            if not name.endswith(".service") or (parent and not parent.endswith(ENABLING_DIRS)):
                 continue
-            inside = file.path[len(unit_dir) :]
-            parent = posixpath.dirname(inside)
-            if parent and not parent.endswith(ENABLING_DIRS):
-                continue
-            name = posixpath.basename(inside)
-            for server in unit_demand(parse_unit(file.content)).servers:
+            for server in unit_demand(units.parsed(file)).servers:
                 old = found.get(name)
                 found[name] = CurrentServer(
                     name,

@@ -43,6 +43,7 @@ import attrs
 
 from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.engines.common.deprecations import CODE as DEPRECATED_CODE
+from pvegpu.model.container_files import container_files
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
 from pvegpu.model.guests import guests
 from pvegpu.model.paths import (
@@ -62,13 +63,14 @@ from pvegpu.planning.unit_gpus import (
     unit_demand,
     visible_count,
 )
+from pvegpu.serving.container_units import container_units
 from pvegpu.serving.unitfile import (
     ENVIRONMENT,
     EXEC_START,
     SERVICE,
+    UnitFile,
     environment_pairs,
     merge_units,
-    parse_unit,
 )
 from pvegpu.values import value_class
 from pvegpu.vendors import CONTAINER_NODES, CONTAINER_RUNTIME, ComputeRuntime, DeviceNodes
@@ -145,9 +147,7 @@ def leftover_servers(
         location = guests(facts).rootfs(container.vmid)
         # Where discovery read the units: the storage's directory, else a `pct mount`.
         read = (
-            d
-            for d in rootfs_dirs(container.vmid, location)
-            if any(f.path.startswith(f"{d}/{UNIT_DIR}/") for f in facts.files)
+            d for d in rootfs_dirs(container.vmid, location) if container_units(facts, d).entries
         )
         rootfs = next(read, location.path)
         if rootfs is None:
@@ -233,20 +233,15 @@ def _units(facts: HostFacts, rootfs: str, variable: str) -> tuple[list[_Unit], l
     """The container's units as systemd loads them, merged with their drop-ins in /etc:
     the enabled ones (/etc's file or its template, else what the enabling link names),
     then those installed in /etc that no link names (nor an instance of them)."""
-    unit_dir = f"{rootfs}/{UNIT_DIR}/"
-
-    def config_text(inside: str) -> str | None:
-        # A server's --config file, as discovery read it (host.container_units).
-        found = facts.file(f"{rootfs}/{inside.lstrip('/')}")
-        return found.content if found is not None else None
+    units = container_units(facts, rootfs)
+    # A server's --config file, as discovery read it (host.container_units).
+    config_text = container_files(facts).at(rootfs).text
 
     links: dict[str, ConfigFile] = {}
     installed: dict[str, ConfigFile] = {}
     dropins: dict[str, list[ConfigFile]] = {}
-    for file in facts.files:
-        if not file.path.startswith(unit_dir):
-            continue
-        directory, _, name = file.path[len(unit_dir) :].rpartition("/")
+    for entry in units.entries:
+        directory, name, file = entry.directory, entry.name, entry.file
         if directory.endswith(ENABLING_DIRS) and "/" not in directory:
             links.setdefault(name, file)
         elif name.endswith(".conf") and "/" not in directory:
@@ -263,12 +258,14 @@ def _units(facts: HostFacts, rootfs: str, variable: str) -> tuple[list[_Unit], l
         if not base.content.strip():
             return None  # masked (linked to /dev/null) or empty: it runs nothing
         source = next(
-            (f for f in reversed(files) if parse_unit(f.content).values(SERVICE, EXEC_START)),
+            (f for f in reversed(files) if units.parsed(f).values(SERVICE, EXEC_START)),
             base,
         )
         inside = "/" + source.path[len(rootfs) + 1 :]
         demand = unit_demand(merge_units(f.content for f in files), variable, config_text)
-        visible = next((f for f in reversed(files) if _sets_visible(f.content, variable)), source)
+        visible = next(
+            (f for f in reversed(files) if _sets_visible(units.parsed(f), variable)), source
+        )
         return _Unit(name, source.path, inside, demand, visible.path, source is link)
 
     enabled: list[_Unit] = []
@@ -282,8 +279,8 @@ def _units(facts: HostFacts, rootfs: str, variable: str) -> tuple[list[_Unit], l
     return enabled, idle
 
 
-def _sets_visible(text: str, variable: str) -> bool:
-    pairs = environment_pairs(parse_unit(text).values(SERVICE, ENVIRONMENT))
+def _sets_visible(unit: UnitFile, variable: str) -> bool:
+    pairs = environment_pairs(unit.values(SERVICE, ENVIRONMENT))
     return any(name == variable for name, _ in pairs)
 
 

@@ -22,25 +22,21 @@ judged against the next boot's module instead of the loaded one (`serving/next_b
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from pvegpu.diagnostic import Diagnostic, Severity
+from pvegpu.model.container_files import container_files
 from pvegpu.model.decision import ContainerDriver
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.guests import guests
 from pvegpu.model.kernels import MODULES_DIR, ModuleOrigin
-from pvegpu.model.paths import CONTAINER_LIBDIRS, DPKG_STATUS, lxc_config
+from pvegpu.model.paths import CONTAINER_LIBDIRS, lxc_config
 from pvegpu.model.plan import Pool
 from pvegpu.model.rootfs import rootfs_dirs
 from pvegpu.planning.numbering import Renumbering
 from pvegpu.pvefiles.lxcconf import DeviceStyle, raw_uvm_majors
-from pvegpu.serving.container import (
-    container_driver_install,
-    container_driver_problems,
-    container_driver_state,
-)
+from pvegpu.serving.container import container_driver_install, container_driver_problems
 from pvegpu.serving.next_boot import (
     HOST_USERSPACE,
     NextDriver,
@@ -215,12 +211,10 @@ def container_userspace(facts: HostFacts, vmid: int) -> Userspace:
     storage's directory, else where `pct mount` puts them (`rootfs_dirs`)."""
     location = guests(facts).rootfs(vmid)
     for rootfs in rootfs_dirs(vmid, location):
-        stats = (s for d in CONTAINER_LIBDIRS for s in facts.stats_in(f"{rootfs}/{d}"))
-        names = [posixpath.basename(s.path) for s in stats]
-        status = facts.file(f"{rootfs}/{DPKG_STATUS}")
-        if not names and status is None:
+        tree = container_files(facts).at(rootfs)
+        if not tree.libraries and not tree.dpkg_read:
             continue
-        state = container_driver_state(names, status.content if status else None)
+        state = tree.driver
         return Userspace(rootfs, state if state.libraries else None)
     why = location.why or f"nothing was read from /{location.path}"
     return Userspace(None, None, why)

@@ -28,10 +28,9 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 
 from pvegpu.engines import Engine, every_engine
-from pvegpu.engines.common.config_file import EngineConfig, parse_config
+from pvegpu.engines.common.config_file import EngineConfig, unit_config
 from pvegpu.engines.common.deprecations import FlagDeprecation
 from pvegpu.engines.common.server_line import ServerLine
-from pvegpu.model.paths import engine_config_path
 from pvegpu.serving.unitfile import (
     ENVIRONMENT,
     ENVIRONMENT_FILE,
@@ -237,14 +236,8 @@ class _ConfigReader:
     text: ConfigText | None
     working_directory: str | None
 
-    def read(self, path: str) -> EngineConfig:
-        inside = engine_config_path(path, self.working_directory)
-        if inside is None:
-            return EngineConfig(problem="is not a .yaml file pvegpu can locate")
-        text = self.text(inside) if self.text is not None else None
-        if text is None:
-            return EngineConfig(problem=f"({inside} in the container) is not read")
-        return parse_config(text)
+    def config(self, path: str) -> EngineConfig:
+        return unit_config(path, self.working_directory, self.text)
 
 
 def _servers(
@@ -274,13 +267,13 @@ def _servers(
 
 
 def _server(
-    engine: Engine, words: Sequence[str], visible: tuple[str, ...] | None, reader: _ConfigReader
+    engine: Engine, words: Sequence[str], visible: tuple[str, ...] | None, configs: _ConfigReader
 ) -> ServerDemand:
     path = _config_path(words)
     problem: str | None = None
     if path is not None:
         # The file's options come first: the command line's own override them.
-        found = reader.read(path)
+        found = configs.config(path)
         problem = found.problem
         names = engine.server_line.size_kinds
         unread = [k for k in found.unread() if engine.server_line.option_name(k) in names]

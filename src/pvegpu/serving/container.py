@@ -4,58 +4,24 @@ userspace against the host's module (NVIDIA's), or what of it was not checked (R
 
 from __future__ import annotations
 
-import posixpath
 import re
-from collections.abc import Iterable
 
 import attrs
 
 from pvegpu.diagnostic import Diagnostic, Severity
-from pvegpu.formats.dpkg import installed_packages, upstream_version
+from pvegpu.model.container_files import container_driver_state as container_driver_state
+from pvegpu.model.container_files import container_files, module_version
 from pvegpu.model.decision import ContainerDriver
-from pvegpu.model.facts import HostFacts
 from pvegpu.model.guests import guests
-from pvegpu.model.paths import (
-    CONTAINER_LIBDIRS,
-    DPKG_STATUS,
-    GROUP_FILE,
-    PASSWD_FILE,
-    SYSTEM_UNIT_PATH,
-)
+from pvegpu.model.paths import CONTAINER_LIBDIRS, DPKG_STATUS
 from pvegpu.model.rootfs import RootfsLocation
 from pvegpu.pvefiles.lxcconf import DRIVER_MOUNT_POINT
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.next_boot import userspace_target
 from pvegpu.values import value_class
-from pvegpu.vendors import (
-    CONTAINER_USERSPACE,
-    CONTAINER_VENDOR,
-    RUNTIME_RELEASE_FILES,
-    ComputeRuntime,
-    Vendor,
-    module_version_file,
-)
+from pvegpu.vendors import CONTAINER_VENDOR, ComputeRuntime, Vendor, module_version_file
 
-_DRIVER_VERSION = re.compile(r"^\d{3}\.\d+(?:\.\d+)?$")
 _MAJOR_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<major>\d{3})$")
-
-
-def container_driver_state(
-    library_names: Iterable[str], dpkg_status: str | None
-) -> ContainerDriver:
-    """Driver versions from a libdir listing and the dpkg status database text."""
-    userspace = CONTAINER_USERSPACE
-    libraries = sorted(
-        (name, m.group("version")) for name in library_names if (m := userspace.library.match(name))
-    )
-    packages: list[tuple[str, str]] = []
-    for name, version in installed_packages(dpkg_status or "").items():
-        upstream = upstream_version(version)
-        # A driver package of the right name carrying a driver version: that is what keeps
-        # unrelated packages (toolkits with their own versions) out.
-        if userspace.driver_package(name) and _DRIVER_VERSION.match(upstream):
-            packages.append((name, upstream))
-    return ContainerDriver(tuple(libraries), tuple(sorted(packages)))
 
 
 HOST_USERSPACE_WAY = (
@@ -143,17 +109,6 @@ class ContainerRootfs:
     """What the container's `rootfs:` line and storage.cfg say."""
 
 
-def _was_read(facts: HostFacts, rootfs: str) -> bool:
-    """Did discovery read anything of a container there: its dpkg database, a GPU library,
-    a unit, its accounts or its runtime's release (a ROCm image has no NVIDIA library)."""
-    if facts.file(f"{rootfs}/{DPKG_STATUS}") is not None:
-        return True
-    if any(facts.stats_in(f"{rootfs}/{d}") for d in CONTAINER_LIBDIRS):
-        return True
-    known = (*SYSTEM_UNIT_PATH, GROUP_FILE, PASSWD_FILE, *RUNTIME_RELEASE_FILES)
-    return any(f.path.startswith(tuple(f"{rootfs}/{k}" for k in known)) for f in facts.files)
-
-
 def container_rootfs(checks: Checks, vmid: int) -> ContainerRootfs:
     """The container's root file system: from its rootfs: line and storage.cfg, else the spec's.
 
@@ -162,13 +117,14 @@ def container_rootfs(checks: Checks, vmid: int) -> ContainerRootfs:
     wrong, or not mounted), else the `container-rootfs-unreachable` warning.
     """
     location = guests(checks.facts).rootfs(vmid)
+    trees = container_files(checks.facts)
     spec_path = None
     if checks.spec.container_rootfs is not None:
         spec_path = checks.path("container_rootfs", checks.spec.container_rootfs)
     candidates = [p for p in dict.fromkeys((location.path, spec_path)) if p is not None]
     for candidate in candidates:
-        if _was_read(checks.facts, candidate):
-            if spec_path not in (None, candidate) and not _was_read(checks.facts, spec_path):
+        if trees.at(candidate).was_read:
+            if spec_path not in (None, candidate) and not trees.at(spec_path).was_read:
                 # The plan is still right (the storage's directory has the files), but
                 # the spec names a path that holds none: say so rather than drop it.
                 checks.finding(
@@ -206,8 +162,7 @@ def python_finding(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> None:
     if rootfs.path is None:
         return
     python = checks.spec.python
-    rel = f"{rootfs.path}/{python.lstrip('/')}"
-    if any(s.path == rel for s in checks.facts.stats_in(posixpath.dirname(rel))):
+    if container_files(checks.facts).at(rootfs.path).has(python):
         return
     checks.finding(
         Severity.WARNING,
@@ -233,8 +188,7 @@ def _runtime_unchecked(
     matrix), a table pvegpu does not carry, so claiming a pass or a mismatch would be a guess.
     """
     module_file = module_version_file(vendor)
-    module = checks.facts.file(module_file)
-    version = module.content.strip() if module is not None else ""
+    version = module_version(checks.facts, vendor)
     driver = (
         f"{vendor.host_driver} {version} (/{module_file}, an out-of-tree build such as amdgpu-dkms)"
         if version
@@ -245,13 +199,13 @@ def _runtime_unchecked(
         found = f"CT {vmid}'s files were not read, so its {runtime.name} release is unknown"
     elif release_file is None:
         found = f"{runtime.name} in CT {vmid} names no release pvegpu reads"
-    elif (file := checks.facts.file(f"{rootfs.path}/{release_file}")) is None:
+    elif (text := container_files(checks.facts).at(rootfs.path).text(release_file)) is None:
         found = (
             f"CT {vmid} has no /{release_file}: {runtime.name} is not installed there, or "
             "not where its packages put it"
         )
     else:
-        release = file.content.strip().splitlines()[0] if file.content.strip() else "empty"
+        release = text.strip().splitlines()[0] if text.strip() else "empty"
         found = f"CT {vmid} has {runtime.name} {release} (/{release_file})"
     checks.finding(
         Severity.INFO,
@@ -297,13 +251,7 @@ def container_driver(
         )
         return None
     path = rootfs.path
-    names = [
-        posixpath.basename(s.path)
-        for d in CONTAINER_LIBDIRS
-        for s in checks.facts.stats_in(f"{path}/{d}")
-    ]
-    status = checks.facts.file(f"{path}/{DPKG_STATUS}")
-    state = container_driver_state(names, status.content if status else None)
+    state = container_files(checks.facts).at(path).driver
     if host is None:
         checks.finding(
             Severity.WARNING,

@@ -6,13 +6,11 @@ import posixpath
 
 from pvegpu.diagnostic import Severity
 from pvegpu.errors import PlanError
+from pvegpu.model.checkpoint import INDEX, checkpoints
 from pvegpu.model.decision import MemoryFit
 from pvegpu.model.model_config import (
     ModelConfig,
-    checkpoint_bytes_from_index,
-    checkpoint_bytes_from_shards,
     kv_bytes_per_token,
-    parse_model_config,
     problem_tp,
     tp_divides,
     valid_tp_sizes,
@@ -42,19 +40,18 @@ def checked_model(checks: Checks, tp: int) -> ModelConfig | None:
     path = checks.path("model_config", spec.model_config)
     if path is None:
         return None
-    file = checks.facts.file(path)
-    if file is None:
+    try:
+        model = checkpoints(checks.facts).config(path)
+    except PlanError as err:
+        checks.add(err.problems)
+        return None
+    if model is None:
         checks.problem(
             "model-config-missing",
             f"{path} was not read from the host: no such file under the root",
             "check model_config (relative to the root, host view of the model directory)",
             subject=path,
         )
-        return None
-    try:
-        model = parse_model_config(file.content, path=path)
-    except PlanError as err:
-        checks.add(err.problems)
         return None
     if not tp_divides(model, tp):
         checks.add([problem_tp(model, tp, checks.where)])
@@ -108,24 +105,18 @@ def _gpu_memory(checks: Checks, runtime: ComputeRuntime) -> tuple[int, str] | No
 def _checkpoint(checks: Checks, model_dir: str) -> tuple[int, str] | None:
     if checks.spec.checkpoint_bytes is not None:
         return checks.spec.checkpoint_bytes, "spec checkpoint_bytes"
-    index_path = f"{model_dir}/model.safetensors.index.json"
-    index = checks.facts.file(index_path)
-    if index is not None:
-        try:
-            return checkpoint_bytes_from_index(index.content, path=index_path), index_path
-        except PlanError as err:
-            checks.add(err.problems)
-            return None
-    shards = [(posixpath.basename(s.path), s.size) for s in checks.facts.stats_in(model_dir)]
-    total = checkpoint_bytes_from_shards(shards)
-    if total is None:
+    try:
+        found = checkpoints(checks.facts).weights(model_dir)
+    except PlanError as err:
+        checks.add(err.problems)
+        return None
+    if found is None:
         checks.problem(
             "checkpoint-size-unknown",
-            f"no model.safetensors.index.json and no *.safetensors in {model_dir}",
+            f"no {INDEX} and no *.safetensors in {model_dir}",
             "set checkpoint_bytes (total size of the weights) in the serving spec",
         )
-        return None
-    return total, f"{model_dir}/*.safetensors"
+    return found
 
 
 def memory_fit(

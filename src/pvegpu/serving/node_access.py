@@ -10,8 +10,8 @@ which the plan cannot see from the host's sysfs: not judged here.
 
 from __future__ import annotations
 
-from pvegpu.formats.accounts import group_ids, user_gids
-from pvegpu.model.paths import GROUP_FILE, PASSWD_FILE
+from pvegpu.model.container_files import container_files
+from pvegpu.model.paths import PASSWD_FILE
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.container import ContainerRootfs
@@ -38,13 +38,10 @@ def node_access(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> None:
             subject=where,
         )
         return
-    passwd = checks.facts.file(f"{rootfs.path}/{PASSWD_FILE}")
-    group = checks.facts.file(f"{rootfs.path}/{GROUP_FILE}")
-    gids = user_gids(passwd.content if passwd else "", group.content if group else "", user)
-    name = next(
-        (n for n, (g, _) in group_ids(group.content if group else "").items() if g == gid),
-        str(gid),
-    )
+    accounts = container_files(checks.facts).at(rootfs.path).accounts
+    gids = accounts.user_gids(user)
+    found = accounts.group_name(gid)
+    name = found if found is not None else str(gid)
     if gids is None:
         checks.problem(
             "serving-user-unknown",

@@ -20,11 +20,12 @@ unread, with the line named.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 import attrs
 
 from pvegpu.diagnostic import Severity
+from pvegpu.model.container_files import container_files
 from pvegpu.model.paths import engine_config_path
 from pvegpu.serving.checks import Checks
 from pvegpu.values import value_class
@@ -98,6 +99,22 @@ def parse_config(text: str) -> EngineConfig:
     return EngineConfig(tuple(values.items()))
 
 
+def unit_config(
+    path: str, working_directory: str | None, text: Callable[[str], str | None] | None
+) -> EngineConfig:
+    """The `--config FILE` of a unit's server line as the engine reads it, from the
+    container's files (`text`: a file's text by its path there, None when not read; None:
+    none was read). `working_directory`: the unit's WorkingDirectory=, which a relative
+    path is taken from."""
+    inside = engine_config_path(path, working_directory)
+    if inside is None:
+        return EngineConfig(problem="is not a .yaml file pvegpu can locate")
+    found = text(inside) if text is not None else None
+    if found is None:
+        return EngineConfig(problem=f"({inside} in the container) is not read")
+    return parse_config(found)
+
+
 def _scalar(value: str) -> object:
     if value in _NULLS:
         return None
@@ -141,12 +158,13 @@ def extra_args_config(
     if path is None:
         return None
     inside = engine_config_path(path, checks.spec.working_directory)
-    found = checks.facts.file(f"{rootfs}/{inside.lstrip('/')}") if inside and rootfs else None
+    tree = container_files(checks.facts).at(rootfs) if inside and rootfs else None
+    found = tree.text(inside) if tree is not None and inside else None
     if found is None:
         where = f" ({inside} in CT {checks.pool.lxc.vmid})" if inside and checks.pool.lxc else ""
         config = EngineConfig(problem=f"{where.strip()} is not read".strip())
     else:
-        config = parse_config(found.content)
+        config = parse_config(found)
     unread = [k for k in config.unread() if k in sizes]
     if config.problem is not None or unread:
         why = config.problem or f"sets {', '.join(unread)} as more than a plain value"

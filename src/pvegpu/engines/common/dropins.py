@@ -18,7 +18,7 @@ bundle. Pure; `serving.container` feeds it the files discovery read.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
@@ -214,7 +214,7 @@ def neutralized(text: str, unit_path: str, source: str) -> str:
 
 def judge_dropins(
     dropins: Sequence[Dropin],
-    base: dict[str, ConfigFile],
+    base: Mapping[str, ConfigFile],
     unit: str,
     vmid: int,
     subject_prefix: str,

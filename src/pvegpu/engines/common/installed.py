@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import attrs
 
+from pvegpu.model.container_files import container_files
 from pvegpu.model.facts import HostFacts
 from pvegpu.serving.checks import Checks
 from pvegpu.values import value_class
@@ -60,6 +61,9 @@ class InstalledRelease:
     site: str
     """The site-packages directory, relative to the host root."""
     metadata: str
+    sources: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+    """The texts discovery read of that site-packages, by path there (`sglang/srt/...`):
+    the sources of the release's option table when pvegpu ships none for it."""
 
 
 def python_prefixes(python: str) -> tuple[str, ...]:
@@ -87,13 +91,16 @@ def installed_releases(
     found = []
     prefixes = "|".join(re.escape(p) for p in python_prefixes(python))
     pattern = re.compile(
-        rf"{re.escape(rootfs)}/(?:{prefixes})/lib/{PYTHON_DIR.pattern}/"
+        rf"(?:{prefixes})/lib/{PYTHON_DIR.pattern}/"
         rf"(?:{'|'.join(SITE_NAMES)})/{distribution.dist_info.pattern}/METADATA"
     )
-    for file in facts.files:
-        if pattern.fullmatch(file.path) and (version := metadata_version(file.content)):
-            site = posixpath.dirname(posixpath.dirname(file.path))
-            found.append(InstalledRelease(version, site, file.path))
+    files = container_files(facts).at(rootfs).files
+    for inside, file in files.items():
+        if pattern.fullmatch(inside) and (version := metadata_version(file.content)):
+            site = posixpath.dirname(posixpath.dirname(inside))
+            cut = len(site) + 1
+            sources = {p[cut:]: f.content for p, f in files.items() if p.startswith(f"{site}/")}
+            found.append(InstalledRelease(version, f"{rootfs}/{site}", file.path, sources))
     return tuple(found)
 
 

@@ -6,17 +6,18 @@ the bundle switches off are those that set what any rendered unit decides (`drop
 
 from __future__ import annotations
 
-import posixpath
-
 import attrs
 
 from pvegpu.diagnostic import Severity
 from pvegpu.engines.common.dropins import Dropin, effective_dropins, judge_dropins
+from pvegpu.model.container_files import container_files
 from pvegpu.model.decision import DropinChange
 from pvegpu.model.facts import ConfigFile
-from pvegpu.model.paths import SYSTEM_UNIT_PATH, UNIT_DIR
+from pvegpu.model.paths import UNIT_DIR
 from pvegpu.serving.checks import Checks
 from pvegpu.serving.container import ContainerRootfs
+from pvegpu.serving.container_units import container_units
+from pvegpu.serving.unitfile import UnitFile
 from pvegpu.values import value_class
 
 
@@ -34,6 +35,8 @@ class OldUnit:
     changes: tuple[DropinChange, ...]
     unread: bool
     """Nothing of the container was read: the unit may exist; it is never taken as new."""
+    base_unit: UnitFile | None = None
+    """`base` as systemd reads it (its settings: the secrets it holds)."""
 
 
 def unit_base(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> OldUnit:
@@ -42,23 +45,18 @@ def unit_base(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> OldUnit:
     if rootfs.path is None:
         return OldUnit(None, (), (), (), unread=True)
     path = rootfs.path
-    authoritative = f"{path}/{UNIT_DIR}/{name}"
-    base = checks.facts.file(authoritative)
-    loaded = next(
-        (f for d in SYSTEM_UNIT_PATH if (f := checks.facts.file(f"{path}/{d}/{name}"))), None
+    tree = container_files(checks.facts).at(path)
+    unit = container_units(checks.facts, path).named(name)
+    base = unit.base
+    dropins = effective_dropins(tree.files.values(), path, checks.spec.unit)
+    changes, problems = judge_dropins(
+        dropins, dict(tree.files), checks.spec.unit, vmid, f"ct:{vmid}"
     )
-    inside = {
-        f.path[len(path) + 1 :]: f for f in checks.facts.files if f.path.startswith(path + "/")
-    }
-    dropins = effective_dropins(checks.facts.files, path, checks.spec.unit)
-    changes, problems = judge_dropins(dropins, inside, checks.spec.unit, vmid, f"ct:{vmid}")
     checks.add(problems)
     copies = []
     dropin_paths = {f"{path}/{d.path}" for d in dropins}
-    for file in checks.facts.files:
-        if not file.path.startswith(path + "/") or file.path == authoritative:
-            continue
-        if file.path not in dropin_paths and posixpath.basename(file.path) == name:
+    for file in unit.copies:
+        if file.path not in dropin_paths:
             same = base is not None and file.content == base.content
             copies.append(f"/{file.path[len(path) + 1 :]}" + (" (same)" if same else ""))
     if copies:
@@ -70,8 +68,11 @@ def unit_base(checks: Checks, vmid: int, rootfs: ContainerRootfs) -> OldUnit:
             "pvegpu writes; delete the others so no one edits a copy that drifts",
         )
     _report_dropins(checks, vmid, dropins, changes)
+    loaded = unit.loaded
     running = (loaded.content, *(d.text for d in dropins)) if loaded is not None else ()
-    return OldUnit(base, running, dropins, changes, unread=False)
+    units = container_units(checks.facts, path)
+    parsed = units.parsed(base) if base is not None else None
+    return OldUnit(base, running, dropins, changes, unread=False, base_unit=parsed)
 
 
 def _report_dropins(

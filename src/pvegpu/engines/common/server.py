@@ -19,10 +19,10 @@ from pvegpu.engines.common.unit_secrets import (
 )
 from pvegpu.errors import PvegpuError
 from pvegpu.model.decision import DecidedServer, P2PDecision, P2PSource
-from pvegpu.model.facts import ConfigFile
 from pvegpu.model.paths import UNIT_DIR
 from pvegpu.model.plan import Pool
 from pvegpu.serving.checks import Checks, refusal_of
+from pvegpu.serving.unitfile import UnitFile
 from pvegpu.spec.rules import rule_problems
 
 _RULE_CODES = {"unit": "serving-invalid-unit", "python": "serving-invalid-python"}
@@ -64,11 +64,11 @@ def check_whole_line(
         checks.printable("command line", word)
 
 
-def environment_file(checks: Checks, vmid: int, base: ConfigFile | None) -> str | None:
+def environment_file(checks: Checks, vmid: int, base: UnitFile | None) -> str | None:
     """The unit's EnvironmentFile: the spec's, else where the current unit's secrets move
     to when it holds any (warned as `serving-secrets-moved`, names only)."""
     spec = checks.spec
-    secrets = unit_secrets(base.content) if base is not None else ()
+    secrets = unit_secrets(base) if base is not None else ()
     path = spec.environment_file
     if secrets and path is None:
         path = default_environment_file(spec.unit)

@@ -14,9 +14,9 @@ from pvegpu.serving.unitfile import (
     ENVIRONMENT,
     EXEC_START,
     SERVICE,
+    UnitFile,
     environment_pairs,
     exec_words,
-    parse_unit,
 )
 
 DEFAULT_DIR = "/etc/default"
@@ -27,9 +27,9 @@ def default_environment_file(unit: str) -> str:
     return f"{DEFAULT_DIR}/{unit}"
 
 
-def unit_secrets(text: str) -> tuple[str, ...]:
-    """Names of the secrets `text` (a unit file) holds: variables and options, in order."""
-    unit = parse_unit(text)
+def unit_secrets(unit: UnitFile) -> tuple[str, ...]:
+    """Names of the secrets `unit` (a unit file as parsed) holds: variables and options,
+    in order."""
     names = [
         name
         for name, value in environment_pairs(unit.values(SERVICE, ENVIRONMENT))

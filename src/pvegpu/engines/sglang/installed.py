@@ -20,7 +20,6 @@ from pvegpu.engines.sglang.options import (
     unknown_version,
 )
 from pvegpu.errors import RenderError
-from pvegpu.model.facts import HostFacts
 from pvegpu.serving.checks import Checks
 
 SGLANG = Distribution("sglang", "SGLang", lambda: shipped_versions()[-1])
@@ -37,7 +36,7 @@ def serving_release(checks: Checks, rootfs: str | None) -> tuple[str | None, Opt
         return None, None
     version, installed = chosen
     try:
-        return version, _table(checks.facts, version, installed)
+        return version, _table(version, installed)
     except RenderError as err:
         checks.add_spec_errors(
             attrs.evolve(p, subject=f"{checks.where}.version") for p in err.problems
@@ -45,10 +44,9 @@ def serving_release(checks: Checks, rootfs: str | None) -> tuple[str | None, Opt
         return version, None
 
 
-def _table(facts: HostFacts, version: str, installed: InstalledRelease | None) -> OptionTable:
+def _table(version: str, installed: InstalledRelease | None) -> OptionTable:
     if version in shipped_versions() or installed is None:
         return load_table(version)
-    texts = {f.path: f.content for f in facts.files if f.path.startswith(installed.site + "/")}
-    if f"{installed.site}/sglang/srt/server_args.py" not in texts:
+    if "sglang/srt/server_args.py" not in installed.sources:
         raise unknown_version(version, f"not shipped, and {installed.site} has no server_args.py")
-    return table_from_sources(lambda path: texts.get(f"{installed.site}/{path}"), version)
+    return table_from_sources(installed.sources.get, version)

@@ -104,7 +104,7 @@ def decide_serving(
             f"{checks.where}: vllm {version}",
             lambda argv, subject: parse_command_line(table, argv, subject=subject).problems,
         )
-    unit_environment_file = environment_file(checks, context.vmid, base)
+    unit_environment_file = environment_file(checks, context.vmid, old_unit.base_unit)
     error = refusal(checks)
     if error is not None:
         return error

@@ -24,7 +24,6 @@ from pvegpu.engines.vllm.options import (
     unknown_version,
 )
 from pvegpu.errors import RenderError
-from pvegpu.model.facts import HostFacts
 from pvegpu.serving.checks import Checks
 from pvegpu.values import value_class
 
@@ -62,7 +61,7 @@ def serving_release(checks: Checks, rootfs: str | None) -> Release | None:
     version, installed = chosen
     script = executable(checks.spec.python, rootfs, installed)
     try:
-        return Release(version, _table(checks.facts, version, installed), script)
+        return Release(version, _table(version, installed), script)
     except RenderError as err:
         checks.add_spec_errors(
             attrs.evolve(p, subject=f"{checks.where}.version") for p in err.problems
@@ -70,10 +69,9 @@ def serving_release(checks: Checks, rootfs: str | None) -> Release | None:
         return Release(version, None, script)
 
 
-def _table(facts: HostFacts, version: str, installed: InstalledRelease | None) -> OptionTable:
+def _table(version: str, installed: InstalledRelease | None) -> OptionTable:
     if version in shipped_versions() or installed is None:
         return load_table(version)
-    texts = {f.path: f.content for f in facts.files if f.path.startswith(installed.site + "/")}
-    if f"{installed.site}/{SERVE_SOURCE}" not in texts:
+    if SERVE_SOURCE not in installed.sources:
         raise unknown_version(version, f"not shipped, and {installed.site} has no {SERVE_SOURCE}")
-    return table_from_sources(lambda path: texts.get(f"{installed.site}/{path}"), version)
+    return table_from_sources(installed.sources.get, version)
