@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
 from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.guests import guests
 from pvegpu.model.paths import SPLIT_MODPROBE, SPLIT_UNIT
 from pvegpu.model.plan import Finding, Pool, PoolKind, Severity
 from pvegpu.planning.acs import acs_findings, multifunction_findings
 from pvegpu.planning.driverctl import driverctl_findings
 from pvegpu.planning.references import cgroup_key_findings
-from pvegpu.pvefiles.lxcconf import raw_uvm_majors
 from pvegpu.vendors import VENDORS
-
-_LXC_CONFIG = re.compile(r"etc/pve/lxc/([0-9]+)\.conf")
 
 
 def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Finding]:
@@ -109,11 +106,10 @@ def _stale_dynamic_majors(facts: HostFacts, rewritten: frozenset[int]) -> Iterat
         major = facts.char_major(dynamic.module)
         if major is None:
             continue
-        for file in facts.files:
-            vmid = _container_of(file.path)
-            if vmid is None or vmid in rewritten:
+        for vmid, file in guests(facts).containers:
+            if vmid in rewritten:
                 continue
-            allowed = raw_uvm_majors(file.content, nodes)
+            allowed = guests(facts).config(file).raw_uvm_majors(nodes)
             if allowed is not None and major not in allowed:
                 yield Finding(
                     Severity.ERROR,
@@ -126,12 +122,6 @@ def _stale_dynamic_majors(facts: HostFacts, rewritten: frozenset[int]) -> Iterat
                     "rules (it moves no GPU); else replace the old major's rules with "
                     f"`c {major}:...` ones, or use devN entries, which need no major",
                 )
-
-
-def _container_of(path: str) -> int | None:
-    """The container id of a facts file that is one's config (`etc/pve/lxc/N.conf`)."""
-    match = _LXC_CONFIG.fullmatch(path)
-    return int(match.group(1)) if match else None
 
 
 # What a unit that moves PCI devices between drivers has to write somewhere.
