@@ -8,11 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pvegpu.errors import PlanError, Problem
+from pvegpu.errors import PlanError, Problem, RenderError
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.guest_config import GuestConfig
 from pvegpu.model.guests import guests
-from pvegpu.pvefiles import lxccaps, lxcconf, qemuconf
+from pvegpu.model.mapping_cfg import pci_cfg
+from pvegpu.pvefiles import lxccaps, lxcconf, pcicfg, qemuconf
 from pvegpu.pvefiles.guestconf import ConfLine, parse_lines, section_named, split_sections
 from pvegpu.vendors import CONTAINER_NODES as NODES
 from pvegpu.vendors import DeviceNodes
@@ -258,3 +259,27 @@ def test_answers_are_kept_per_facts_value() -> None:
         ln for ln in config.main if ln.key.startswith(("dev", "lxc.cgroup2.dev", "lxc.mount"))
     )
     assert guests(facts).container(130) is None
+
+
+PCI_CFG = (
+    "pro6000-vm\n"
+    "# owned: printed anew\n"
+    "\tmap id=10de:2bb5,node=kpro6,path=0000:81:00\n"
+    "\n"
+    "other\n"
+    "# kept\n"
+    "\tmap id=1002:74a1,node=kpro6,path=0000:c1:00\n"
+)
+
+
+def test_pci_cfg_comments_dropped_as_the_text_rule_says() -> None:
+    cfg = pci_cfg(kpro6({pcicfg.PATH: PCI_CFG}))
+    for ids in (["pro6000-vm"], ["other"], ["pro6000-vm", "other"], []):
+        assert cfg.dropped_comment_lines(ids) == pcicfg.dropped_comment_lines(PCI_CFG, ids)
+    drop = {"other": ["id=1002:74a1,node=kpro6,path=0000:c1:00"]}
+    assert cfg.dropped_comment_lines([], drop) == pcicfg.dropped_comment_lines(PCI_CFG, [], drop)
+    assert pci_cfg(kpro6()).dropped_comment_lines(["pro6000-vm"]) == ()
+    broken = pci_cfg(kpro6({pcicfg.PATH: "pro6000-vm\n\tmap nonsense\n"}))
+    with pytest.raises(RenderError) as caught:
+        broken.dropped_comment_lines(["pro6000-vm"])
+    assert caught.value is broken.error
