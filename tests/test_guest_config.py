@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pvegpu.errors import PlanError, Problem, RenderError
+from pvegpu.model.binder_units import binder_units
 from pvegpu.model.facts import ConfigFile
 from pvegpu.model.guest_config import GuestConfig
 from pvegpu.model.guests import guests
@@ -283,3 +284,15 @@ def test_pci_cfg_comments_dropped_as_the_text_rule_says() -> None:
     with pytest.raises(RenderError) as caught:
         broken.dropped_comment_lines(["pro6000-vm"])
     assert caught.value is broken.error
+
+
+def test_binder_units_are_the_host_units_that_write_a_mark() -> None:
+    facts = kpro6(
+        {
+            "etc/systemd/system/bind.service": "ExecStart=/bin/sh -c 'echo vfio-pci > x'\n",
+            "etc/systemd/system/web.service": "ExecStart=/usr/bin/nginx\n",
+            "etc/modprobe.d/vfio.conf": "options vfio-pci ids=10de:2bb5\n",
+        }
+    )
+    assert binder_units(facts) == {"etc/systemd/system/bind.service": ("vfio-pci",)}
+    assert binder_units(facts) is binder_units(facts)

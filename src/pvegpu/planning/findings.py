@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
 from pvegpu.hardware import VFIO_DRIVER, host_driver
+from pvegpu.model.binder_units import binder_units
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.guests import guests
 from pvegpu.model.paths import SPLIT_MODPROBE, SPLIT_UNIT
@@ -124,22 +125,15 @@ def _stale_dynamic_majors(facts: HostFacts, rewritten: frozenset[int]) -> Iterat
                 )
 
 
-# What a unit that moves PCI devices between drivers has to write somewhere.
-_BINDER_MARKS = ("vfio-pci", "driver_override", "drivers_probe", "/unbind", "new_id")
-
-
 def _other_binders(facts: HostFacts) -> Iterator[Finding]:
     """Hand-made units that also (re)bind GPUs race the split unit at every boot."""
-    for file in facts.files:
-        if not file.path.startswith("etc/systemd/system/") or file.path == SPLIT_UNIT:
-            continue
-        marks = [m for m in _BINDER_MARKS if m in file.content]
-        if marks:
-            unit = file.path.rsplit("/", 1)[1]
+    for path, marks in binder_units(facts).items():
+        if path != SPLIT_UNIT:
+            unit = path.rsplit("/", 1)[1]
             yield Finding(
                 Severity.WARNING,
                 "other-gpu-binder",
-                file.path,
+                path,
                 f"this unit also moves devices between drivers ({', '.join(marks)}); two "
                 "binders race at boot and the last one wins: once pvegpu-vfio-split.service "
                 f"is installed, run `systemctl disable --now {unit}` and remove it",
