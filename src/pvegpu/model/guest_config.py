@@ -65,7 +65,7 @@ class GuestConfig:
         """Each section with its lines, in file order; concatenated, the file again."""
         self._keys: dict[str, tuple[str, ...]] | None = None
         self._devices: tuple[ConfLine, ...] | None = None
-        self._answers: dict[tuple[object, ...], object] = {}
+        self._answers: dict[tuple[object, ...], tuple[tuple[object, ...], object]] = {}
 
     @property
     def main(self) -> tuple[ConfLine, ...]:
@@ -104,28 +104,33 @@ class GuestConfig:
             self._devices = tuple(line for line in self.main if is_device_line(line))
         return self._devices
 
-    def _kept(self, key: tuple[object, ...], make: Callable[[], _T]) -> _T:
-        """The answer kept under `key` (its question and arguments), made on first use."""
-        if key not in self._answers:
-            self._answers[key] = make()
-        return cast(_T, self._answers[key])
+    def _kept(self, question: str, make: Callable[[], _T], *args: object) -> _T:
+        """The answer to `question` with `args`, made on first use and kept. The arguments
+        are told apart by identity (a vendor's nodes, its MIG source: one object each, and
+        hashing a value would cost more than the answer); kept with the answer, so an id
+        is never another object's."""
+        key = (question, *map(id, args))
+        found = self._answers.get(key)
+        if found is None:
+            found = self._answers[key] = (args, make())
+        return cast(_T, found[1])
 
     # -- a container's -----------------------------------------------------------------
 
     @property
     def unprivileged(self) -> bool:
         """`unprivileged: 1` (the last one; pve-container's default is privileged)."""
-        return self._kept(("unprivileged",), lambda: lxcconf.unprivileged(self.main))
+        return self._kept("unprivileged", lambda: lxcconf.unprivileged(self.main))
 
     @property
     def host_userspace(self) -> bool:
         """It bind-mounts the host's staged driver userspace (`userspace = "host"`)."""
-        return self._kept(("userspace",), lambda: lxcconf.has_userspace_mount(self.main))
+        return self._kept("userspace", lambda: lxcconf.has_userspace_mount(self.main))
 
     @property
     def cpuset(self) -> CpuList | None:
         """Its `lxc.cgroup2.cpuset.cpus` (the last one); None without one that parses."""
-        return self._kept(("cpuset",), lambda: lxcconf.cpuset(self.main))
+        return self._kept("cpuset", lambda: lxcconf.cpuset(self.main))
 
     def cores(self) -> int | None:
         """Its `cores:` (None when unset); one Proxmox cannot read is a PlanError naming
@@ -135,9 +140,8 @@ class GuestConfig:
     def raw_uvm_majors(self, nodes: DeviceNodes) -> tuple[int, ...] | None:
         """The majors of its `c M:...` rules when it bind-mounts `nodes`' dynamic node in
         raw style; None when it does not (`lxcconf.raw_uvm_majors`)."""
-        # Kept by the nodes themselves (a vendor's, compared by identity): several rules ask.
-        key = ("uvm", nodes)
-        return self._kept(key, lambda: lxcconf.raw_uvm_majors(self.device_lines, nodes))
+        # Kept: several rules ask it of every container (findings, next_boot, guests).
+        return self._kept("uvm", lambda: lxcconf.raw_uvm_majors(self.device_lines, nodes), nodes)
 
     def keeps_a_gpu(
         self, nodes: DeviceNodes, minors: Collection[int], naming: NodeNaming = PLAIN
@@ -167,15 +171,18 @@ class GuestConfig:
 
     def caps_held(self, mig: MigSource, caps_major: int | None) -> lxccaps.CapsHeld:
         """The MIG capability nodes it hands over."""
-        key = ("caps", mig, caps_major)
-        return self._kept(key, lambda: lxccaps.caps_held(self.device_lines, mig, caps_major))
+
+        def held() -> lxccaps.CapsHeld:
+            return lxccaps.caps_held(self.device_lines, mig, caps_major)
+
+        return self._kept(f"caps {caps_major}", held, mig)
 
     # -- a VM's ------------------------------------------------------------------------
 
     @property
     def is_q35(self) -> bool:
         """A q35 machine (`machine: q35`, `pc-q35-9.0`, `type=q35,...`)."""
-        return self._kept(("q35",), lambda: qemuconf.is_q35(self.main))
+        return self._kept("q35", lambda: qemuconf.is_q35(self.main))
 
     def hostpci_problems(
         self,
