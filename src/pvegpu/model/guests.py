@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pvegpu.model.facts import ConfigFile, HostFacts
 from pvegpu.model.guest_config import GuestConfig
-from pvegpu.model.paths import LXC_DIR, NODES_DIR, PVE_DIR, QEMU_DIR, lxc_config
+from pvegpu.model.paths import LXC_DIR, NODES_DIR, PVE_DIR, QEMU_DIR
 from pvegpu.model.references import Holder
 from pvegpu.model.rootfs import STORAGE_CFG, RootfsLocation, granted_gpus, locate_rootfs
 from pvegpu.vendors import CONTAINER_NODES, DeviceNodes, Vendor
@@ -100,7 +100,10 @@ class Guests:
         there: from its config's `rootfs:` line and storage.cfg (`model/rootfs.py`)."""
         found = self._rootfs.get(vmid)
         if found is None:
-            found = locate_rootfs(vmid, self._text(lxc_config(vmid)), self._text(STORAGE_CFG))
+            # The config's main section as parsed once (`GuestConfig`), not its text again.
+            config = self.container(vmid)
+            main = config.main if config is not None else None
+            found = locate_rootfs(vmid, main, self._text(STORAGE_CFG))
             self._rootfs[vmid] = found
         return found
 
@@ -113,8 +116,8 @@ class Guests:
         key = (vmid, nodes)
         found = self._grants.get(key)
         if found is None:
-            config = self._text(lxc_config(vmid))
-            found = granted_gpus(config, nodes) if config is not None else (frozenset(), False)
+            config = self.container(vmid)
+            found = granted_gpus(config.main, nodes) if config is not None else (frozenset(), False)
             self._grants[key] = found
         return found
 
