@@ -4,6 +4,9 @@ name): snapshots, pending changes, comments, CRLF and an unterminated last line 
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -296,3 +299,54 @@ def test_binder_units_are_the_host_units_that_write_a_mark() -> None:
     )
     assert binder_units(facts) == {"etc/systemd/system/bind.service": ("vfio-pci",)}
     assert binder_units(facts) is binder_units(facts)
+
+
+# --- the rule that keeps it: past discovery, guest configs and pci.cfg are parsed in model/
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "pvegpu"
+CONSUMERS = ("planning", "serving", "engines", "rendering", "apply")
+TEXT_PARSERS = {
+    "pvegpu.pvefiles.guestconf": {"split_sections", "parse_lines", "section_named", "split_lines"},
+    "pvegpu.pvefiles.pcicfg": {"parse", "parse_mappings", "comment_lines", "dropped_comment_lines"},
+}
+
+
+def text_parser_uses(source: str) -> set[str]:
+    """The guest config and pci.cfg text parsers a module's source names: imported by
+    name, or as an attribute of its module (`pcicfg.parse`)."""
+    found: set[str] = set()
+    modules = {m.rsplit(".", 1)[1]: m for m in TEXT_PARSERS}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module in TEXT_PARSERS:
+            names = TEXT_PARSERS[node.module]
+            found |= {f"{node.module}.{a.name}" for a in node.names if a.name in names}
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            module = modules.get(node.value.id)
+            if module is not None and node.attr in TEXT_PARSERS[module]:
+                found.add(f"{module}.{node.attr}")
+    return found
+
+
+def test_no_consumer_parses_a_guest_config_or_pci_cfg() -> None:
+    """Planning, serving, engines, rendering and apply ask model/ (GuestConfig, pci_cfg)
+    and hand raw files only to pvefiles' patchers."""
+    found = {
+        f"{path.relative_to(SRC)}: {name}"
+        for package in CONSUMERS
+        for path in sorted((SRC / package).rglob("*.py"))
+        for name in text_parser_uses(path.read_text())
+    }
+    assert not found, "\n".join(sorted(found))
+
+
+def test_the_parser_rule_sees_both_spellings() -> None:
+    """Control: an import by name and a module attribute are both found."""
+    source = (
+        "from pvegpu.pvefiles.guestconf import LineKind, split_sections\n"
+        "from pvegpu.pvefiles import pcicfg\n"
+        "x = pcicfg.parse(text)\ny = pcicfg.patch(text, [])\n"
+    )
+    assert text_parser_uses(source) == {
+        "pvegpu.pvefiles.guestconf.split_sections",
+        "pvegpu.pvefiles.pcicfg.parse",
+    }
