@@ -32,6 +32,7 @@ from pvegpu.errors import PlanError
 from pvegpu.host.discover import discover
 from pvegpu.model.artifact import HOST, Artifact
 from pvegpu.model.facts import ConfigFile
+from pvegpu.model.guest_config import GuestConfig
 from pvegpu.model.plan import Plan
 from pvegpu.model.schema import UserspacePolicy
 from pvegpu.pipeline import discover_for, plan_and_render
@@ -451,7 +452,7 @@ def test_a_container_that_leaves_every_pool_loses_the_mount_too() -> None:
         "lxc.mount.entry: /var/lib/pvegpu/userspace/current opt/pvegpu/driver none "
         "bind,ro,create=dir\n"
     )
-    assert lxcconf.has_userspace_mount(text)
+    assert GuestConfig(ConfigFile("etc/pve/lxc/129.conf", text)).host_userspace
     left = lxcconf.remove_gpu_nodes(text, CONTAINER_NODES, (0,), CONTAINER_NODES.majors(()))
     assert left == "arch: amd64\nhostname: llm\n"
     kept = lxcconf.remove_gpu_nodes(text, CONTAINER_NODES, (3,))

@@ -14,10 +14,10 @@ from bundled import EXAMPLES, FIXTURES
 from pvegpu.errors import SpecError
 from pvegpu.model.artifact import REVERT_BUNDLE
 from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.model.guest_config import GuestConfig
 from pvegpu.model.plan import Plan
 from pvegpu.pipeline import discover_for
 from pvegpu.planning.planner import plan
-from pvegpu.pvefiles import lxcconf
 from pvegpu.rendering.registry import render
 from pvegpu.spec.load import parse_spec
 
@@ -48,7 +48,7 @@ def _codes(result: Plan) -> set[str]:
 def test_numa_is_the_default_and_pins_the_server_node() -> None:
     for cpuset in (None, "numa"):
         result = _plan(cpuset)
-        assert str(lxcconf.cpuset(_config(result))) == "0-31,64-95"
+        assert str(GuestConfig(ConfigFile(CT129, _config(result))).cpuset) == "0-31,64-95"
         assert "lxc-cpuset-kept" not in _codes(result)
 
 
@@ -56,7 +56,7 @@ def test_keep_writes_no_cpuset_and_warns() -> None:
     result = _plan("keep")
     (container,) = [p.lxc for p in result.pools if p.lxc is not None]
     assert container.cpuset is None
-    assert lxcconf.cpuset(_config(result)) is None
+    assert GuestConfig(ConfigFile(CT129, _config(result))).cpuset is None
     (finding,) = [f for f in result.findings if f.code == "lxc-cpuset-kept"]
     assert finding.subject == CT129 and "NUMA node 0 (0-31,64-95)" in finding.message
 
@@ -72,7 +72,7 @@ def test_keep_leaves_an_existing_line_and_is_quiet_when_it_holds_the_node() -> N
         )
         files = tuple(ConfigFile(f.path, text) if f.path == CT129 else f for f in facts.files)
         result = _plan("keep", attrs.evolve(facts, files=files))
-        assert str(lxcconf.cpuset(_config(result))) == held
+        assert str(GuestConfig(ConfigFile(CT129, _config(result))).cpuset) == held
         assert ("lxc-cpuset-kept" in _codes(result)) is warned
 
 

@@ -9,6 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pvegpu.errors import RenderError
+from pvegpu.model.facts import ConfigFile
+from pvegpu.model.guest_config import GuestConfig
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pci import CpuList
 from pvegpu.pvefiles import lxcconf
@@ -61,6 +63,10 @@ lxc.cgroup2.devices.allow: c 195:* rwm
 lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file
 """
 MAJORS = (195, 236, NVIDIA_UVM_MAJOR)
+
+
+def _guest(text: str) -> GuestConfig:
+    return GuestConfig(ConfigFile("etc/pve/lxc/129.conf", text))
 
 
 def test_sections_split_and_rejoin() -> None:
@@ -339,7 +345,7 @@ def test_cpuset_line_is_left_alone_without_a_cpuset() -> None:
 def test_cores_of_the_main_section(text: str, cores: int | None) -> None:
     """`cores:` as a number, None when unset; snapshots do not count. (An unreadable
     value is refused: tests/test_odd_input.py.)"""
-    assert lxcconf.cores(text + "\n[snap]\ncores: 2\n") == cores
+    assert _guest(text + "\n[snap]\ncores: 2\n").cores() == cores
 
 
 new_lines = st.one_of(
@@ -414,7 +420,7 @@ def test_dev_slot_problems_are_what_the_patch_refuses(
     config uses dev0..dev20 only), so both sides of the limit are tried."""
     free = max(0, len(new.devices) + spare)
     text = "".join(f"dev{i}: /dev/loop{i}\n" for i in range(256 - free)) + conf.text
-    found = lxcconf.dev_slot_problems(text, NODES, new)
+    found = _guest(text).dev_slot_problems(NODES, new)
     try:
         lxcconf.patch_gpu_lines(text, NODES, new, LXC_MAJORS)
     except RenderError as error:

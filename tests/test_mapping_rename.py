@@ -22,7 +22,8 @@ import fixture_hosts
 from bundled import FIXTURES, copy_tree, spec_path
 from pvegpu.cli import main
 from pvegpu.model.artifact import REVERT_BUNDLE
-from pvegpu.model.facts import HostFacts
+from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.model.guest_config import GuestConfig
 from pvegpu.model.plan import Plan
 from pvegpu.pci import CpuList
 from pvegpu.planning.planner import plan
@@ -291,8 +292,15 @@ def test_hostpci_problems_count_old_lines_as_the_mappings() -> None:
     without it the sixteenth index is missing (vm-hostpci-full)."""
     others = "".join(f"hostpci{i}: mapping=other{i}\n" for i in range(1, 16))
     text_ = "hostpci0: mapping=old\n" + others
-    assert qemuconf.hostpci_problems(text_, "new", 1, old=("old",)) == ()
-    (problem,) = qemuconf.hostpci_problems(text_, "new", 1)
+    assert (
+        GuestConfig(ConfigFile("etc/pve/qemu-server/100.conf", text_)).hostpci_problems(
+            "new", 1, old=("old",)
+        )
+        == ()
+    )
+    (problem,) = GuestConfig(ConfigFile("etc/pve/qemu-server/100.conf", text_)).hostpci_problems(
+        "new", 1
+    )
     assert problem.code == "vm-hostpci-full"
 
 

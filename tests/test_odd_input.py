@@ -21,6 +21,8 @@ from bundled import FIXTURES, copy_tree, spec_path
 from deadline import deadline
 from pvegpu.cli import main
 from pvegpu.errors import PlanError, RenderError
+from pvegpu.model.facts import ConfigFile
+from pvegpu.model.guest_config import GuestConfig
 from pvegpu.model.model_config import (
     MAX_TP_SIZE,
     ModelConfig,
@@ -30,7 +32,7 @@ from pvegpu.model.model_config import (
     valid_tp_sizes,
 )
 from pvegpu.pci import CpuList
-from pvegpu.pvefiles import lxcconf, pcicfg, qemuconf
+from pvegpu.pvefiles import pcicfg, qemuconf
 from pvegpu.pvefiles.guestconf import config_integer
 from strategies_serving import MODEL_DIR, qwen35_config
 
@@ -112,7 +114,7 @@ def test_vm_size_proxmox_cannot_read_is_refused(key: str, value: str) -> None:
     """NUMA pinning sizes numa0 by cores x sockets and memory: a value Proxmox skips is
     refused naming the file and the key, by plan() and by the patch alike."""
     text = _vm_with(key, value)
-    problems = qemuconf.hostpci_problems(text, MAPPING, 1, numa=True, subject=VM_PATH)
+    problems = GuestConfig(ConfigFile(VM_PATH, text)).hostpci_problems(MAPPING, 1, numa=True)
     (problem,) = problems
     assert (problem.code, problem.subject) == ("vm-config-value-invalid", VM_PATH)
     assert problem.message.startswith(f"{key} is {value!r}, ")
@@ -124,7 +126,7 @@ def test_vm_size_proxmox_cannot_read_is_refused(key: str, value: str) -> None:
 
 def test_every_odd_vm_size_is_listed_at_once() -> None:
     text = "cores: \u00b2\nmemory: 1.5\nsockets: -1\n"
-    problems = qemuconf.hostpci_problems(text, MAPPING, 1, numa=True, subject=VM_PATH)
+    problems = GuestConfig(ConfigFile(VM_PATH, text)).hostpci_problems(MAPPING, 1, numa=True)
     keys = [p.message.split(" ", 1)[0] for p in problems]
     assert keys == ["memory", "cores", "sockets"]
     assert {p.code for p in problems} == {"vm-config-value-invalid"}
@@ -133,7 +135,7 @@ def test_every_odd_vm_size_is_listed_at_once() -> None:
 def test_vm_sizes_proxmox_reads_give_numa0() -> None:
     """`+4` is an integer to Proxmox, `current=` is memory's one key; unset means 1."""
     text = "cores: +4\nmemory: current=4096\nsockets: 2\n"
-    assert qemuconf.hostpci_problems(text, MAPPING, 1, numa=True) == ()
+    assert GuestConfig(ConfigFile(VM_PATH, text)).hostpci_problems(MAPPING, 1, numa=True) == ()
     out = qemuconf.patch_hostpci(text, MAPPING, 1, numa=NODE1).text
     assert "numa0: cpus=0-7,hostnodes=1,memory=4096,policy=bind\n" in out
     out = qemuconf.patch_hostpci("memory: 2048\n", MAPPING, 1, numa=NODE1).text
@@ -143,12 +145,14 @@ def test_vm_sizes_proxmox_reads_give_numa0() -> None:
 def test_vm_sizes_are_not_read_without_numa_pinning() -> None:
     """Without NUMA pinning pvegpu writes nothing sized by them, so it does not judge them."""
     text = _vm_with("cores", "\u00b2")
-    assert qemuconf.hostpci_problems(text, MAPPING, 1, numa=False, subject=VM_PATH) == ()
+    assert GuestConfig(ConfigFile(VM_PATH, text)).hostpci_problems(MAPPING, 1, numa=False) == ()
     assert "hostpci0: mapping=pro6000-vm" in qemuconf.patch_hostpci(text, MAPPING, 1).text
 
 
 def test_missing_memory_is_still_unset_not_invalid() -> None:
-    (problem,) = qemuconf.hostpci_problems("cores: 4\n", MAPPING, 1, numa=True, subject=VM_PATH)
+    (problem,) = GuestConfig(ConfigFile(VM_PATH, "cores: 4\n")).hostpci_problems(
+        MAPPING, 1, numa=True
+    )
     assert problem.code == "vm-memory-unset"
 
 
@@ -158,7 +162,7 @@ def test_missing_memory_is_still_unset_not_invalid() -> None:
 @pytest.mark.parametrize("value", ["\u00b2", "\u0664", "\uff18", "x", "4.5", "0", "-2", "9" * 19])
 def test_lxc_cores_proxmox_cannot_read_is_refused(value: str) -> None:
     with pytest.raises(PlanError) as caught:
-        lxcconf.cores(f"arch: amd64\ncores: {value}\n", LXC_PATH)
+        GuestConfig(ConfigFile(LXC_PATH, f"arch: amd64\ncores: {value}\n")).cores()
     (problem,) = caught.value.problems
     assert (problem.code, problem.subject) == ("lxc-config-value-invalid", LXC_PATH)
     assert problem.message.startswith(f"cores is {value!r}, ")
@@ -166,7 +170,7 @@ def test_lxc_cores_proxmox_cannot_read_is_refused(value: str) -> None:
 
 
 def test_lxc_cores_with_a_sign_is_read() -> None:
-    assert lxcconf.cores("cores: +8\n", LXC_PATH) == 8
+    assert GuestConfig(ConfigFile(LXC_PATH, "cores: +8\n")).cores() == 8
 
 
 # ------------------------------------------------------------------ config.json

@@ -7,6 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pvegpu.errors import RenderError
+from pvegpu.model.facts import ConfigFile
+from pvegpu.model.guest_config import GuestConfig
 from pvegpu.pci import CpuList
 from pvegpu.pvefiles import hostpci, qemuconf
 from strategies import MAPPED_PATHS, MAPPING, GuestConf, vm_configs
@@ -93,7 +95,7 @@ def test_pcie_only_on_q35() -> None:
 def test_q35_detection(machine: str, q35: bool) -> None:
     """Every spelling of a q35 machine counts, i440fx and the default do not."""
     text = f"cores: 1\nmachine: {machine}\n" if machine else "cores: 1\n"
-    assert qemuconf.is_q35(text) is q35
+    assert GuestConfig(ConfigFile("vm.conf", text)).is_q35 is q35
 
 
 def test_numa_pinning_from_the_vm_size() -> None:
@@ -335,8 +337,8 @@ def vm_texts(draw: st.DrawFn) -> str:
 def test_hostpci_problems_are_what_the_patch_refuses(text: str, count: int, numa: bool) -> None:
     """plan() asks hostpci_problems: empty exactly when the patch succeeds, and holding
     the problem the patch raises when it does not."""
-    found = qemuconf.hostpci_problems(
-        text, MAPPING, count, numa=numa, mapped=MAPPED_PATHS, subject="vm.conf"
+    found = GuestConfig(ConfigFile("vm.conf", text)).hostpci_problems(
+        MAPPING, count, numa=numa, mapped=MAPPED_PATHS
     )
     try:
         qemuconf.patch_hostpci(

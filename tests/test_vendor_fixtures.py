@@ -26,7 +26,8 @@ from bundled import FIXTURES, copy_tree, example_plan, fixture_root, host_facts
 from pvegpu.engines import installed_files
 from pvegpu.errors import PlanError
 from pvegpu.host.snapshot import snapshot, unpack
-from pvegpu.model.facts import HostFacts
+from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.model.guest_config import GuestConfig
 from pvegpu.model.plan import Plan
 from pvegpu.pipeline import discover_for
 from pvegpu.planning.planner import plan
@@ -273,7 +274,7 @@ def test_intel_arc_container_gets_its_render_and_card_node_by_minor() -> None:
         1,
     ]
     assert not any(lxcconf.grants_every_gpu(line, nodes) for line in parsed)
-    assert not lxcconf.unprivileged(text)
+    assert not GuestConfig(ConfigFile("etc/pve/lxc/1.conf", text)).unprivileged
 
 
 def test_intel_arc_runbook_checks_both_nodes_by_number() -> None:

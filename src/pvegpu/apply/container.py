@@ -13,6 +13,7 @@ from __future__ import annotations
 from pvegpu.apply.host import Completed, Host, sha256_of
 from pvegpu.errors import ApplyError
 from pvegpu.host.reader import RootReader
+from pvegpu.model.paths import lxc_config
 from pvegpu.model.rootfs import STORAGE_CFG, locate_rootfs
 
 NEW_SUFFIX = ".pvegpu-new"
@@ -60,7 +61,7 @@ def read(host: Host, vmid: int, path: str) -> bytes | None:
 
 def _read_in_tree(host: Host, vmid: int, path: str) -> bytes | None:
     """The file as discovery read it: under the root file system's directory in the tree."""
-    conf, storage = host.read(f"etc/pve/lxc/{vmid}.conf"), host.read(STORAGE_CFG)
+    conf, storage = host.read(lxc_config(vmid)), host.read(STORAGE_CFG)
     location = locate_rootfs(
         vmid,
         None if conf is None else conf.decode(errors="replace"),

@@ -28,7 +28,9 @@ from pvegpu.apply.host import Host, sha256_of
 from pvegpu.diagnostic import Diagnostic
 from pvegpu.errors import ApplyError, DiscoveryError
 from pvegpu.host.discover import discover
-from pvegpu.pvefiles.guestconf import parse_lines, split_sections
+from pvegpu.model.facts import ConfigFile
+from pvegpu.model.guest_config import GuestConfig
+from pvegpu.model.paths import lxc_config
 from pvegpu.rendering.review.actions import CheckHolders, StopContainer, WritePveFile
 from pvegpu.rendering.review.apply_doc import facts_digest, function_facts
 from pvegpu.rendering.review.changes import container_vmid
@@ -160,7 +162,7 @@ def _holders(host: Host, bundle: Bundle) -> Iterator[Diagnostic]:
 def guests_touched(bundle: Bundle) -> list[str]:
     paths = {a.path for s in bundle.steps for a in s.actions if isinstance(a, WritePveFile)}
     vmids = {a.vmid for s in bundle.steps for a in s.actions if isinstance(a, StopContainer)}
-    paths |= {f"etc/pve/lxc/{v}.conf" for v in vmids}
+    paths |= {lxc_config(v) for v in vmids}
     return sorted(p for p in paths if _GUEST_CONF.fullmatch(p))
 
 
@@ -169,8 +171,7 @@ def _locks(host: Host, bundle: Bundle) -> Iterator[Diagnostic]:
         raw = host.read(path)
         if raw is None:
             continue
-        main = split_sections(raw.decode(errors="replace"))[0]
-        lock = next((line.value for line in parse_lines(main.text) if line.key == "lock"), None)
+        lock = GuestConfig(ConfigFile(path, raw.decode(errors="replace"))).value("lock")
         if lock is not None:
             yield Diagnostic.error(
                 "guest-locked",

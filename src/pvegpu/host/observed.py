@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping
 from pvegpu.formats.accounts import group_ids
 from pvegpu.host.reader import RootReader
 from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.model.guest_config import GuestConfig
 from pvegpu.model.guests import guests
 from pvegpu.model.observed import ObservedContainer, ObservedHost, ObservedUnit
 from pvegpu.model.paths import (
@@ -25,14 +26,7 @@ from pvegpu.model.paths import (
     dropin_dirs,
 )
 from pvegpu.model.rootfs import STORAGE_CFG, locate_rootfs
-from pvegpu.pvefiles.guestconf import parse_lines, split_sections
-from pvegpu.pvefiles.lxcconf import (
-    STAGED_USERSPACE,
-    has_userspace_mount,
-    is_gpu_line,
-    node_source,
-    unprivileged,
-)
+from pvegpu.pvefiles.lxcconf import STAGED_USERSPACE, is_gpu_line, node_source
 from pvegpu.vendors import CONTAINER_NODES, CONTAINER_USERSPACE, VENDORS
 from pvegpu.vendors.drm import DRM_NODES
 
@@ -47,7 +41,7 @@ def read_observed(
     holders = {v.name: set(guests(facts).vendor_containers(v)) for v in VENDORS}
     has_dev = reader.is_dir("dev")
     containers = tuple(
-        _container(reader, vmid, holders, has_dev, (units or {}).get(vmid, ()))
+        _container(reader, facts, vmid, holders, has_dev, (units or {}).get(vmid, ()))
         for vmid in _vmids(reader)
     )
     link = reader.readlink(USERSPACE_CURRENT)
@@ -65,16 +59,24 @@ def _vmids(reader: RootReader) -> list[int]:
 
 def _container(
     reader: RootReader,
+    facts: HostFacts,
     vmid: int,
     holders: Mapping[str, set[int]],
     has_dev: bool,
     wanted: Collection[str],
 ) -> ObservedContainer:
+    # Its config as discovery read it (the facts' guests, parsed once); read here only
+    # where the facts lack it (facts not of this reader), an absent one as empty.
     config = f"etc/pve/lxc/{vmid}.conf"
-    text = reader.read(config)
-    lines = tuple(parse_lines(split_sections(text or "")[0].text))
+    parsed = guests(facts).container(vmid)
+    if parsed is not None:
+        location = guests(facts).rootfs(vmid)
+    else:
+        text = reader.read(config)
+        parsed = GuestConfig(ConfigFile(config, text or ""))
+        location = locate_rootfs(vmid, text, reader.read(STORAGE_CFG))
+    lines = parsed.main
     gpu = any(is_gpu_line(ln, n) for ln in lines for n in (CONTAINER_NODES, DRM_NODES))
-    location = locate_rootfs(vmid, text, reader.read(STORAGE_CFG))
     group = reader.read(f"{location.path}/{GROUP_FILE}") if location.path else None
     rootfs = location.path if location.path and reader.is_dir(location.path) else None
     unread = location.why or f"/{location.path} is not a directory here"
@@ -110,8 +112,8 @@ def _container(
         vmid=vmid,
         config=config,
         lines=lines,
-        unprivileged=unprivileged(text or ""),
-        host_userspace=has_userspace_mount(text or ""),
+        unprivileged=parsed.unprivileged,
+        host_userspace=parsed.host_userspace,
         gpu=gpu,
         vendors=tuple(sorted(v for v, vmids in holders.items() if vmid in vmids)),
         rootfs=rootfs,

@@ -23,6 +23,7 @@ import attrs
 from pvegpu.host.reader import RootReader, Trace
 from pvegpu.model.decision import ServingFiles
 from pvegpu.model.facts import ConfigFile, FileStat, HostFacts
+from pvegpu.model.guest_config import GuestConfig
 from pvegpu.model.guests import guests
 from pvegpu.model.paths import (
     CONTAINER_LIBDIRS,
@@ -39,7 +40,6 @@ from pvegpu.model.paths import (
 )
 from pvegpu.model.rootfs import STORAGE_CFG, locate_rootfs, rootfs_dirs
 from pvegpu.model.schema import ServingSpec, Spec
-from pvegpu.pvefiles.lxcconf import unprivileged
 from pvegpu.vendors import (
     CONTAINER_USERSPACE,
     LOCKED_MODULE_VENDORS,
@@ -139,8 +139,9 @@ def _add_groups(found: _Found, vmid: int) -> None:
     """An unprivileged container's /etc/group: the gid its device nodes get inside
     (planning/container_groups.py). A privileged one's ids are the host's: not read."""
     reader = found.reader
-    config = reader.read(f"etc/pve/lxc/{vmid}.conf")
-    if config is None or not unprivileged(config):
+    path = f"etc/pve/lxc/{vmid}.conf"
+    config = reader.read(path)
+    if config is None or not GuestConfig(ConfigFile(path, config)).unprivileged:
         return
     location = locate_rootfs(vmid, config, reader.read(STORAGE_CFG))
     # Also where `pct mount` puts it, which the refusal's fix asks for on block storage.

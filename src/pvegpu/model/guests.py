@@ -6,18 +6,19 @@ planning asks of them is answered here from those raw files, each answer on firs
 and then kept with the facts' lookups (`guests(facts)`): where a container's root file
 system is (`model/rootfs.py`), which GPUs its config grants, which containers reach a
 vendor's GPUs, which config holds a guest id, and each guest config's sections and
-lines (`GuestConfig`: its raw file stays the base a patch starts from). So planning looks
-no file up by path and parses no text, and facts read back from their JSON document, or
-evolved by a test, answer from their own files. No I/O here.
+lines with the typed answers read from them (`GuestConfig`, model/guest_config.py: its
+raw file stays the base a patch starts from). So planning looks no file up by path and
+parses no text, and facts read back from their JSON document, or evolved by a test,
+answer from their own files. No I/O here.
 """
 
 from __future__ import annotations
 
 from pvegpu.model.facts import ConfigFile, HostFacts
-from pvegpu.model.paths import LXC_DIR, NODES_DIR, PVE_DIR, QEMU_DIR, lxc_config
+from pvegpu.model.guest_config import GuestConfig
+from pvegpu.model.paths import LXC_DIR, NODES_DIR, PVE_DIR, QEMU_DIR
 from pvegpu.model.references import Holder
 from pvegpu.model.rootfs import STORAGE_CFG, RootfsLocation, granted_gpus, locate_rootfs
-from pvegpu.pvefiles.guestconf import ConfLine, Section, split_sections
 from pvegpu.vendors import CONTAINER_NODES, DeviceNodes, Vendor
 
 LXC = "lxc"
@@ -28,27 +29,6 @@ _KINDS = {LXC_DIR: LXC, QEMU_DIR: QEMU}
 def guests(facts: HostFacts) -> Guests:
     """The facts' guests, worked out once per facts value (`HostFacts.derived`)."""
     return facts.derived(Guests)
-
-
-class GuestConfig:
-    """A guest config (`etc/pve/{lxc,qemu-server}/<vmid>.conf`) parsed once: its sections
-    (the main one first, then pending, snapshots, `[special:...]`), each with its lines.
-    A plain class, never compared or shown."""
-
-    __slots__ = ("file", "sections")
-
-    def __init__(self, file: ConfigFile) -> None:
-        self.file = file
-        """The file as read: the base a patch starts from, every byte kept."""
-        self.sections: tuple[tuple[Section, tuple[ConfLine, ...]], ...] = tuple(
-            (section, section.lines) for section in split_sections(file.content)
-        )
-        """Each section with its lines, in file order; concatenated, the file again."""
-
-    @property
-    def main(self) -> tuple[ConfLine, ...]:
-        """The lines of the main section (the one a guest starts with)."""
-        return self.sections[0][1]
 
 
 class Guests:
@@ -94,6 +74,16 @@ class Guests:
         """This node's VM configs with their ids, in the facts' order."""
         return tuple((vmid, file) for kind, vmid, file in self.configs if kind == QEMU)
 
+    def file(self, kind: str, vmid: int) -> ConfigFile | None:
+        """The config of this node's guest `vmid` of `kind` (`lxc`, `qemu-server`), as
+        read; None when the facts hold none."""
+        return self._facts.file(f"{PVE_DIR}/{kind}/{vmid}.conf")
+
+    def container(self, vmid: int) -> GuestConfig | None:
+        """CT `vmid`'s config parsed (`config`); None when this node has none."""
+        file = self.file(LXC, vmid)
+        return self.config(file) if file is not None else None
+
     def config(self, file: ConfigFile) -> GuestConfig:
         """Guest config `file` parsed, once per facts value for a file of the facts (one
         they do not hold, as a plan's own, is parsed each time)."""
@@ -110,7 +100,10 @@ class Guests:
         there: from its config's `rootfs:` line and storage.cfg (`model/rootfs.py`)."""
         found = self._rootfs.get(vmid)
         if found is None:
-            found = locate_rootfs(vmid, self._text(lxc_config(vmid)), self._text(STORAGE_CFG))
+            # The config's main section as parsed once (`GuestConfig`), not its text again.
+            config = self.container(vmid)
+            main = config.main if config is not None else None
+            found = locate_rootfs(vmid, main, self._text(STORAGE_CFG))
             self._rootfs[vmid] = found
         return found
 
@@ -123,8 +116,8 @@ class Guests:
         key = (vmid, nodes)
         found = self._grants.get(key)
         if found is None:
-            config = self._text(lxc_config(vmid))
-            found = granted_gpus(config, nodes) if config is not None else (frozenset(), False)
+            config = self.container(vmid)
+            found = granted_gpus(config.main, nodes) if config is not None else (frozenset(), False)
             self._grants[key] = found
         return found
 

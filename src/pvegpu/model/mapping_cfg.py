@@ -10,6 +10,9 @@ having no mapping. No I/O here.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+from types import MappingProxyType
+
 from pvegpu.errors import RenderError
 from pvegpu.model.facts import ConfigFile, HostFacts
 from pvegpu.pvefiles import hostpci, pcicfg
@@ -41,6 +44,21 @@ class PciCfg:
                 self.error = error
         self._paths: dict[str, dict[str, list[str]]] | None = None
         """By node, then mapping id, the `path` values of its map lines; built on first use."""
+
+    def dropped_comment_lines(
+        self,
+        mapping_ids: Collection[str],
+        drop: Mapping[str, Collection[str]] = MappingProxyType({}),
+    ) -> tuple[int, ...]:
+        """Line numbers of the `#` lines the patch leaves out: those inside the mappings
+        it prints anew (`mapping_ids`) or removes (`drop`: their map lines that go).
+        A file that does not parse raises its refusal (the patch refuses it too)."""
+        if self.error is not None:
+            raise self.error
+        if self.file is None:
+            return ()
+        comments = pcicfg.comment_lines(self.file.content)
+        return pcicfg.dropped_comments(self.sections, comments, mapping_ids, drop)
 
     @property
     def mappings(self) -> tuple[PciMapping, ...]:

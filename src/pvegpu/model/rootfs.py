@@ -27,12 +27,13 @@ it says which containers hold GPUs, so whose units discovery reads and planning 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Iterable
 
 import attrs
 
 from pvegpu.model.paths import root_relative
 from pvegpu.pvefiles import lxcconf
-from pvegpu.pvefiles.guestconf import LineKind, split_sections
+from pvegpu.pvefiles.guestconf import ConfLine, LineKind, split_sections
 from pvegpu.pvefiles.storagecfg import parse_storage_cfg
 from pvegpu.values import value_class
 from pvegpu.vendors import CONTAINER_NODES, DeviceNodes
@@ -73,22 +74,26 @@ def rootfs_dirs(vmid: int, location: RootfsLocation) -> tuple[str, ...]:
     return (location.path, mounted)
 
 
-def granted_gpus(config: str, nodes: DeviceNodes = CONTAINER_NODES) -> tuple[frozenset[int], bool]:
+def granted_gpus(
+    main: Iterable[ConfLine], nodes: DeviceNodes = CONTAINER_NODES
+) -> tuple[frozenset[int], bool]:
     """The GPU node minors (`/dev/nvidiaN`, or of `nodes`: render nodes) the config's main
-    section hands the container, and whether a rule there reaches every GPU (`c 195:* rwm`)."""
+    section (its parsed lines) hands the container, and whether a rule there reaches every
+    GPU (`c 195:* rwm`)."""
     minors: set[int] = set()
     every = False
-    for line in split_sections(config)[0].lines:
+    for line in main:
         if (minor := lxcconf.gpu_minor(line, nodes)) is not None:
             minors.add(minor)
         every = every or lxcconf.grants_every_gpu(line, nodes)
     return frozenset(minors), every
 
 
-def rootfs_volume(config: str) -> str | None:
-    """The volume of the main section's `rootfs:` line (`local-zfs:subvol-129-disk-0`)."""
-    main = split_sections(config)[0]
-    for line in main.lines:
+def rootfs_volume(config: str | Iterable[ConfLine]) -> str | None:
+    """The volume of the main section's `rootfs:` line (`local-zfs:subvol-129-disk-0`);
+    `config`: the text, or its main section's lines already parsed."""
+    main = split_sections(config)[0].lines if isinstance(config, str) else config
+    for line in main:
         if line.kind is LineKind.KEY and line.key == "rootfs":
             for part in line.value.split(","):
                 key, eq, value = part.partition("=")
@@ -99,8 +104,12 @@ def rootfs_volume(config: str) -> str | None:
     return None
 
 
-def locate_rootfs(vmid: int, config: str | None, storage_cfg: str | None) -> RootfsLocation:
-    """Where CT `vmid`'s root file system is a directory on the host, or why it is not."""
+def locate_rootfs(
+    vmid: int, config: str | Iterable[ConfLine] | None, storage_cfg: str | None
+) -> RootfsLocation:
+    """Where CT `vmid`'s root file system is a directory on the host, or why it is not;
+    `config`: its config's text, or its main section's lines already parsed (None: no
+    config was read)."""
     volume = rootfs_volume(config) if config is not None else None
     if volume is None:
         why = (

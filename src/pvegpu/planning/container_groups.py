@@ -23,7 +23,6 @@ from pvegpu.model.plan import LxcContainer
 from pvegpu.model.rootfs import RootfsLocation, pct_mount_path, rootfs_dirs
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pvefiles.guestconf import LineKind
-from pvegpu.pvefiles.lxcconf import unprivileged
 
 IDMAP = "lxc.idmap"
 """An unprivileged container's own id mapping (`lxc.idmap: g 0 100000 104`, ...)."""
@@ -55,16 +54,14 @@ def render_gid(
     for a privileged container, whose ids are the host's. Raw lines in an unprivileged
     container get a finding: a bind keeps the host's ids."""
     assert container.config is not None  # the caller refuses a missing config first
-    if not unprivileged(container.config.content):
+    config = guests(facts).config(container.config)
+    if not config.unprivileged:
         return None
     path = container.config_path
     if container.devices is DeviceStyle.RAW:
         # An admin's own lxc.idmap lines may map the host's render group in: then the
         # ids do not go to nobody, and the finding says what to check instead.
-        mapped = any(
-            line.kind is LineKind.RAW and line.key == IDMAP
-            for line in guests(facts).config(container.config).main
-        )
+        mapped = any(line.kind is LineKind.RAW and line.key == IDMAP for line in config.main)
         ids = (
             "which reach the container only through its own lxc.idmap lines (check that they "
             "map the host's render group to one its users are in)"

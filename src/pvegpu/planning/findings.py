@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
 from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.hardware import VFIO_DRIVER, host_driver
+from pvegpu.model.binder_units import binder_units
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.guests import guests
 from pvegpu.model.paths import SPLIT_MODPROBE, SPLIT_UNIT
 from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.planning.acs import acs_findings, multifunction_findings
 from pvegpu.planning.driverctl import driverctl_findings
 from pvegpu.planning.references import cgroup_key_findings
-from pvegpu.pvefiles.lxcconf import raw_uvm_majors
 from pvegpu.vendors import VENDORS
-
-_LXC_CONFIG = re.compile(r"etc/pve/lxc/([0-9]+)\.conf")
 
 
 def plan_findings(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Diagnostic]:
@@ -112,11 +110,10 @@ def _stale_dynamic_majors(facts: HostFacts, rewritten: frozenset[int]) -> Iterat
         major = facts.char_major(dynamic.module)
         if major is None:
             continue
-        for file in facts.files:
-            vmid = _container_of(file.path)
-            if vmid is None or vmid in rewritten:
+        for vmid, file in guests(facts).containers:
+            if vmid in rewritten:
                 continue
-            allowed = raw_uvm_majors(file.content, nodes)
+            allowed = guests(facts).config(file).raw_uvm_majors(nodes)
             if allowed is not None and major not in allowed:
                 yield Diagnostic(
                     Severity.ERROR,
@@ -131,28 +128,15 @@ def _stale_dynamic_majors(facts: HostFacts, rewritten: frozenset[int]) -> Iterat
                 )
 
 
-def _container_of(path: str) -> int | None:
-    """The container id of a facts file that is one's config (`etc/pve/lxc/N.conf`)."""
-    match = _LXC_CONFIG.fullmatch(path)
-    return int(match.group(1)) if match else None
-
-
-# What a unit that moves PCI devices between drivers has to write somewhere.
-_BINDER_MARKS = ("vfio-pci", "driver_override", "drivers_probe", "/unbind", "new_id")
-
-
 def _other_binders(facts: HostFacts) -> Iterator[Diagnostic]:
     """Hand-made units that also (re)bind GPUs race the split unit at every boot."""
-    for file in facts.files:
-        if not file.path.startswith("etc/systemd/system/") or file.path == SPLIT_UNIT:
-            continue
-        marks = [m for m in _BINDER_MARKS if m in file.content]
-        if marks:
-            unit = file.path.rsplit("/", 1)[1]
+    for path, marks in binder_units(facts).items():
+        if path != SPLIT_UNIT:
+            unit = path.rsplit("/", 1)[1]
             yield Diagnostic(
                 Severity.WARNING,
                 "other-gpu-binder",
-                file.path,
+                path,
                 f"this unit also moves devices between drivers ({', '.join(marks)}); two "
                 "binders race at boot and the last one wins: once pvegpu-vfio-split.service "
                 f"is installed, run `systemctl disable --now {unit}` and remove it",

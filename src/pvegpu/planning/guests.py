@@ -15,7 +15,8 @@ import attrs
 
 from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
-from pvegpu.model.paths import NODES_UNIT_NAME, lxc_config, vm_config
+from pvegpu.model.guests import LXC, QEMU, guests
+from pvegpu.model.paths import NODES_UNIT_NAME, vm_config
 from pvegpu.model.plan import LxcContainer, Plan, Pool, VmGuest
 from pvegpu.model.schema import CpusetPolicy, DeviceStyle, PoolSpec
 from pvegpu.planning.claims import node_naming
@@ -39,7 +40,7 @@ def stale_dynamic_majors(
     them; a major now listed for another device is not taken for one."""
     if config is None:
         return frozenset()
-    allowed = lxcconf.raw_uvm_majors(config.content, nodes) or ()
+    allowed = guests(facts).config(config).raw_uvm_majors(nodes) or ()
     listed = {c.major for c in facts.char_majors}
     return frozenset(m for m in allowed if m not in listed)
 
@@ -74,7 +75,7 @@ def lxc_container(
         spec.lxc.devices,
         spec.lxc.mode,
         spec.lxc.gid,
-        facts.file(lxc_config(vmid)),
+        guests(facts).file(LXC, vmid),
         cpuset_policy=spec.lxc.cpuset,
         naming=naming,
         userspace=spec.lxc.userspace,
@@ -135,7 +136,7 @@ def lxc_container(
     if container.host_userspace:
         # The staged host userspace is one of its GPU lines: replaced and removed with them.
         lines = attrs.evolve(lines, raw=(*lines.raw, lxcconf.userspace_mount()))
-    problems.extend(lxcconf.dev_slot_problems(container.config.content, nodes, lines, naming))
+    problems.extend(guests(facts).config(container.config).dev_slot_problems(nodes, lines, naming))
     majors = gpu_majors(facts, nodes) | stale_dynamic_majors(facts, container.config, nodes)
     group_gid = gid if container.gid is None else None
     return attrs.evolve(
@@ -314,7 +315,7 @@ def vm_guest(
         return None
     vmid, numa = spec.vfio.vm.vmid, spec.vfio.vm.numa
     path = vm_config(vmid)
-    config = facts.file(path)
+    config = guests(facts).file(QEMU, vmid)
     if spec.mapping is None:
         problems.append(
             Diagnostic.error(
@@ -336,14 +337,15 @@ def vm_guest(
     # A vGPU pool's lines name the type Proxmox sets on the VF at start (planning/vgpu.py).
     mdev = spec.vfio.vgpu_type
     if config is not None:
-        pcie = qemuconf.is_q35(config.content)
+        parsed = guests(facts).config(config)
+        pcie = parsed.is_q35
         if mapping_id:
-            args = (config.content, mapping_id, len(gpus) + switches)
-            own = qemuconf.hostpci_problems(*args, numa=numa, mapped=mapped, old=old, subject=path)
+            count = len(gpus) + switches
+            own = parsed.hostpci_problems(mapping_id, count, numa=numa, mapped=mapped, old=old)
             problems.extend(own)
             if not own:
                 patched = qemuconf.patch_hostpci(
-                    *args, pcie=pcie, mapped=mapped, old=old, mdev=mdev
+                    config.content, mapping_id, count, pcie=pcie, mapped=mapped, old=old, mdev=mdev
                 )
                 findings.extend(_converted(path, mapping_id, patched.conversions))
         if not pcie:
@@ -440,7 +442,7 @@ def pin_containers(plan: Plan) -> Plan:
         if container.cpuset_policy is CpusetPolicy.KEEP:
             # The unit's CPUAffinity= only takes CPUs the container's cgroup has, and
             # without a cpuset line pvestatd picks and moves those CPUs every 10 s.
-            held = lxcconf.cpuset(container.config.content)
+            held = guests(plan.facts).config(container.config).cpuset
             if held is not None and set(node.cpus.cpus) <= set(held.cpus):
                 pools.append(pool)
                 continue
@@ -458,7 +460,7 @@ def pin_containers(plan: Plan) -> Plan:
             pools.append(pool)
             continue
         pools.append(attrs.evolve(pool, lxc=attrs.evolve(container, cpuset=node)))
-        cores = lxcconf.cores(container.config.content, container.config_path)
+        cores = guests(plan.facts).config(container.config).cores()
         if cores is not None and cores > len(node.cpus):
             findings.append(
                 Diagnostic(

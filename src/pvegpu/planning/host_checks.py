@@ -19,8 +19,8 @@ import attrs
 from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.engines.common.dropins import effective_dropins
 from pvegpu.engines.common.environment import P2P_ENV
-from pvegpu.errors import PvegpuError
 from pvegpu.model.facts import GPU, HostFacts
+from pvegpu.model.mapping_cfg import pci_cfg
 from pvegpu.model.observed import ObservedContainer, ObservedHost, ObservedUnit
 from pvegpu.model.paths import NODES_UNIT_NAME, USERSPACE_CURRENT, USERSPACE_SCRIPT
 from pvegpu.planning.acs import check_findings as acs_check_findings
@@ -42,7 +42,6 @@ from pvegpu.planning.sriov import check_findings as sriov_check_findings
 from pvegpu.planning.stale_mappings import stale_map_findings
 from pvegpu.planning.unit_gpus import unit_demand
 from pvegpu.planning.vgpu import check_findings as vgpu_check_findings
-from pvegpu.pvefiles import pcicfg
 from pvegpu.pvefiles.guestconf import LineKind
 from pvegpu.pvefiles.lxcconf import (
     STAGED_USERSPACE,
@@ -318,13 +317,11 @@ def staged_userspace_findings(
 def _mappings(facts: HostFacts) -> Iterator[Diagnostic]:
     """pci.cfg's map lines of this node against sysfs, by the planner's rule
     (`stale_map_findings`): every line, the pools' own too (nothing rewrites them now)."""
-    existing = facts.file(pcicfg.PATH)
-    if existing is None:
+    existing = pci_cfg(facts)
+    if existing.file is None:
         return
-    try:
-        sections = pcicfg.parse(existing.content)
-    except PvegpuError as err:
-        for p in err.problems:
+    if existing.error is not None:
+        for p in existing.error.problems:
             yield Diagnostic(Severity.ERROR, p.code, p.subject, p.message)
         return
-    yield from stale_map_findings(facts, sections, live=True)
+    yield from stale_map_findings(facts, existing.sections, live=True)

@@ -25,7 +25,8 @@ import attrs
 
 from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
-from pvegpu.model.guests import LXC, GuestConfig, guests
+from pvegpu.model.guest_config import GuestConfig
+from pvegpu.model.guests import LXC, guests
 from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.model.released import ContainerGpusRemoved
 from pvegpu.planning.claims import (
@@ -293,8 +294,8 @@ def _changes(
     if not minors and not moved:
         return None
     lost = tuple(sorted(set(minors)))
-    last = bool(lost) and not lxcconf.keeps_a_gpu(file.content, nodes, lost, naming)
-    shared = lxcconf.shared_node_keys(file.content, nodes, majors, naming) if last else ()
+    last = bool(lost) and not config.keeps_a_gpu(nodes, lost, naming)
+    shared = config.shared_node_keys(nodes, majors, naming) if last else ()
     renumber = tuple(sorted({(c.before, c.after) for _, c in moved if c.before not in lost}))
     removed = ContainerGpusRemoved(
         vmid,

@@ -98,12 +98,12 @@ def pci_cfg_findings(
     """The pools' mappings are printed anew, as Proxmox prints them: the `#` comments
     inside them (and inside a mapping the plan removes) do not survive; every other byte
     of the file does."""
-    existing = pci_cfg(facts).file
+    existing = pci_cfg(facts)
     owned = [p.mapping.id for p in pools if p.mapping is not None]
-    if existing is None or not owned:
+    if existing.file is None or not owned:
         return
     drop = {m.mapping_id: m.values for m in moved}
-    dropped = pcicfg.dropped_comment_lines(existing.content, owned, drop)
+    dropped = existing.dropped_comment_lines(owned, drop)
     if dropped:
         yield Diagnostic(
             Severity.INFO,

@@ -84,7 +84,7 @@ def check_findings(facts: HostFacts) -> Iterator[Diagnostic]:
     for mig in (v.mig for v in VENDORS if v.mig is not None):
         caps_major = facts.char_major(mig.major_name)
         for vmid, file in guests(facts).containers:
-            held = lxccaps.caps_held(file.content, mig, caps_major)
+            held = guests(facts).config(file).caps_held(mig, caps_major)
             problem = _unknown(facts, mig, held, vmid, file.path)
             if problem is not None:
                 yield Diagnostic(Severity.ERROR, problem.code, problem.subject, problem.message)
@@ -108,7 +108,7 @@ def mig_lines(
     if mig is None or container.config is None:
         return lines
     caps_major = facts.char_major(mig.major_name)
-    held = lxccaps.caps_held(container.config.content, mig, caps_major)
+    held = guests(facts).config(container.config).caps_held(mig, caps_major)
     if not held.any:
         findings.extend(_no_caps(facts, mig, container, gpus))
         return lines
@@ -194,7 +194,7 @@ def with_lost_caps(
             out.append(container)
             continue
         caps_major = facts.char_major(mig.major_name)
-        held = lxccaps.caps_held(container.config.content, mig, caps_major)
+        held = guests(facts).config(container.config).caps_held(mig, caps_major)
         by_minor = {c.minor: c for c in facts.mig_caps}
         caps = [by_minor[m] for m in sorted(held.minors) if m in by_minor]
         lost = {c.minor for c in caps if c.gpu_minor in container.minors}

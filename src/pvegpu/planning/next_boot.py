@@ -35,7 +35,7 @@ from pvegpu.model.paths import CONTAINER_LIBDIRS, lxc_config
 from pvegpu.model.plan import Pool
 from pvegpu.model.rootfs import rootfs_dirs
 from pvegpu.planning.numbering import Renumbering
-from pvegpu.pvefiles.lxcconf import DeviceStyle, raw_uvm_majors
+from pvegpu.pvefiles.lxcconf import DeviceStyle
 from pvegpu.serving.container import container_driver_install, container_driver_problems
 from pvegpu.serving.next_boot import (
     HOST_USERSPACE,
@@ -331,7 +331,7 @@ def _raw_containers(
     by major: the plan's raw-style pools of those nodes, the others by their config now."""
     found = {v: lxc_config(v) for v, n in raw_pools.items() if n is nodes}
     for vmid, file in guests(facts).containers:
-        if vmid not in rewritten and raw_uvm_majors(file.content, nodes) is not None:
+        if vmid not in rewritten and guests(facts).config(file).raw_uvm_majors(nodes) is not None:
             found[vmid] = file.path
     return sorted(found.items())
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from pvegpu.diagnostic import Diagnostic, Severity
+from pvegpu.model.binder_units import binder_units
 from pvegpu.model.facts import HostFacts, driver_order
 from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.model.references import GpuReference, Holder, ReferenceKind
@@ -52,8 +53,6 @@ _GUEST_LINES = (
     ReferenceKind.HOSTPCI,
     ReferenceKind.DRIVERCTL,  # planning/driverctl.py
 )
-# What a unit must contain for `other-gpu-binder` (planning/findings.py) to name it.
-_BINDER_MARKS = ("vfio-pci", "driver_override", "drivers_probe", "/unbind", "new_id")
 # Binders whose action does not take a GPU off its driver (sysfs.conf's `sriov_numvfs`
 # makes a PF's VFs; `gpu-reference-moved` names it when the plan moves that PF).
 _HARMLESS_BINDS = ("bind",)
@@ -115,8 +114,7 @@ def _binder_unit(facts: HostFacts, ref: GpuReference) -> bool:
     """A unit `other-gpu-binder` already names (planning/findings.py)."""
     if ref.kind is not ReferenceKind.SYSTEMD_UNIT:
         return False
-    file = facts.file(ref.path)
-    return file is not None and any(m in file.content for m in _BINDER_MARKS)
+    return ref.path in binder_units(facts)
 
 
 def _touched(pools: Sequence[Pool]) -> str:

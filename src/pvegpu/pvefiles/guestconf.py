@@ -131,8 +131,8 @@ def section_named(text: str, *names: str) -> Section | None:
     )
 
 
-def used_indices(section: Section | None, prefix: str) -> set[int]:
-    """Indices of `<prefix>N` keys set or deleted in a section.
+def used_indices(section: Section | Iterable[ConfLine] | None, prefix: str) -> set[int]:
+    """Indices of `<prefix>N` keys set or deleted in a section (or in its parsed lines).
 
     Used on the pending section: a pending `devN:` or `delete: devN` is applied at the
     next start and would overwrite or drop whatever the main section has at that index.
@@ -141,7 +141,7 @@ def used_indices(section: Section | None, prefix: str) -> set[int]:
         return set()
     pattern = re.compile(rf"^{re.escape(prefix)}(\d+)$")
     found: set[int] = set()
-    for line in section.lines:
+    for line in section.lines if isinstance(section, Section) else section:
         if line.kind is not LineKind.KEY:
             continue
         names = re.split(r"[,;\s]+", line.value) if line.key == "delete" else [line.key]

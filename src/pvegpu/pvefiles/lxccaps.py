@@ -66,13 +66,14 @@ def caps_line(line: ConfLine, mig: MigSource, caps_major: int | None) -> int | s
     return None
 
 
-def caps_held(text: str, mig: MigSource, caps_major: int | None) -> CapsHeld:
-    """What the main section hands over (pending and snapshot sections are other states)."""
+def caps_held(main: Iterable[ConfLine], mig: MigSource, caps_major: int | None) -> CapsHeld:
+    """What the main section (its lines, as model/guests.py's GuestConfig parsed them)
+    hands over: pending and snapshot sections are other states."""
     minors: set[int] = set()
     every = False
     keys: list[str] = []
     entries: dict[int, str] = {}
-    for line in parse_lines(split_sections(text)[0].text):
+    for line in main:
         found = caps_line(line, mig, caps_major)
         if found is None:
             continue

@@ -251,21 +251,20 @@ def userspace_mount() -> tuple[str, str]:
     return (MOUNT_ENTRY, f"{STAGED_USERSPACE} {DRIVER_MOUNT_POINT} none bind,ro,create=dir")
 
 
-def has_userspace_mount(text: str) -> bool:
-    """Does the main section bind-mount the staged host userspace?"""
-    main = split_sections(text)[0]
+def has_userspace_mount(main: Iterable[ConfLine]) -> bool:
+    """Does the main section (its lines, as model/guests.py's GuestConfig parsed them, like
+    the answers below) bind-mount the staged host userspace?"""
     return any(
         line.kind is LineKind.RAW
         and line.key == MOUNT_ENTRY
         and line.value.split(maxsplit=1)[:1] == [STAGED_USERSPACE]
-        for line in parse_lines(main.text)
+        for line in main
     )
 
 
-def unprivileged(text: str) -> bool:
+def unprivileged(main: Iterable[ConfLine]) -> bool:
     """The main section's `unprivileged: 1` (pve-container's default is privileged)."""
-    main = split_sections(text)[0]
-    keys = [ln for ln in main.lines if ln.kind is LineKind.KEY and ln.key == "unprivileged"]
+    keys = [ln for ln in main if ln.kind is LineKind.KEY and ln.key == "unprivileged"]
     return bool(keys) and keys[-1].value.strip() == "1"
 
 
@@ -379,13 +378,15 @@ def remove_gpu_nodes(
 
 
 def keeps_a_gpu(
-    text: str, nodes: DeviceNodes, minors: Collection[int], naming: NodeNaming = PLAIN
+    main: Iterable[ConfLine],
+    nodes: DeviceNodes,
+    minors: Collection[int],
+    naming: NodeNaming = PLAIN,
 ) -> bool:
     """Does the main section still name a GPU (`gpu_minor`) once `minors` are removed?"""
-    main = split_sections(text)[0]
     return any(
         (minor := gpu_minor(line, nodes, naming)) is not None and minor not in minors
-        for line in parse_lines(main.text)
+        for line in main
     )
 
 
@@ -427,10 +428,10 @@ def _drm_path(path: str, minor: int) -> str:
     return re.sub(r"[0-9]+$", str(minor), path)
 
 
-def cpuset(text: str) -> CpuList | None:
+def cpuset(main: Iterable[ConfLine]) -> CpuList | None:
     """The main section's `lxc.cgroup2.cpuset.cpus` (the last one, as lxc applies it);
     None when there is none or its value is not a CPU list."""
-    lines = [line for line in parse_lines(split_sections(text)[0].text) if is_cpuset_line(line)]
+    lines = [line for line in main if is_cpuset_line(line)]
     if not lines:
         return None
     try:
@@ -439,49 +440,47 @@ def cpuset(text: str) -> CpuList | None:
         return None
 
 
-def raw_uvm_majors(text: str, nodes: DeviceNodes) -> tuple[int, ...] | None:
+def raw_uvm_majors(main: Sequence[ConfLine], nodes: DeviceNodes) -> tuple[int, ...] | None:
     """The majors of the main section's `c M:...` rules, when it bind-mounts the node of
     the dynamic major (`nodes.dynamic`) in raw style; None when it does not (devN
     entries need no major) or the nodes have no dynamic one."""
     if nodes.dynamic is None:
         return None
-    lines = parse_lines(split_sections(text)[0].text)
     mounted = any(
         line.kind is LineKind.RAW
         and line.key == MOUNT_ENTRY
         and line.value.split(maxsplit=1)[:1] == [nodes.dynamic.node]
-        for line in lines
+        for line in main
     )
     if not mounted:
         return None
-    rules = (_allow_rule(line) for line in lines)
+    rules = (_allow_rule(line) for line in main)
     return tuple(
         sorted({int(r[1]) for r in rules if r is not None and r[0] == "c" and r[1].isdigit()})
     )
 
 
 def shared_node_keys(
-    text: str, nodes: DeviceNodes, majors: Collection[int], naming: NodeNaming = PLAIN
+    main: Iterable[ConfLine],
+    nodes: DeviceNodes,
+    majors: Collection[int],
+    naming: NodeNaming = PLAIN,
 ) -> tuple[str, ...]:
     """Keys of the main section's lines for the shared nodes (not one GPU's)."""
-    main = split_sections(text)[0]
     return tuple(
         line.key
-        for line in parse_lines(main.text)
+        for line in main
         if is_gpu_line(line, nodes, majors, naming) and gpu_minor(line, nodes, naming) is None
     )
 
 
-def cores(text: str, subject: str = "LXC config") -> int | None:
+def cores(main: Iterable[ConfLine], subject: str = "LXC config") -> int | None:
     """The main section's `cores:` (None when unset: then the container may use all CPUs).
 
     A value Proxmox cannot read (not ASCII digits, below 1) is a PlanError naming
     `subject`: pve-container skips such a line, so what the admin meant is unknown.
     """
-    main = split_sections(text)[0]
-    value = next(
-        (ln.value for ln in main.lines if ln.kind is LineKind.KEY and ln.key == "cores"), None
-    )
+    value = next((ln.value for ln in main if ln.kind is LineKind.KEY and ln.key == "cores"), None)
     if value is None:
         return None
     count = config_integer(value, 1)
@@ -506,16 +505,20 @@ def _slots_full(needed: int, free: int) -> Diagnostic:
 
 
 def dev_slot_problems(
-    text: str, nodes: DeviceNodes, new: GpuLines, naming: NodeNaming = PLAIN
+    main: Iterable[ConfLine],
+    pending: Iterable[ConfLine],
+    nodes: DeviceNodes,
+    new: GpuLines,
+    naming: NodeNaming = PLAIN,
 ) -> tuple[Diagnostic, ...]:
     """Whether `patch_gpu_lines` finds devN indices for `new` (`lxc-dev-slots-full`).
 
     The indices it may use are those no other device takes, in the main section (old GPU
-    entries give theirs back) or as a pending change.
+    entries give theirs back) or as a pending change (`pending`: the lines of the
+    `[pve:pending]` section).
     """
-    main = split_sections(text)[0]
-    taken = used_indices(section_named(text, "pve:pending"), "dev")
-    for line in parse_lines(main.text):
+    taken = used_indices(pending, "dev")
+    for line in main:
         match = _DEV_KEY.match(line.key) if line.kind is LineKind.KEY else None
         if match and not is_gpu_line(line, nodes, naming=naming):
             taken.add(int(match[1]))

@@ -486,13 +486,24 @@ def dropped_comment_lines(
 ) -> tuple[int, ...]:
     """Line numbers of the `#` lines `patch` leaves out: those inside the sections it
     prints anew (`mapping_ids`) or removes (left without map lines by `drop`)."""
+    return dropped_comments(parse(existing), comment_lines(existing), mapping_ids, drop)
+
+
+def dropped_comments(
+    sections: Iterable[PciCfgSection],
+    comments: Iterable[int],
+    mapping_ids: Collection[str],
+    drop: Mapping[str, Collection[str]] = MappingProxyType({}),
+) -> tuple[int, ...]:
+    """`dropped_comment_lines` of a file already parsed: its `sections` and the line
+    numbers of its `#` lines (`comment_lines`)."""
     gone = {
         n
-        for section, fate in _fates(parse(existing), mapping_ids, drop)
+        for section, fate in _fates(sections, mapping_ids, drop)
         if fate in (_Fate.REPLACED, _Fate.REMOVED)
         for n in range(section.line, section.end + 1)
     }
-    return tuple(n for n in comment_lines(existing) if n in gone)
+    return tuple(n for n in comments if n in gone)
 
 
 class _Fate(Enum):

@@ -9,7 +9,7 @@ in our words: docs/formats.md, "VM config".
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import attrs
 
@@ -71,10 +71,10 @@ class QemuPatch:
     such lines beyond `count` are dropped and listed nowhere here."""
 
 
-def is_q35(text: str) -> bool:
-    """`machine: q35`, a versioned `pc-q35-9.0`, or `type=q35,viommu=...` (PVE 8)."""
-    main = split_sections(text)[0]
-    machine = _options(_vm_value(list(main.lines), "machine") or "")
+def is_q35(main: Iterable[ConfLine]) -> bool:
+    """`machine: q35`, a versioned `pc-q35-9.0`, or `type=q35,viommu=...` (PVE 8), in the
+    main section's lines (as model/guests.py's GuestConfig parsed them)."""
+    machine = _options(_vm_value(list(main), "machine") or "")
     return any(key in ("", "type") and "q35" in item for key, item in machine)
 
 
@@ -162,7 +162,8 @@ def _hostpci_full(subject: str, mapping_id: str, count: int, free: int) -> Diagn
 
 
 def hostpci_problems(
-    text: str,
+    main: Sequence[ConfLine],
+    pending: Iterable[ConfLine],
     mapping_id: str,
     count: int,
     *,
@@ -175,15 +176,13 @@ def hostpci_problems(
 
     plan() asks before anything is formatted: mixed raw lines, too few free hostpci
     indices, and NUMA pinning without `memory:` or with a `memory`, `cores` or `sockets`
-    Proxmox cannot read.
+    Proxmox cannot read. `main`, `pending`: the lines of the main and `[PENDING]` sections.
     """
-    main = split_sections(text)[0]
     owned, old = host_ids(mapped), tuple(old)
     problems: list[Diagnostic] = []
     replaced: list[int] = []
-    taken = used_indices(section_named(text, "PENDING"), "hostpci")
-    lines = parse_lines(main.text)
-    for number, line in enumerate(lines, start=1):
+    taken = used_indices(pending, "hostpci")
+    for number, line in enumerate(main, start=1):
         claim = _claims(line, mapping_id, owned, subject, number, old)
         if isinstance(claim, Diagnostic):
             problems.append(claim)
@@ -194,7 +193,7 @@ def hostpci_problems(
     reused, fresh = _indices(replaced, taken, count)
     if len(reused) + len(fresh) < count:
         problems.append(_hostpci_full(subject, mapping_id, count, len(reused) + len(fresh)))
-    if numa and isinstance(size := _vm_size(list(lines), subject), list):
+    if numa and isinstance(size := _vm_size(list(main), subject), list):
         problems.extend(size)
     return tuple(problems)
 
@@ -236,7 +235,7 @@ def patch_hostpci(
     """
     main, *others = split_sections(text)
     rest = "".join(s.text for s in others)
-    use_pcie = pcie and is_q35(text)
+    use_pcie = pcie and is_q35(main.lines)
     owned, old = host_ids(mapped), tuple(old)
     kept: list[ConfLine] = []
     replaced: dict[int, ConfLine] = {}

@@ -17,11 +17,11 @@ from __future__ import annotations
 import attrs
 
 from pvegpu.model.facts import GPU, HostFacts
+from pvegpu.model.guests import LXC, QEMU, guests
 from pvegpu.model.kernels import ModuleOrigin
 from pvegpu.model.ports import upstream_bridges
 from pvegpu.model.references import GpuReference, Holder
 from pvegpu.pci import PciAddress
-from pvegpu.pvefiles.guestconf import LineKind, split_sections
 from pvegpu.rendering.drawing import UNBOUND, Box
 from pvegpu.values import value_class
 from pvegpu.vendors import Vendor
@@ -206,15 +206,14 @@ def _numa_groups(facts: HostFacts, index: dict[PciAddress, int]) -> tuple[HostNu
 def guest_name(facts: HostFacts, ref: GpuReference) -> str:
     """The container's `hostname:` or the VM's `name:` from its config's main section;
     empty when the config has none (or is not among the files discovery read)."""
-    folder = {Holder.CONTAINER: "lxc", Holder.VM: "qemu-server"}.get(ref.holder)
-    if folder is None or ref.vmid is None:
+    kind = {Holder.CONTAINER: LXC, Holder.VM: QEMU}.get(ref.holder)
+    if kind is None or ref.vmid is None:
         return ""
-    config = facts.file(f"etc/pve/{folder}/{ref.vmid}.conf")
+    config = guests(facts).file(kind, ref.vmid)
     if config is None:
         return ""
     key = "hostname" if ref.holder is Holder.CONTAINER else "name"
-    main = split_sections(config.content)[0]
-    return next((ln.value for ln in main.lines if ln.kind is LineKind.KEY and ln.key == key), "")
+    return guests(facts).config(config).value(key) or ""
 
 
 def _users(facts: HostFacts, ids: dict[PciAddress, str]) -> tuple[User, ...]:

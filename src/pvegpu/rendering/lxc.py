@@ -12,22 +12,15 @@ from collections.abc import Iterable
 
 from pvegpu.model.artifact import Artifact
 from pvegpu.model.facts import HostFacts
+from pvegpu.model.guests import guests
 from pvegpu.model.paths import PVE_MODE
 from pvegpu.model.plan import LxcContainer, Plan, Pool
 from pvegpu.model.released import ContainerGpusRemoved
 from pvegpu.model.schema import DeviceStyle
 from pvegpu.pvefiles import lxccaps, lxcconf
-from pvegpu.pvefiles.guestconf import split_sections
 from pvegpu.vendors import DeviceNodes
 from pvegpu.vendors.drm import node_path as drm_node_path
 from pvegpu.wording import plural
-
-
-def _count_gpu_lines(
-    text: str, nodes: DeviceNodes, majors: frozenset[int], naming: lxcconf.NodeNaming
-) -> int:
-    main = split_sections(text)[0]
-    return sum(lxcconf.is_gpu_line(line, nodes, majors, naming) for line in main.lines)
 
 
 def _name(nodes: DeviceNodes, minor: int) -> str:
@@ -118,7 +111,8 @@ def _container_config(facts: HostFacts, pool: Pool, container: LxcContainer) -> 
             reason += f" and CPU set (NUMA node {numa.id})"
     else:
         style = "devN entries" if container.devices is DeviceStyle.DEV else "raw lxc.* lines"
-        old = _count_gpu_lines(base, device_nodes, majors, container.naming)
+        parsed = guests(facts).config(container.config)
+        old = parsed.gpu_line_count(device_nodes, majors, container.naming)
         shared = f" + {_names(device_nodes.shared)}" if device_nodes.shared else ""
         reason = (
             f"LXC {container.vmid}: GPUs {nodes}{shared} "
