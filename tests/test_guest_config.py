@@ -18,6 +18,7 @@ from pvegpu.model.facts import ConfigFile
 from pvegpu.model.guest_config import GuestConfig
 from pvegpu.model.guests import guests
 from pvegpu.model.mapping_cfg import pci_cfg
+from pvegpu.model.modprobe import softdeps
 from pvegpu.pvefiles import lxccaps, lxcconf, pcicfg, qemuconf
 from pvegpu.pvefiles.guestconf import ConfLine, parse_lines, section_named, split_sections
 from pvegpu.vendors import CONTAINER_NODES as NODES
@@ -300,6 +301,27 @@ def test_binder_units_are_the_host_units_that_write_a_mark() -> None:
     )
     assert binder_units(facts) == {"etc/systemd/system/bind.service": ("vfio-pci",)}
     assert binder_units(facts) is binder_units(facts)
+
+
+def test_softdeps_are_the_modprobe_d_softdep_lines() -> None:
+    facts = kpro6(
+        {
+            "etc/modprobe.d/nvidia.conf": (
+                "# softdep nvidia pre: commented\n"
+                "  softdep nvidia post: nvidia-uvm  \n"
+                "softdep\n"
+                "options nvidia NVreg_X=1\n"
+            ),
+            "etc/modprobe.d/sub/deep.conf": "softdep nvidia pre: vfio-pci\n",
+            "etc/systemd/system/x.service": "softdep nvidia pre: vfio-pci\n",
+        }
+    )
+    found = softdeps(facts)
+    assert [(d.path, d.name, d.line, d.module) for d in found] == [
+        ("etc/modprobe.d/nvidia.conf", "nvidia.conf", "softdep nvidia post: nvidia-uvm", "nvidia")
+    ]
+    assert found[0].words == ("softdep", "nvidia", "post:", "nvidia-uvm")
+    assert softdeps(facts) is found
 
 
 # --- the rule that keeps it: past discovery, guest configs and pci.cfg are parsed in model/

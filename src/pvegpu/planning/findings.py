@@ -10,6 +10,7 @@ from pvegpu.hardware import VFIO_DRIVER, host_driver
 from pvegpu.model.binder_units import binder_units
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.guests import guests
+from pvegpu.model.modprobe import softdeps
 from pvegpu.model.paths import SPLIT_MODPROBE, SPLIT_UNIT
 from pvegpu.model.plan import Pool, PoolKind
 from pvegpu.planning.acs import acs_findings, multifunction_findings
@@ -157,20 +158,16 @@ def _shadowing_softdeps(facts: HostFacts, pools: Sequence[Pool]) -> Iterator[Dia
         if (d := host_driver(f)) is not None and d != VFIO_DRIVER
     }
     ours = SPLIT_MODPROBE.rsplit("/", 1)[1]
-    for file in facts.files:
-        directory, _, name = file.path.rpartition("/")
-        if directory != "etc/modprobe.d" or name >= ours:
+    for dep in softdeps(facts):
+        if dep.name >= ours or dep.module not in drivers:
             continue
-        for line in file.content.splitlines():
-            words = line.split()
-            if len(words) >= 2 and words[0] == "softdep" and words[1] in drivers:
-                if "vfio-pci" in words or "vfio_pci" in words:
-                    continue
-                yield Diagnostic(
-                    Severity.WARNING,
-                    "softdep-shadowed",
-                    file.path,
-                    f"`{line.strip()}` comes before {ours}, and kmod uses only the first "
-                    f"softdep of a module, so `softdep {words[1]} pre: vfio-pci` would be "
-                    f"ignored: add `pre: vfio-pci` to this line",
-                )
+        if "vfio-pci" in dep.words or "vfio_pci" in dep.words:
+            continue
+        yield Diagnostic(
+            Severity.WARNING,
+            "softdep-shadowed",
+            dep.path,
+            f"`{dep.line}` comes before {ours}, and kmod uses only the first "
+            f"softdep of a module, so `softdep {dep.module} pre: vfio-pci` would be "
+            f"ignored: add `pre: vfio-pci` to this line",
+        )

@@ -45,11 +45,10 @@ from pvegpu.diagnostic import Diagnostic, Severity
 from pvegpu.engines.common.deprecations import CODE as DEPRECATED_CODE
 from pvegpu.model.container_files import container_files
 from pvegpu.model.facts import GPU, ConfigFile, HostFacts
-from pvegpu.model.guests import guests
+from pvegpu.model.guests import LXC, guests
 from pvegpu.model.paths import (
     ENABLING_DIRS,
     UNIT_DIR,
-    lxc_config,
     template_of,
     unit_dropin_dirs,
 )
@@ -197,7 +196,7 @@ def _containers(
         if pool.kind is PoolKind.LXC and pool.lxc is not None and pool.lxc.vmid not in rendered:
             own.setdefault(pool.lxc.vmid, []).append(pool)
     for vmid, its in own.items():
-        config = facts.file(lxc_config(vmid))
+        config = guests(facts).file(LXC, vmid)
         if config is not None:  # else plan() refuses it already (lxc-config-missing)
             nodes = its[0].lxc.nodes if its[0].lxc is not None else CONTAINER_NODES
             _, before = _now(facts, vmid, nodes)
@@ -212,7 +211,7 @@ def _containers(
     }
     for pool in pools:
         if pool.lxc is not None and pool.lxc.vmid in units:
-            config = facts.file(lxc_config(pool.lxc.vmid))
+            config = guests(facts).file(LXC, pool.lxc.vmid)
             if config is not None:
                 unit, size = units[pool.lxc.vmid], pool.size
                 yield _Container(pool.lxc.vmid, config, size, size, (pool,), rendered=unit)
