@@ -291,6 +291,14 @@ def test_pci_cfg_comments_dropped_as_the_text_rule_says() -> None:
     assert caught.value is broken.error
 
 
+def test_only_ascii_ids_name_a_guest() -> None:
+    """A config whose name is not ASCII digits is no guest (`int()` reads other digits)."""
+    facts = kpro6(
+        {"etc/pve/lxc/\u0661\u0662\u0663.conf": "arch: amd64\n", LXC_PATH: "arch: amd64\n"}
+    )
+    assert [vmid for vmid, _ in guests(facts).containers] == [129]
+
+
 def test_binder_units_are_the_host_units_that_write_a_mark() -> None:
     facts = kpro6(
         {

@@ -26,6 +26,10 @@ QEMU = "qemu-server"
 _KINDS = {LXC_DIR: LXC, QEMU_DIR: QEMU}
 
 
+def _is_id(stem: str) -> bool:
+    return stem.isascii() and stem.isdigit()
+
+
 def guests(facts: HostFacts) -> Guests:
     """The facts' guests, worked out once per facts value (`HostFacts.derived`)."""
     return facts.derived(Guests)
@@ -59,7 +63,9 @@ class Guests:
             for file in self._facts.files:
                 directory, _, name = file.path.rpartition("/")
                 stem = name.removesuffix(".conf")
-                if directory in _KINDS and name.endswith(".conf") and stem.isdigit():
+                # An id is ASCII digits, as Proxmox names the file: `int()` would read
+                # other scripts' digits too.
+                if directory in _KINDS and name.endswith(".conf") and _is_id(stem):
                     found.append((_KINDS[directory], int(stem), file))
             self._listed = tuple(found)
         return self._listed
