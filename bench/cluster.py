@@ -27,10 +27,10 @@ import attrs
 
 from pvegpu.host.discover import discover
 from pvegpu.model.facts import ConfigFile, HostFacts
+from pvegpu.pipeline import parse_spec
 from pvegpu.planning.cluster import plan_cluster
 from pvegpu.pvefiles import pcicfg
 from pvegpu.rendering.cluster import cluster_files, render_cluster
-from pvegpu.spec.load import parse_spec
 from pvegpu.testing import (
     DeviceSpec,
     HostSpec,

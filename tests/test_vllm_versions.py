@@ -298,3 +298,51 @@ def test_the_unit_runs_the_vllm_script_of_the_prefix_that_holds_the_release() ->
     local = found("usr/local/lib/python3.13/dist-packages")
     assert executable("/usr/bin/python3", rootfs, local) == "/usr/local/bin/vllm"
     assert executable("/opt/env/bin/python", None, None) == "/opt/env/bin/vllm"
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["pipeline_parallel_size", "prefill_context_parallel_size", "decode_context_parallel_size"],
+)
+@pytest.mark.parametrize("value", [-2, 0])
+def test_a_code_built_size_out_of_range_is_refused_not_built(key: str, value: int) -> None:
+    """A spec built in code never met the loader: its engine keys' rules are the
+    planner's, and vLLM decides without a refused key (a negative size would reach the
+    decided server's own check and end in a traceback)."""
+    with pytest.raises(PlanError) as caught:
+        decided_servings(kpro6_plan(vllm_serving(**{key: value})))
+    assert [(p.code, p.subject) for p in caught.value.problems] == [
+        ("serving-invalid-value", f"pools[0].lxc.serving.{key}")
+    ]
+    assert caught.value.problems[0].message == f"{key}: {value} is not between 1 and 64"
+
+
+def test_a_code_built_key_refusal_comes_after_the_rules_of_the_table() -> None:
+    with pytest.raises(PlanError) as caught:
+        decided_servings(kpro6_plan(vllm_serving(pipeline_parallel_size=0, port=0)))
+    assert [p.subject.rpartition(".")[2] for p in caught.value.problems] == [
+        "port",
+        "pipeline_parallel_size",
+    ]
+
+
+def test_an_engine_key_left_unset_in_a_mapping_is_no_key() -> None:
+    """A mapping built in code (Ansible's inline spec) may write a key it leaves out as
+    None: an engine key so written is unset (as it was when the key was an optional
+    field of the schema), not a value of the wrong type."""
+    from pvegpu.pipeline import spec_from_data
+
+    serving = {
+        "engine": "vllm",
+        "unit": "vllm-qwen",
+        "python": "/usr/bin/python3",
+        "model_path": "/models/qwen",
+        "pipeline_parallel_size": None,
+    }
+    pool = {"name": "a", "numa_node": 0, "lxc": {"vmid": 129, "serving": serving}}
+    data = {"node": "kpro6", "pools": [pool]}
+    loaded = spec_from_data(data, "inline")
+    lxc = loaded.pools[0].lxc
+    assert lxc is not None and lxc.serving is not None
+    assert lxc.serving.engine_keys == ()
+    assert lxc.serving.engine_key("pipeline_parallel_size") is None

@@ -608,10 +608,9 @@ def walk(host: str, spec_path: str) -> dict[str, Stage]:
     for info in pkgutil.walk_packages(pvegpu.__path__, "pvegpu."):
         if not info.name.startswith(("pvegpu.testing", "pvegpu.__main__")):
             importlib.import_module(info.name)
-    from pvegpu.pipeline import discover_for
+    from pvegpu.pipeline import discover_for, load_spec
     from pvegpu.planning.planner import plan
     from pvegpu.rendering.registry import render
-    from pvegpu.spec.load import load_spec
 
     counters = Counters()
     loaded = {n: m for n, m in sys.modules.items() if n == "pvegpu" or n.startswith("pvegpu.")}

@@ -64,6 +64,8 @@ SUITE_PACKAGES = (
     "zsh",
     "fish",
     "groff-base",
+    # tests/test_packaging.py asks setuptools' own package discovery what pyproject finds.
+    "python3-setuptools",
 )
 """Debian 13's own test tools for the suite (pyproject's test extra, from the archive):
 the runtime libraries come with the package itself."""

@@ -16,7 +16,7 @@ import attrs
 
 from pvegpu.diagnostic import Diagnostic
 from pvegpu.engines import ENGINE_NAMES, engine_for, spec_engines
-from pvegpu.errors import PlanError, PvegpuError
+from pvegpu.errors import PlanError, PvegpuError, SpecError
 from pvegpu.model.decision import DecidedServer
 from pvegpu.model.facts import HostFacts
 from pvegpu.model.plan import Plan, Pool
@@ -49,6 +49,14 @@ def decide_serving(
             + " servers only",
             f'set engine = "{DEFAULT_ENGINE}"',
         )
+    # A spec built in code, which the loader never saw, may hold engine keys of the wrong
+    # type or range: the engine decides without them (it reads its keys as they are, and
+    # a negative size would reach the decided server), and their refusals join its own.
+    keys = _engine_key_problems(spec, where)
+    if keys:
+        refused = {p.subject.rpartition(".")[2] for p in keys}
+        kept = tuple((name, value) for name, value in spec.engine_keys if name not in refused)
+        spec = attrs.evolve(spec, engine_keys=kept)
     # The neutral decisions first, the same for any engine; the engine adds its own.
     context = serving_context(
         facts,
@@ -63,10 +71,13 @@ def decide_serving(
     if isinstance(context, PvegpuError):
         return context
     decided = engine.decide(context, spec)
-    keys = _engine_key_problems(spec, where)
     if not keys:
         return decided
-    return PlanError([*keys, *(decided.problems if isinstance(decided, PvegpuError) else ())])
+    # As the engine's own value checks once held them: after the context's and the rules'
+    # problems, plan errors before an option table's (a SpecError's).
+    if isinstance(decided, SpecError):
+        return PlanError([*keys, *decided.problems])
+    return PlanError([*(decided.problems if isinstance(decided, PvegpuError) else ()), *keys])
 
 
 def _engine_key_problems(spec: ServingSpec, where: str) -> list[Diagnostic]:

@@ -115,7 +115,9 @@ def take_engine_keys(
         if not isinstance(serving, dict) or not (names | {_PASSED_IN}) & serving.keys():
             copied.append(pool)
             continue
-        taken[index] = tuple((k, v) for k, v in serving.items() if k in names)
+        # None is an unset key, as a mapping built in code (Ansible's inline spec) writes
+        # one it leaves out; TOML has no null.
+        taken[index] = tuple((k, v) for k, v in serving.items() if k in names and v is not None)
         if _PASSED_IN in serving:
             where = f"pools[{index}].lxc.serving.{_PASSED_IN}"
             problems.append(unknown_key(where, s.ServingSpec, engines))

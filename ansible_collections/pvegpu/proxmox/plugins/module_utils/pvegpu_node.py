@@ -17,7 +17,8 @@ from ansible.module_utils.basic import missing_required_lib
 PVEGPU_IMPORT_ERROR = None
 try:
     from pvegpu.apply.host import LiveHost
-    from pvegpu.errors import Problem, SpecError
+    from pvegpu.diagnostic import Diagnostic
+    from pvegpu.errors import SpecError
     from pvegpu.redact import redact_text
     from pvegpu.pipeline import parse_spec, spec_from_data
 except ImportError:
@@ -68,7 +69,7 @@ def task_spec(params):
         return spec_from_data(spec, params["spec_name"])
     raise SpecError(
         [
-            Problem(
+            Diagnostic.error(
                 "spec-unreadable",
                 "spec",
                 "is neither a path on the controller nor an inline mapping",

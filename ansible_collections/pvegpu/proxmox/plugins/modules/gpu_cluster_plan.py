@@ -109,7 +109,8 @@ from ansible_collections.pvegpu.proxmox.plugins.module_utils.pvegpu_node import 
 )
 
 try:
-    from pvegpu.errors import PlanError, Problem, PvegpuError
+    from pvegpu.diagnostic import Diagnostic
+    from pvegpu.errors import PlanError, PvegpuError
     from pvegpu.host.snapshot import unpack
     from pvegpu.pipeline import discover_cluster, render_cluster_bundles
     from pvegpu.planning.cluster import root_problems
@@ -132,7 +133,7 @@ def _plan(module, spec, unpacked):
             roots[node] = unpack(Path(archive), Path(unpacked) / node)
         except (OSError, tarfile.TarError) as err:
             problems.append(
-                Problem(
+                Diagnostic.error(
                     "snapshot-unreadable",
                     str(archive),
                     "is not a snapshot that can be unpacked: %s" % err,

@@ -102,7 +102,8 @@ from ansible_collections.pvegpu.proxmox.plugins.module_utils.pvegpu_node import 
 
 try:
     from pvegpu.engines import installed_files
-    from pvegpu.errors import Problem, PvegpuError, SpecError
+    from pvegpu.diagnostic import Diagnostic
+    from pvegpu.errors import PvegpuError, SpecError
     from pvegpu.host.snapshot import snapshot
 except ImportError:
     PVEGPU_ERROR = traceback.format_exc()
@@ -120,7 +121,7 @@ def _spec(module):
     if params["node"] not in spec.node_names:
         raise SpecError(
             [
-                Problem(
+                Diagnostic.error(
                     "node-not-in-spec",
                     str(params["node"]),
                     "the spec plans several nodes and this is none of them: " + ", ".join(spec.node_names),

@@ -151,7 +151,8 @@ try:
     from pvegpu.apply.run import apply_bundle
     from pvegpu.apply.state import STATE_DIR
     from pvegpu.apply.undo import revert
-    from pvegpu.errors import BundleError, Problem, PvegpuError
+    from pvegpu.diagnostic import Diagnostic
+    from pvegpu.errors import BundleError, PvegpuError
     from pvegpu.pipeline import discover_for, render_bundle
     from pvegpu.rendering.bundle import write_bundle_files
 except ImportError:
@@ -169,7 +170,7 @@ def _files(module, host):
         except (AttributeError, KeyError, TypeError, ValueError):
             raise BundleError(
                 [
-                    Problem(
+                    Diagnostic.error(
                         "bundle-invalid",
                         "bundle",
                         "is not a bundle's files (path -> content and mode)",
