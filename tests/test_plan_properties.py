@@ -121,4 +121,7 @@ def test_foreign_group_members_always_refused() -> None:
 
     check()
     assert outcomes["refused: foreign-device-in-group"], f"none refused for it: {outcomes}"
-    assert_mostly_accepted(outcomes, floor=0.5)
+    # Groups with foreign members are drawn on purpose here, so fewer plans go through:
+    # 60% of this Hypothesis release's fixed sequence, 49% in a run on Debian 13's (80 examples:
+    # one standard deviation is about 5.5 points). The floor sits three below.
+    assert_mostly_accepted(outcomes, floor=0.4)
