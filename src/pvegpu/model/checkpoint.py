@@ -10,6 +10,7 @@ serving looks no file up by path and parses no text. No I/O here.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from typing import TypeVar
 
 from pvegpu.errors import PlanError
@@ -45,28 +46,17 @@ class Checkpoints:
     def config(self, path: str) -> ModelConfig | None:
         """The model config at `path` (root-relative) parsed; None when it was not read.
         Raises PlanError naming the file when it is not a model config."""
-        if path not in self._configs:
-            file = self._facts.file(path)
-            try:
-                found = None if file is None else parse_model_config(file.content, path=path)
-            except PlanError as err:
-                self._configs[path] = err
-                raise
-            self._configs[path] = found
-        return _answer(self._configs[path])
+        return _kept(self._configs, path, self._parse)
+
+    def _parse(self, path: str) -> ModelConfig | None:
+        file = self._facts.file(path)
+        return None if file is None else parse_model_config(file.content, path=path)
 
     def weights(self, directory: str) -> tuple[int, str] | None:
         """The total size of the weights in `directory` and where it comes from: its
         safetensors index, else the sum of its `*.safetensors` files; None when it has
         neither. Raises PlanError naming the index when that is malformed."""
-        if directory not in self._weights:
-            try:
-                found = self._measure(directory)
-            except PlanError as err:
-                self._weights[directory] = err
-                raise
-            self._weights[directory] = found
-        return _answer(self._weights[directory])
+        return _kept(self._weights, directory, self._measure)
 
     def _measure(self, directory: str) -> tuple[int, str] | None:
         index_path = f"{directory}/{INDEX}"
@@ -81,7 +71,14 @@ class Checkpoints:
 _T = TypeVar("_T")
 
 
-def _answer(found: _T | PlanError) -> _T:
+def _kept(answers: dict[str, _T | PlanError], key: str, work: Callable[[str], _T]) -> _T:
+    """`work(key)`, worked out once: its answer, or its refusal raised again each time."""
+    if key not in answers:
+        try:
+            answers[key] = work(key)
+        except PlanError as err:
+            answers[key] = err
+    found = answers[key]
     if isinstance(found, PlanError):
         raise found
     return found
